@@ -1,0 +1,374 @@
+/* trace_format.h: the recompshim trace file format, version 1.
+ *
+ * One file per process that touches CUDA. All integers are little-endian,
+ * fixed width; every struct below has a _Static_assert on its size. The
+ * prose description with examples is docs/trace-format.md.
+ *
+ *   offset 0                 rs_file_header (RS_HEADER_SIZE bytes)
+ *   RS_HEADER_SIZE + k*chunk chunk k: rs_chunk_header, then records
+ *
+ * Chunks belong to one thread each (chunk.tid); within a chunk records are
+ * in time order. A thread fills a chunk, seals it (checksum) and claims the
+ * next free index. Records are 8-byte aligned; each starts with
+ * rs_record_header whose `size` covers header, payload and any variable
+ * bytes, padded to 8.
+ *
+ * Crash safety: the file is mmap'd MAP_SHARED. A writer publishes
+ * chunk.used (release store) after each record and header.chunks_published
+ * after initialising a chunk, so a reader of a SIGKILLed process's file sees
+ * every record published before the kill. header.flags has RS_HDR_CLOSED only
+ * after a clean exit.
+ *
+ * Versioning: bump RS_TRACE_VERSION_MINOR when adding record kinds, API codes
+ * or using reserved bytes (old readers reject unknown kinds by offset); bump
+ * MAJOR when changing any existing layout. Readers accept the same major and
+ * any minor up to their own, and refuse newer files naming both versions.
+ */
+#ifndef RECOMP_TRACE_FORMAT_H
+#define RECOMP_TRACE_FORMAT_H
+
+#include <stdint.h>
+
+#define RS_TRACE_MAGIC "RSTRACE1"         /* 8 bytes, no NUL in the file */
+#define RS_TRACE_MAGIC_LEN 8
+#define RS_TRACE_VERSION_MAJOR 1
+#define RS_TRACE_VERSION_MINOR 0
+
+#define RS_HEADER_SIZE 4096u              /* bytes before chunk 0 */
+#define RS_CHUNK_SIZE (256u * 1024u)      /* bytes per chunk, header included */
+#define RS_CHUNK_MAGIC 0x4b484352u        /* "RCHK" little-endian */
+#define RS_RECORD_ALIGN 8u
+#define RS_MAX_RECORD_SIZE 65528u         /* largest `size` a record may have */
+#define RS_OOM_MAX_FRAMES 64u             /* native frames kept per OOM */
+#define RS_THREAD_NAME_LEN 16u            /* Linux comm length, NUL included */
+
+/* ---- file header flags ---- */
+#define RS_HDR_CLOSED        0x1u  /* set by a clean exit (atexit/destructor) */
+#define RS_HDR_LIMIT_HIT     0x2u  /* RECOMPSHIM_MAX_BYTES stopped recording */
+#define RS_HDR_DISABLED      0x4u  /* shim disabled itself after an error */
+#define RS_HDR_NVTX_FOREIGN  0x8u  /* NVTX_INJECTION64_PATH named another tool */
+#define RS_HDR_KNOWN_FLAGS   0xfu
+
+/* Where the rank numbers came from. */
+enum rs_rank_source {
+    RS_RANK_NONE = 0,       /* no launcher variables: rank -1 */
+    RS_RANK_TORCHRUN = 1,   /* RANK / LOCAL_RANK / WORLD_SIZE */
+    RS_RANK_OMPI = 2,       /* OMPI_COMM_WORLD_RANK / _LOCAL_RANK / _SIZE */
+    RS_RANK_SLURM = 3,      /* SLURM_PROCID / SLURM_LOCALID / SLURM_NTASKS */
+    RS_RANK_PMI = 4,        /* PMI_RANK / PMI_SIZE */
+};
+
+/* Recording mode of the process (DESIGN.md §1 Modes). */
+enum rs_mode {
+    RS_MODE_DEFAULT = 0,    /* observe the allocator as configured */
+    RS_MODE_ASYNC = 1,      /* RECOMPSHIM_TENSORS=async took effect */
+    RS_MODE_NOCACHE = 2,    /* RECOMPSHIM_TENSORS=nocache took effect */
+};
+
+/* Window mode (RECOMPSHIM_WINDOW). */
+enum rs_window_kind {
+    RS_WINDOW_NONE = 0,
+    RS_WINDOW_TIME = 1,     /* a..b: ns since start */
+    RS_WINDOW_EVENTS = 2,   /* a..b: index of gated events, 0-based */
+    RS_WINDOW_STEPS = 3,    /* a..b: step numbers of ProfilerStep#N markers */
+};
+
+typedef struct rs_file_header {
+    char magic[RS_TRACE_MAGIC_LEN];      /* RS_TRACE_MAGIC */
+    uint16_t version_major;
+    uint16_t version_minor;
+    uint32_t header_size;                /* RS_HEADER_SIZE */
+    uint32_t chunk_size;                 /* RS_CHUNK_SIZE */
+    uint32_t flags;                      /* RS_HDR_* (updated atomically) */
+    uint32_t chunks_published;           /* chunks initialised (atomic, monotonic) */
+    uint32_t mode;                       /* enum rs_mode */
+    int32_t pid;
+    int32_t ppid;
+    int32_t rank;                        /* -1 unknown */
+    int32_t local_rank;                  /* -1 unknown */
+    int32_t world_size;                  /* -1 unknown */
+    int32_t local_world_size;            /* -1 unknown */
+    uint32_t rank_source;                /* enum rs_rank_source */
+    int32_t restart_count;               /* TORCHELASTIC_RESTART_COUNT, -1 unset */
+    int32_t device;                      /* first device a record named, -1 */
+    uint64_t mono_start_ns;              /* CLOCK_MONOTONIC at trace creation */
+    uint64_t real_start_ns;              /* CLOCK_REALTIME at the same moment */
+    uint64_t device_capacity;            /* bytes; from cudaMemGetInfo total, 0 unknown */
+    uint64_t max_bytes;                  /* RECOMPSHIM_MAX_BYTES, 0 = unlimited */
+    uint64_t limit_hit_ns;               /* CLOCK_MONOTONIC when the limit stopped recording, 0 */
+    uint64_t dropped_records;            /* records not written after the limit */
+    uint64_t close_ns;                   /* CLOCK_MONOTONIC at clean exit, 0 */
+    uint32_t window_kind;                /* enum rs_window_kind */
+    uint32_t cuda_runtime_version;       /* cudaRuntimeGetVersion, 0 unknown */
+    uint64_t window_a;
+    uint64_t window_b;
+    uint32_t reserved_chunks;            /* chunks kept for OOM records past the limit */
+    uint32_t refusals;                   /* tensor-mode refusals (part 2), bitmask */
+    char host[64];                       /* gethostname, NUL-terminated */
+    char run_id[96];                     /* run directory name */
+    char torchelastic_run_id[64];        /* TORCHELASTIC_RUN_ID */
+    char slurm_job_id[32];               /* SLURM_JOB_ID */
+    char master[80];                     /* MASTER_ADDR:MASTER_PORT */
+    char shim_version[32];
+} rs_file_header;
+/* The rest of the first RS_HEADER_SIZE bytes is zero (room for minor versions). */
+
+_Static_assert(sizeof(rs_file_header) == 528, "file header fields (v1.0)");
+_Static_assert(sizeof(rs_file_header) <= RS_HEADER_SIZE, "file header fits its page");
+
+#define RS_CHUNK_SEALED   0x1u   /* checksum covers checksum_len bytes */
+#define RS_CHUNK_TAIL     0x2u   /* claimed from the reserved tail (OOM past the limit) */
+#define RS_CHUNK_KNOWN_FLAGS 0x3u
+
+typedef struct rs_chunk_header {
+    uint32_t magic;                      /* RS_CHUNK_MAGIC; 0 = claimed, never initialised */
+    uint32_t index;                      /* its own index, checked by readers */
+    uint32_t tid;                        /* Linux thread id of the writer */
+    uint32_t flags;                      /* RS_CHUNK_* */
+    uint32_t used;                       /* record bytes after this header (published) */
+    uint32_t record_count;               /* records in `used` (published after `used`) */
+    uint32_t checksum_len;               /* bytes covered by checksum when SEALED */
+    uint32_t reserved0;
+    uint64_t checksum;                   /* FNV-1a 64 of the first checksum_len record bytes */
+    uint64_t reserved[3];
+} rs_chunk_header;
+_Static_assert(sizeof(rs_chunk_header) == 64, "chunk header");
+
+#define RS_CHUNK_PAYLOAD (RS_CHUNK_SIZE - (uint32_t)sizeof(rs_chunk_header))
+
+/* Record kinds, from records.def. */
+enum rs_record_kind {
+#define RS_RECORD(NAME, code, st, var) RS_REC_##NAME = code,
+#include "recomp/records.def"
+#undef RS_RECORD
+};
+
+/* API codes, from apis.def. */
+enum rs_api {
+    RS_API_NONE = 0,
+#define RS_API(name, code, lib) RS_API_##name = code,
+#include "recomp/apis.def"
+#undef RS_API
+};
+
+/* Memory kinds of allocations. Only DEVICE counts toward device peaks. */
+enum rs_mem_kind {
+    RS_MEM_DEVICE = 0,
+    RS_MEM_HOST_PINNED = 1,   /* cudaMallocHost / cudaHostAlloc */
+    RS_MEM_MANAGED = 2,       /* cudaMallocManaged */
+};
+
+/* Why a MEMINFO record was taken. */
+enum rs_meminfo_reason {
+    RS_MEMINFO_APP = 0,       /* the job called cudaMemGetInfo itself */
+    RS_MEMINFO_SAMPLE = 1,    /* rate-limited sample after a successful call */
+    RS_MEMINFO_OOM = 2,       /* taken right after a failed allocation */
+};
+
+/* META keys. */
+enum rs_meta_key {
+    RS_META_CMDLINE = 1,      /* /proc/self/cmdline: NUL-separated arguments */
+    RS_META_ENV = 2,          /* one "NAME=value" that matters (see docs) */
+    RS_META_NVTX_OWNER = 3,   /* NVTX_INJECTION64_PATH of another tool */
+    RS_META_HOOK_MISSING = 4, /* name of a hook whose real function is missing */
+    RS_META_EXE = 5,          /* /proc/self/exe */
+    RS_META_NOTE = 6,         /* free-form note from the shim (refusals, errors) */
+};
+
+/* Window record states. */
+enum rs_window_state { RS_WINDOW_OPEN = 1, RS_WINDOW_CLOSE = 2 };
+
+/* Every record starts with this. t_ns is CLOCK_MONOTONIC; the writing
+ * thread is the chunk's tid. */
+typedef struct rs_record_header {
+    uint16_t kind;                       /* enum rs_record_kind */
+    uint16_t size;                       /* bytes, multiple of 8, header included */
+    uint32_t aux;                        /* kind-specific small field (see each) */
+    uint64_t t_ns;
+} rs_record_header;
+_Static_assert(sizeof(rs_record_header) == 16, "record header");
+
+/* ALLOC: a successful allocation. aux = 0. */
+typedef struct rs_rec_alloc {
+    rs_record_header h;
+    uint64_t ptr;                        /* device or host address */
+    uint64_t size;                       /* bytes requested */
+    uint64_t stream;                     /* cudaStream_t or pool handle, 0 */
+    uint64_t caller;                     /* return address of the hooked call */
+    uint16_t api;                        /* enum rs_api */
+    uint8_t mem;                         /* enum rs_mem_kind */
+    int8_t device;                       /* current device, -1 unknown */
+    int32_t status;                      /* cudaError_t; failed calls are OOM records */
+} rs_rec_alloc;
+_Static_assert(sizeof(rs_rec_alloc) == 56, "alloc");
+
+/* FREE: a release. status != 0 means the real call failed. aux = 0. */
+typedef struct rs_rec_free {
+    rs_record_header h;
+    uint64_t ptr;
+    uint64_t stream;
+    uint64_t caller;
+    uint16_t api;
+    uint8_t mem;
+    int8_t device;
+    int32_t status;
+} rs_rec_free;
+_Static_assert(sizeof(rs_rec_free) == 48, "free");
+
+/* MEMINFO: cudaMemGetInfo result. aux = enum rs_meminfo_reason. */
+typedef struct rs_rec_meminfo {
+    rs_record_header h;
+    uint64_t free_bytes;
+    uint64_t total_bytes;
+    int32_t device;
+    int32_t status;
+} rs_rec_meminfo;
+_Static_assert(sizeof(rs_rec_meminfo) == 40, "meminfo");
+
+/* SET_DEVICE: cudaSetDevice(device). aux = 0. */
+typedef struct rs_rec_set_device {
+    rs_record_header h;
+    int32_t device;
+    int32_t status;
+} rs_rec_set_device;
+_Static_assert(sizeof(rs_rec_set_device) == 24, "set_device");
+
+/* OOM: a failed allocation; nframes uint64 return addresses follow
+ * (innermost first), aux = nframes. free/total are 0 when no sample could be
+ * taken safely (no current context). */
+typedef struct rs_rec_oom {
+    rs_record_header h;
+    uint64_t size;                       /* bytes requested */
+    uint64_t caller;
+    uint64_t free_bytes;
+    uint64_t total_bytes;
+    uint16_t api;
+    uint8_t mem;
+    int8_t device;
+    int32_t status;                      /* the error returned to the job */
+    int32_t meminfo_status;              /* cudaMemGetInfo's status, -1 not taken */
+    uint32_t reserved;
+} rs_rec_oom;
+_Static_assert(sizeof(rs_rec_oom) == 64, "oom");
+
+/* THREAD: a thread's name, at its first record and on every rename.
+ * aux = 1 when a rename, 0 when first seen. tid = 0 when the renamed
+ * thread is another one whose tid is unknown: match it by pthread. */
+typedef struct rs_rec_thread {
+    rs_record_header h;
+    uint32_t tid;
+    uint32_t reserved;
+    uint64_t pthread;                    /* pthread_t value */
+    char name[RS_THREAD_NAME_LEN];       /* NUL-padded */
+} rs_rec_thread;
+_Static_assert(sizeof(rs_rec_thread) == 48, "thread");
+
+/* STRING: interned string `id` (>= 1); len bytes follow, no NUL. aux = 0. */
+typedef struct rs_rec_string {
+    rs_record_header h;
+    uint32_t id;
+    uint32_t len;
+} rs_rec_string;
+_Static_assert(sizeof(rs_rec_string) == 24, "string");
+
+/* NVTX_PUSH / NVTX_START / NVTX_MARK / NVTX_DOMAIN.
+ *   domain   domain id; 0 = the default domain
+ *   name_id  interned string id, or 0 with text_len inline bytes following
+ *   range_id NVTX_START: the id returned to the job; NVTX_DOMAIN: 0
+ * For NVTX_DOMAIN, `domain` is the id being defined and the name is its name.
+ * aux = the thread's push depth after the push (NVTX_PUSH), else 0. */
+typedef struct rs_rec_nvtx_name {
+    rs_record_header h;
+    uint64_t range_id;
+    uint32_t domain;
+    uint32_t name_id;
+    uint32_t text_len;
+    uint32_t category;
+} rs_rec_nvtx_name;
+_Static_assert(sizeof(rs_rec_nvtx_name) == 40, "nvtx name");
+
+/* Flag in NVTX_PUSH aux: a range the thread pushed before the trace file
+ * existed, replayed when the thread first wrote to the file (its t_ns is
+ * that moment, not the push). The low 31 bits are the depth. */
+#define RS_NVTX_PRE_TRACE 0x80000000u
+
+/* NVTX_POP: pop of the innermost range of `domain` on this thread.
+ * aux = depth after the pop. */
+typedef struct rs_rec_nvtx_pop {
+    rs_record_header h;
+    uint32_t domain;
+    uint32_t reserved;
+} rs_rec_nvtx_pop;
+_Static_assert(sizeof(rs_rec_nvtx_pop) == 24, "nvtx pop");
+
+/* NVTX_END: end of a start/end range (may be another thread). */
+typedef struct rs_rec_nvtx_end {
+    rs_record_header h;
+    uint64_t range_id;
+} rs_rec_nvtx_end;
+_Static_assert(sizeof(rs_rec_nvtx_end) == 24, "nvtx end");
+
+/* META: key (enum rs_meta_key) and len bytes following. aux = 0. */
+typedef struct rs_rec_meta {
+    rs_record_header h;
+    uint32_t key;
+    uint32_t len;
+} rs_rec_meta;
+_Static_assert(sizeof(rs_rec_meta) == 24, "meta");
+
+/* MODULE: a loaded ELF object, for offline symbolisation of callers and
+ * stacks. build_id_len bytes of GNU build id, then path_len bytes of path. */
+typedef struct rs_rec_module {
+    rs_record_header h;
+    uint64_t base;                       /* load bias (dlpi_addr) */
+    uint64_t lo;                         /* lowest mapped address of PT_LOAD */
+    uint64_t hi;                         /* one past the highest */
+    uint32_t build_id_len;
+    uint32_t path_len;
+} rs_rec_module;
+_Static_assert(sizeof(rs_rec_module) == 48, "module");
+
+/* LIMIT: recording stopped at RECOMPSHIM_MAX_BYTES. aux = 0. */
+typedef struct rs_rec_limit {
+    rs_record_header h;
+    uint64_t max_bytes;
+} rs_rec_limit;
+_Static_assert(sizeof(rs_rec_limit) == 24, "limit");
+
+/* WINDOW: the window opened or closed. aux = enum rs_window_state. */
+typedef struct rs_rec_window {
+    rs_record_header h;
+    uint32_t window_kind;
+    uint32_t reserved;
+    uint64_t value;                      /* step number, event index or ns */
+} rs_rec_window;
+_Static_assert(sizeof(rs_rec_window) == 32, "window");
+
+/* POOL_ATTR: cudaMemPoolGetAttribute(pool, attr) = value. aux = 0. */
+typedef struct rs_rec_pool_attr {
+    rs_record_header h;
+    uint64_t pool;
+    uint64_t value;
+    uint32_t attr;
+    int32_t status;
+} rs_rec_pool_attr;
+_Static_assert(sizeof(rs_rec_pool_attr) == 40, "pool attr");
+
+/* Round a record size up to RS_RECORD_ALIGN. */
+#define RS_RECORD_ROUND(n) (((n) + (RS_RECORD_ALIGN - 1)) & ~(uint32_t)(RS_RECORD_ALIGN - 1))
+
+/* FNV-1a 64 over `len` bytes: the chunk checksum. Constants from the FNV
+ * reference (Fowler, Noll, Vo; http://www.isthe.com/chongo/tech/comp/fnv/). */
+static inline uint64_t
+rs_checksum(const void *data, uint64_t len)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint64_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+#endif

@@ -1,0 +1,121 @@
+/* record.h: the tracker core API of librecompshim.
+ *
+ * Hooks (hooks_cudart.c, nvtx_inject.c, threads.c) call only these
+ * functions. None of them calls CUDA, NVTX, Python, the dynamic loader or
+ * malloc on the steady-state path: each appends one record to the calling
+ * thread's chunk of the mmap'd trace (writer.c). Until the process first
+ * touches CUDA there is no trace file: records are dropped (see
+ * rs_trace_open and the NVTX replay below).
+ *
+ * All sizes are bytes, all times CLOCK_MONOTONIC nanoseconds.
+ */
+#ifndef RECOMPSHIM_RECORD_H
+#define RECOMPSHIM_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "recomp/trace_format.h"
+
+#define RS_EXPORT __attribute__((visibility("default")))
+#define RS_HIDDEN __attribute__((visibility("hidden")))
+
+/* Per-thread state, initial-exec TLS (the shim is LD_PRELOADed). */
+struct rs_chunk_ref;
+typedef struct rs_tls {
+    int guard;                  /* >0 while inside the shim: hooks pass through */
+    uint32_t tid;               /* gettid(), 0 until first use */
+    uint32_t gen;               /* writer generation this thread's chunk belongs to */
+    unsigned char *chunk;       /* current chunk (header at offset 0), or NULL */
+    uint32_t chunk_index;
+    int8_t device;              /* last device set on this thread, -1 unknown */
+} rs_tls;
+
+extern __thread rs_tls t_rs __attribute__((tls_model("initial-exec")));
+
+/* 1 while the shim records (not disabled, not RECOMPSHIM_DISABLE). */
+RS_HIDDEN int rs_enabled(void);
+
+/* Monotonic clock in ns. */
+RS_HIDDEN uint64_t rs_now_ns(void);
+
+/* Linux thread id of the caller (cached in TLS). */
+RS_HIDDEN uint32_t rs_gettid(void);
+
+/* Create the trace file if this process has none yet (first CUDA touch).
+ * Safe to call on every hook; returns 1 when a file is open. Never calls
+ * CUDA. On any failure the shim disables itself with one stderr line. */
+RS_HIDDEN int rs_trace_open(void);
+
+/* 1 when a trace file is open and gated events are being recorded now
+ * (inside the window, below the byte limit). */
+RS_HIDDEN int rs_recording(void);
+
+/* ---- records (each is a no-op when no file is open) ---- */
+
+/* A successful allocation of `size` bytes at `ptr`; api is enum rs_api,
+ * mem enum rs_mem_kind, caller the hooked call's return address. */
+RS_HIDDEN void rs_record_alloc(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t size,
+                               uint64_t stream, uint64_t caller, int status);
+/* A release of `ptr` (status is the real call's result). */
+RS_HIDDEN void rs_record_free(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t stream,
+                              uint64_t caller, int status);
+/* A failed allocation: captures a native stack and makes the record
+ * durable at once (msync). free/total from a cudaMemGetInfo taken by the
+ * caller, meminfo_status -1 when none was taken. Recorded even past the
+ * byte limit (reserved tail) and outside the window. */
+RS_HIDDEN void rs_record_oom(uint16_t api, uint8_t mem, uint64_t size, uint64_t caller,
+                             int status, uint64_t free_bytes, uint64_t total_bytes,
+                             int meminfo_status);
+RS_HIDDEN void rs_record_meminfo(uint32_t reason, uint64_t free_bytes, uint64_t total_bytes,
+                                 int device, int status);
+RS_HIDDEN void rs_record_set_device(int device, int status);
+RS_HIDDEN void rs_record_pool_attr(uint64_t pool, uint32_t attr, uint64_t value, int status);
+/* A thread name: tid 0 when only the pthread_t is known. */
+RS_HIDDEN void rs_record_thread(uint32_t tid, uint64_t pthread, const char *name, int rename);
+RS_HIDDEN void rs_record_meta(uint32_t key, const void *bytes, size_t len);
+
+/* Intern `len` bytes of `s`; returns an id >= 1, or 0 when the bounded
+ * table is full (callers then put the text inline). Thread-safe; lookups
+ * are lock-free, inserts take a mutex (once per distinct string). The
+ * STRING record is written when the file is open, or replayed at open. */
+RS_HIDDEN uint32_t rs_intern(const char *s, size_t len);
+
+/* NVTX records. kind is RS_REC_NVTX_PUSH/START/MARK/DOMAIN; name_id from
+ * rs_intern or 0 with `text`/`text_len` inline; aux per trace_format.h.
+ * NVTX_PUSH/POP/START/END/MARK are gated by the window; DOMAIN is not. */
+RS_HIDDEN void rs_record_nvtx(uint16_t kind, uint32_t domain, uint32_t name_id,
+                              const char *text, size_t text_len, uint64_t range_id,
+                              uint32_t category, uint32_t aux);
+RS_HIDDEN void rs_record_nvtx_pop(uint32_t domain, uint32_t depth);
+RS_HIDDEN void rs_record_nvtx_end(uint64_t range_id);
+
+/* A ProfilerStep#N-style marker was seen (window mode by steps). */
+RS_HIDDEN void rs_window_step_marker(const char *name, size_t len);
+
+/* ---- callbacks the writer makes into other modules ---- */
+
+/* Called once when the trace file is created, with the file open, before
+ * the first event record: re-emit definitions made before (NVTX domains). */
+RS_HIDDEN void rs_nvtx_replay_definitions(void);
+/* Called when a thread writes its first record into the file: re-emit the
+ * NVTX ranges this thread pushed before the file existed, as NVTX_PUSH
+ * records with RS_NVTX_PRE_TRACE in aux. */
+RS_HIDDEN void rs_nvtx_thread_attach(void);
+
+/* Called from the shim's constructor: set NVTX_INJECTION64_PATH to the
+ * shim's own absolute path unless set; an inherited value resolving to the
+ * shim itself is ours; any other value means another tool owns NVTX. */
+RS_HIDDEN void rs_nvtx_setup_env(void);
+/* The injection path of another tool that owns NVTX, or NULL. */
+RS_HIDDEN const char *rs_nvtx_foreign_path(void);
+
+/* Disable the shim for the rest of the process: one line on stderr naming
+ * `what` (and errno's text when err != 0), header flag set, hooks pass
+ * through from then on. Never aborts. */
+RS_HIDDEN void rs_disable(const char *what, int err);
+
+/* Log to stderr when RECOMPSHIM_LOG >= level (1 info, 2 debug). */
+RS_HIDDEN void rs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
