@@ -57,9 +57,13 @@ RS_HIDDEN int rs_recording(void);
  * mem enum rs_mem_kind, caller the hooked call's return address. */
 RS_HIDDEN void rs_record_alloc(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t size,
                                uint64_t stream, uint64_t caller, int status);
-/* A release of `ptr` (status is the real call's result). */
+/* A release of `ptr` (status is the real call's result). rs_record_free_at
+ * takes the time explicitly: hooks take it before the real call, so a
+ * reuse of the address by another thread is never ordered before it. */
 RS_HIDDEN void rs_record_free(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t stream,
                               uint64_t caller, int status);
+RS_HIDDEN void rs_record_free_at(uint64_t t_ns, uint16_t api, uint8_t mem, uint64_t ptr,
+                                 uint64_t stream, uint64_t caller, int status);
 /* A failed allocation: captures a native stack and makes the record
  * durable at once (msync). free/total from a cudaMemGetInfo taken by the
  * caller, meminfo_status -1 when none was taken. Recorded even past the

@@ -1,0 +1,189 @@
+/* config.c: read RECOMPSHIM_* settings once, from the list in env.def. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+rs_config g_rs_cfg;
+
+int
+rs_parse_size(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    if (!s || !*s || *s == '-')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    uint64_t mult = 1;
+    switch (toupper((unsigned char)*end)) {
+    case '\0': break;
+    case 'K': mult = 1ull << 10; end++; break;
+    case 'M': mult = 1ull << 20; end++; break;
+    case 'G': mult = 1ull << 30; end++; break;
+    case 'T': mult = 1ull << 40; end++; break;
+    default: return -1;
+    }
+    if (*end == 'i' || *end == 'I')
+        end++;
+    if (*end == 'b' || *end == 'B')
+        end++;
+    if (*end != '\0')
+        return -1;
+    if (v > UINT64_MAX / mult)
+        return -1;
+    *out = (uint64_t)v * mult;
+    return 0;
+}
+
+int
+rs_parse_window(const char *s, uint32_t *kind, uint64_t *a, uint64_t *b)
+{
+    const char *colon = strchr(s, ':');
+    if (!colon)
+        return -1;
+    size_t klen = (size_t)(colon - s);
+    uint32_t k;
+    if (klen == 4 && !strncmp(s, "time", 4))
+        k = RS_WINDOW_TIME;
+    else if (klen == 6 && !strncmp(s, "events", 6))
+        k = RS_WINDOW_EVENTS;
+    else if (klen == 5 && !strncmp(s, "steps", 5))
+        k = RS_WINDOW_STEPS;
+    else
+        return -1;
+    const char *p = colon + 1;
+    char *end = NULL;
+    errno = 0;
+    double va = strtod(p, &end);
+    if (errno || end == p || *end != '-' || va < 0)
+        return -1;
+    p = end + 1;
+    double vb = -1;
+    if (*p) {
+        vb = strtod(p, &end);
+        if (errno || end == p || *end != '\0' || vb < va)
+            return -1;
+    }
+    double scale = (k == RS_WINDOW_TIME) ? 1e9 : 1.0;
+    *kind = k;
+    *a = (uint64_t)(va * scale);
+    *b = vb < 0 ? UINT64_MAX : (uint64_t)(vb * scale);
+    return 0;
+}
+
+void
+rs_sanitize_name(char *dst, size_t cap, const char *src)
+{
+    size_t i = 0;
+    if (cap == 0)
+        return;
+    for (; src && src[i] && i + 1 < cap; i++) {
+        unsigned char c = (unsigned char)src[i];
+        dst[i] = (isalnum(c) || c == '.' || c == '_' || c == '-') ? (char)c : '_';
+    }
+    dst[i] = '\0';
+}
+
+static void
+bad_value(const char *name, const char *value, const char *dflt)
+{
+    fprintf(stderr, "recompshim: %s=\"%s\" is not valid; using the default \"%s\"\n", name, value,
+            dflt);
+}
+
+static void
+set_STR(const char *name, const char *v, const char *dflt)
+{
+    const char *val = v ? v : dflt;
+    if (!strcmp(name, "RECOMPSHIM_OUT")) {
+        snprintf(g_rs_cfg.out_dir, sizeof g_rs_cfg.out_dir, "%s", *val ? val : dflt);
+    } else if (!strcmp(name, "RECOMPSHIM_WINDOW")) {
+        if (*val && rs_parse_window(val, &g_rs_cfg.window_kind, &g_rs_cfg.window_a,
+                                    &g_rs_cfg.window_b) != 0) {
+            bad_value(name, val, dflt);
+            g_rs_cfg.window_kind = RS_WINDOW_NONE;
+        }
+    } else if (!strcmp(name, "RECOMPSHIM_STEP_MARKER")) {
+        snprintf(g_rs_cfg.step_marker, sizeof g_rs_cfg.step_marker, "%s", *val ? val : dflt);
+    } else if (!strcmp(name, "RECOMPSHIM_RUN_ID")) {
+        rs_sanitize_name(g_rs_cfg.run_id, sizeof g_rs_cfg.run_id, val);
+    }
+}
+
+static void
+set_BOOL(const char *name, const char *v, const char *dflt)
+{
+    const char *val = v ? v : dflt;
+    int b;
+    if (!strcmp(val, "1") || !strcasecmp(val, "true") || !strcasecmp(val, "yes"))
+        b = 1;
+    else if (!strcmp(val, "0") || !strcasecmp(val, "false") || !strcasecmp(val, "no") || !*val)
+        b = 0;
+    else {
+        bad_value(name, val, dflt);
+        b = atoi(dflt);
+    }
+    if (!strcmp(name, "RECOMPSHIM_DISABLE"))
+        g_rs_cfg.disable = b;
+}
+
+static void
+set_SIZE(const char *name, const char *v, const char *dflt)
+{
+    uint64_t x = 0;
+    if (v && *v && rs_parse_size(v, &x) != 0) {
+        bad_value(name, v, dflt);
+        rs_parse_size(dflt, &x);
+    } else if (!v || !*v) {
+        rs_parse_size(dflt, &x);
+    }
+    if (!strcmp(name, "RECOMPSHIM_MAX_BYTES"))
+        g_rs_cfg.max_bytes = x;
+}
+
+static void
+set_INT(const char *name, const char *v, const char *dflt)
+{
+    long x = strtol(dflt, NULL, 10);
+    if (v && *v) {
+        char *end = NULL;
+        errno = 0;
+        long y = strtol(v, &end, 10);
+        if (errno || *end || y < 0)
+            bad_value(name, v, dflt);
+        else
+            x = y;
+    }
+    if (!strcmp(name, "RECOMPSHIM_MEMINFO_MS"))
+        g_rs_cfg.meminfo_interval_ns = (uint64_t)x * 1000000ull;
+    else if (!strcmp(name, "RECOMPSHIM_LOG"))
+        g_rs_cfg.log_level = (int)x;
+}
+
+void
+rs_config_load(void)
+{
+    memset(&g_rs_cfg, 0, sizeof g_rs_cfg);
+#define RS_ENV(NAME, type, dflt, help) set_##type(#NAME, getenv(#NAME), dflt);
+#include "env.def"
+#undef RS_ENV
+    if (!g_rs_cfg.run_id[0]) {
+        /* First shim in this process tree: name the run by its start time
+         * and pid; children (torchrun's workers) inherit it. */
+        char stamp[32], id[96];
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+        snprintf(id, sizeof id, "%s-%d", stamp, (int)getpid());
+        rs_sanitize_name(g_rs_cfg.run_id, sizeof g_rs_cfg.run_id, id);
+        setenv("RECOMPSHIM_RUN_ID", g_rs_cfg.run_id, 1);
+    }
+}

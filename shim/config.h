@@ -1,0 +1,42 @@
+/* config.h: RECOMPSHIM_* settings, read once (env.def). */
+#ifndef RECOMPSHIM_CONFIG_H
+#define RECOMPSHIM_CONFIG_H
+
+#include <stdint.h>
+#include <limits.h>
+
+#include "record.h"
+
+typedef struct rs_config {
+    char out_dir[PATH_MAX];      /* RECOMPSHIM_OUT */
+    int disable;                 /* RECOMPSHIM_DISABLE */
+    uint64_t max_bytes;          /* RECOMPSHIM_MAX_BYTES, 0 = unlimited */
+    uint32_t window_kind;        /* enum rs_window_kind */
+    uint64_t window_a;           /* ns (time), index (events) or step */
+    uint64_t window_b;
+    char step_marker[64];        /* RECOMPSHIM_STEP_MARKER */
+    uint64_t meminfo_interval_ns;/* RECOMPSHIM_MEMINFO_MS in ns, 0 = never sample */
+    int log_level;               /* RECOMPSHIM_LOG */
+    char run_id[96];             /* RECOMPSHIM_RUN_ID (inherited or generated) */
+} rs_config;
+
+extern rs_config g_rs_cfg RS_HIDDEN;
+
+/* Read the environment into g_rs_cfg. Invalid values are reported on
+ * stderr (one line each) and replaced by the default. Generates and
+ * exports RECOMPSHIM_RUN_ID when unset so child processes share it. */
+RS_HIDDEN void rs_config_load(void);
+
+/* Parse a byte size with an optional K/M/G/T suffix (powers of 1024).
+ * Returns 0 and sets *out on success, -1 on malformed input. */
+RS_HIDDEN int rs_parse_size(const char *s, uint64_t *out);
+
+/* Parse RECOMPSHIM_WINDOW ("time:A-B" seconds, "events:A-B", "steps:A-B";
+ * B may be empty for open-ended). Returns 0 on success, -1 on error. */
+RS_HIDDEN int rs_parse_window(const char *s, uint32_t *kind, uint64_t *a, uint64_t *b);
+
+/* Copy `src` to `dst` (size `cap`) keeping only [A-Za-z0-9._-]; other
+ * bytes become '_'. Used for every name derived from the environment. */
+RS_HIDDEN void rs_sanitize_name(char *dst, size_t cap, const char *src);
+
+#endif

@@ -1,0 +1,306 @@
+/* record.c: the tracker core API (record.h): one function per record kind,
+ * plus the window gate. Every function fills one fixed-size record in the
+ * caller's chunk; none allocates, locks or calls CUDA. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "stack.h"
+#include "writer.h"
+
+static atomic_int g_window_open;      /* steps/time/events: inside the window now */
+static atomic_ullong g_window_events; /* events mode: gated records seen */
+
+static void
+write_window(uint32_t state, uint64_t value)
+{
+    rs_rec_window *r = rs_rec_begin(sizeof *r, RS_UNGATED);
+    if (!r)
+        return;
+    r->h = (rs_record_header){.kind = RS_REC_WINDOW, .size = sizeof *r, .aux = state,
+                              .t_ns = rs_now_ns()};
+    r->window_kind = g_rs_cfg.window_kind;
+    r->value = value;
+    rs_rec_end(r, sizeof *r);
+}
+
+static void
+window_set(int open, uint64_t value)
+{
+    int prev = atomic_exchange(&g_window_open, open);
+    if (prev != open)
+        write_window(open ? RS_WINDOW_OPEN : RS_WINDOW_CLOSE, value);
+}
+
+int
+rs_recording(void)
+{
+    if (rs_writer_state() != RS_W_OPEN)
+        return 0;
+    switch (g_rs_cfg.window_kind) {
+    case RS_WINDOW_NONE:
+        return 1;
+    case RS_WINDOW_STEPS:
+        return atomic_load_explicit(&g_window_open, memory_order_relaxed);
+    case RS_WINDOW_TIME: {
+        rs_file_header *h = rs_writer_header();
+        uint64_t rel = h ? rs_now_ns() - h->mono_start_ns : 0;
+        int in = rel >= g_rs_cfg.window_a && rel <= g_rs_cfg.window_b;
+        if (in != atomic_load_explicit(&g_window_open, memory_order_relaxed))
+            window_set(in, rel);
+        return in;
+    }
+    case RS_WINDOW_EVENTS: {
+        uint64_t i = atomic_fetch_add_explicit(&g_window_events, 1, memory_order_relaxed);
+        int in = i >= g_rs_cfg.window_a && i <= g_rs_cfg.window_b;
+        if (in != atomic_load_explicit(&g_window_open, memory_order_relaxed))
+            window_set(in, i);
+        return in;
+    }
+    }
+    return 1;
+}
+
+void
+rs_window_step_marker(const char *name, size_t len)
+{
+    if (g_rs_cfg.window_kind != RS_WINDOW_STEPS || rs_writer_state() != RS_W_OPEN)
+        return;
+    size_t plen = strlen(g_rs_cfg.step_marker);
+    if (len <= plen || memcmp(name, g_rs_cfg.step_marker, plen) != 0)
+        return;
+    uint64_t n = 0;
+    size_t i = plen;
+    for (; i < len && name[i] >= '0' && name[i] <= '9'; i++)
+        n = n * 10 + (uint64_t)(name[i] - '0');
+    if (i == plen)
+        return;
+    window_set(n >= g_rs_cfg.window_a && n <= g_rs_cfg.window_b, n);
+}
+
+static inline rs_record_header
+hdr(uint16_t kind, uint32_t size, uint32_t aux)
+{
+    return (rs_record_header){.kind = kind, .size = (uint16_t)size, .aux = aux,
+                              .t_ns = rs_now_ns()};
+}
+
+void
+rs_record_alloc(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t size, uint64_t stream,
+                uint64_t caller, int status)
+{
+    if (!rs_recording())
+        return;
+    rs_rec_alloc *r = rs_rec_begin(sizeof *r, RS_GATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_ALLOC, sizeof *r, 0);
+    r->ptr = ptr;
+    r->size = size;
+    r->stream = stream;
+    r->caller = caller;
+    r->api = api;
+    r->mem = mem;
+    r->device = t_rs.device;
+    r->status = status;
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_record_free(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t stream, uint64_t caller,
+               int status)
+{
+    rs_record_free_at(rs_now_ns(), api, mem, ptr, stream, caller, status);
+}
+
+void
+rs_record_free_at(uint64_t t_ns, uint16_t api, uint8_t mem, uint64_t ptr, uint64_t stream,
+                  uint64_t caller, int status)
+{
+    if (!rs_recording())
+        return;
+    rs_rec_free *r = rs_rec_begin(sizeof *r, RS_GATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_FREE, sizeof *r, 0);
+    r->h.t_ns = t_ns;
+    r->ptr = ptr;
+    r->stream = stream;
+    r->caller = caller;
+    r->api = api;
+    r->mem = mem;
+    r->device = t_rs.device;
+    r->status = status;
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_record_oom(uint16_t api, uint8_t mem, uint64_t size, uint64_t caller, int status,
+              uint64_t free_bytes, uint64_t total_bytes, int meminfo_status)
+{
+    if (rs_writer_state() != RS_W_OPEN)
+        return;
+    uint64_t frames[RS_OOM_MAX_FRAMES];
+    /* Innermost first: the hook and its helpers, then the job. */
+    int n = rs_capture_stack(frames, RS_OOM_MAX_FRAMES, 0);
+    uint32_t size_rec = (uint32_t)(sizeof(rs_rec_oom) + (size_t)n * sizeof(uint64_t));
+    rs_rec_oom *r = rs_rec_begin(size_rec, RS_UNGATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_OOM, size_rec, (uint32_t)n);
+    r->size = size;
+    r->caller = caller;
+    r->free_bytes = free_bytes;
+    r->total_bytes = total_bytes;
+    r->api = api;
+    r->mem = mem;
+    r->device = t_rs.device;
+    r->status = status;
+    r->meminfo_status = meminfo_status;
+    r->reserved = 0;
+    memcpy(r + 1, frames, (size_t)n * sizeof(uint64_t));
+    rs_rec_end(r, size_rec);
+    rs_writer_sync();
+}
+
+void
+rs_record_meminfo(uint32_t reason, uint64_t free_bytes, uint64_t total_bytes, int device,
+                  int status)
+{
+    rs_file_header *h = rs_writer_header();
+    if (h && status == 0 && total_bytes && !h->device_capacity)
+        h->device_capacity = total_bytes;
+    if (reason != RS_MEMINFO_OOM && !rs_recording())
+        return;
+    rs_rec_meminfo *r = rs_rec_begin(sizeof *r, reason == RS_MEMINFO_OOM ? RS_UNGATED : RS_GATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_MEMINFO, sizeof *r, reason);
+    r->free_bytes = free_bytes;
+    r->total_bytes = total_bytes;
+    r->device = device;
+    r->status = status;
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_record_set_device(int device, int status)
+{
+    rs_file_header *h = rs_writer_header();
+    if (h && status == 0 && h->device < 0)
+        h->device = device;
+    rs_rec_set_device *r = rs_rec_begin(sizeof *r, RS_UNGATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_SET_DEVICE, sizeof *r, 0);
+    r->device = device;
+    r->status = status;
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_record_pool_attr(uint64_t pool, uint32_t attr, uint64_t value, int status)
+{
+    if (!rs_recording())
+        return;
+    rs_rec_pool_attr *r = rs_rec_begin(sizeof *r, RS_GATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_POOL_ATTR, sizeof *r, 0);
+    r->pool = pool;
+    r->value = value;
+    r->attr = attr;
+    r->status = status;
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_record_thread(uint32_t tid, uint64_t pthread, const char *name, int rename)
+{
+    rs_rec_thread *r = rs_rec_begin(sizeof *r, RS_UNGATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_THREAD, sizeof *r, rename ? 1u : 0u);
+    r->tid = tid;
+    r->reserved = 0;
+    r->pthread = pthread;
+    memset(r->name, 0, sizeof r->name);
+    if (name)
+        strncpy(r->name, name, sizeof r->name - 1);
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_record_meta(uint32_t key, const void *bytes, size_t len)
+{
+    if (len > RS_MAX_RECORD_SIZE - sizeof(rs_rec_meta))
+        len = RS_MAX_RECORD_SIZE - sizeof(rs_rec_meta);
+    uint32_t size = RS_RECORD_ROUND((uint32_t)(sizeof(rs_rec_meta) + len));
+    rs_rec_meta *r = rs_rec_begin(size, RS_UNGATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_META, size, 0);
+    r->key = key;
+    r->len = (uint32_t)len;
+    memcpy(r + 1, bytes, len);
+    memset((char *)(r + 1) + len, 0, size - sizeof *r - len);
+    rs_rec_end(r, size);
+}
+
+/* NVTX names are bounded so one record always fits a chunk. */
+#define RS_NVTX_TEXT_MAX 4096u
+
+void
+rs_record_nvtx(uint16_t kind, uint32_t domain, uint32_t name_id, const char *text,
+               size_t text_len, uint64_t range_id, uint32_t category, uint32_t aux)
+{
+    int gated = kind != RS_REC_NVTX_DOMAIN;
+    if (gated && !rs_recording())
+        return;
+    if (name_id)
+        text_len = 0;
+    if (text_len > RS_NVTX_TEXT_MAX)
+        text_len = RS_NVTX_TEXT_MAX;
+    uint32_t size = RS_RECORD_ROUND((uint32_t)(sizeof(rs_rec_nvtx_name) + text_len));
+    rs_rec_nvtx_name *r = rs_rec_begin(size, gated ? RS_GATED : RS_UNGATED);
+    if (!r)
+        return;
+    r->h = hdr(kind, size, aux);
+    r->range_id = range_id;
+    r->domain = domain;
+    r->name_id = name_id;
+    r->text_len = (uint32_t)text_len;
+    r->category = category;
+    if (text_len)
+        memcpy(r + 1, text, text_len);
+    memset((char *)(r + 1) + text_len, 0, size - sizeof *r - text_len);
+    rs_rec_end(r, size);
+}
+
+void
+rs_record_nvtx_pop(uint32_t domain, uint32_t depth)
+{
+    if (!rs_recording())
+        return;
+    rs_rec_nvtx_pop *r = rs_rec_begin(sizeof *r, RS_GATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_NVTX_POP, sizeof *r, depth);
+    r->domain = domain;
+    r->reserved = 0;
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_record_nvtx_end(uint64_t range_id)
+{
+    if (!rs_recording())
+        return;
+    rs_rec_nvtx_end *r = rs_rec_begin(sizeof *r, RS_GATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_NVTX_END, sizeof *r, 0);
+    r->range_id = range_id;
+    rs_rec_end(r, sizeof *r);
+}

@@ -1,0 +1,33 @@
+/* resolve.h: the real functions behind every hook, resolved lazily. */
+#ifndef RECOMPSHIM_RESOLVE_H
+#define RECOMPSHIM_RESOLVE_H
+
+#include "record.h"
+
+enum { RS_LIB_CUDART = 1, RS_LIB_LIBC = 2 };
+
+/* The real function for API `code` (enum rs_api), or NULL when it cannot be
+ * found: dlsym(RTLD_NEXT), then the loaded library itself (dlopen with
+ * RTLD_NOLOAD of the path dl_iterate_phdr reports; RTLD_NEXT returns NULL
+ * when libcudart sits in a local scope, interpose.md §3.3). Resolved once
+ * per API; a miss is remembered and reported as META hook_missing. */
+RS_HIDDEN void *rs_real(int code);
+
+/* Typed access: RS_REAL(cudaMalloc) has cudaMalloc's exact type. */
+#define RS_REAL(name) ((__typeof__(&name))rs_real(RS_API_##name))
+
+/* Look up any symbol the way hooks are resolved (RTLD_NEXT, then the
+ * loaded libcudart when lib is RS_LIB_CUDART). Not cached. */
+RS_HIDDEN void *rs_resolve_sym(const char *name, int lib);
+
+/* Name of an API code ("cudaMalloc"), or "?" (apis.def). */
+RS_HIDDEN const char *rs_api_name(int code);
+
+/* Write META hook_missing records for every miss so far (file open). */
+RS_HIDDEN void rs_resolve_report_missing(void);
+
+/* cudaRuntimeGetVersion of the loaded runtime, 0 when unavailable. Does
+ * not initialise CUDA. */
+RS_HIDDEN int rs_cuda_runtime_version(void);
+
+#endif

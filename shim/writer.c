@@ -1,0 +1,549 @@
+/* writer.c: the crash-safe trace file.
+ *
+ *   file:  [ header page | chunk 0 | chunk 1 | ... ]
+ *   chunk: [ rs_chunk_header | record | record | ... free ... ]
+ *
+ * Each thread owns one chunk at a time. Appending a record is: write the
+ * bytes, then release-store chunk.used. No lock, no syscall. A full chunk is
+ * sealed (checksum) and unmapped; the next index comes from one atomic
+ * counter, the space from fallocate (so a full disk is an error here, never
+ * a SIGBUS in the job), the mapping from mmap(MAP_SHARED). The header's
+ * chunks_published only grows. Because the mappings are shared file pages,
+ * a SIGKILL loses nothing already published.
+ *
+ * The file is created at the process's first CUDA call (rs_trace_open), not
+ * at load: torchrun's launcher and data-loader workers never get one.
+ */
+#include "writer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+
+__thread rs_tls t_rs __attribute__((tls_model("initial-exec"))) = {.device = -1};
+
+#define RS_REGISTRY_SLOTS 4096
+#define RS_RESERVED_TAIL_CHUNKS 8u
+
+enum { SLOT_FREE = 0, SLOT_ACTIVE = 1, SLOT_SEALING = 2 };
+
+struct chunk_slot {
+    _Atomic(unsigned char *) chunk;
+    atomic_int state;
+};
+
+static struct {
+    atomic_int state;                /* enum rs_writer_state */
+    pthread_mutex_t open_mu;         /* file creation only */
+    int fd;
+    rs_file_header *hdr;
+    atomic_uint next_chunk;          /* next index to claim */
+    uint32_t limit_chunks;           /* gated records stop at this index */
+    uint32_t max_chunks;             /* nothing is claimed past this index */
+    atomic_int limit_hit;
+    atomic_uint gen;                 /* bumped at open and fork: TLS chunks go stale */
+    pthread_key_t exit_key;
+    char path[PATH_MAX + 512];
+    struct chunk_slot slots[RS_REGISTRY_SLOTS];
+} g_w = {.open_mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
+
+/* Per-thread registry slot of the current chunk (-1 none). */
+static __thread int t_slot __attribute__((tls_model("initial-exec"))) = -1;
+
+uint64_t
+rs_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint32_t
+rs_gettid(void)
+{
+    if (!t_rs.tid)
+        t_rs.tid = (uint32_t)syscall(SYS_gettid);
+    return t_rs.tid;
+}
+
+int
+rs_writer_state(void)
+{
+    return atomic_load_explicit(&g_w.state, memory_order_acquire);
+}
+
+int
+rs_enabled(void)
+{
+    int s = rs_writer_state();
+    return s == RS_W_NONE || s == RS_W_OPEN;
+}
+
+void
+rs_writer_set_disabled(void)
+{
+    atomic_store_explicit(&g_w.state, RS_W_DISABLED, memory_order_release);
+    if (g_w.hdr)
+        rs_writer_set_flags(RS_HDR_DISABLED);
+}
+
+rs_file_header *
+rs_writer_header(void)
+{
+    return rs_writer_state() == RS_W_OPEN ? g_w.hdr : NULL;
+}
+
+const char *
+rs_writer_path(void)
+{
+    return g_w.path;
+}
+
+int
+rs_writer_limit_hit(void)
+{
+    return atomic_load_explicit(&g_w.limit_hit, memory_order_relaxed);
+}
+
+void
+rs_writer_count_dropped(void)
+{
+    rs_file_header *h = g_w.hdr;
+    if (h)
+        __atomic_fetch_add(&h->dropped_records, 1, __ATOMIC_RELAXED);
+}
+
+void
+rs_writer_set_flags(uint32_t flags)
+{
+    if (g_w.hdr)
+        __atomic_fetch_or(&g_w.hdr->flags, flags, __ATOMIC_RELEASE);
+}
+
+static inline rs_chunk_header *
+chunk_hdr(unsigned char *c)
+{
+    return (rs_chunk_header *)c;
+}
+
+/* Seal a chunk: checksum over what is published now. Returns 1 when this
+ * caller sealed it (and may unmap it), 0 when the exit path owns it. */
+static int
+seal_chunk(unsigned char *c, int slot)
+{
+    if (slot >= 0) {
+        int expect = SLOT_ACTIVE;
+        if (!atomic_compare_exchange_strong(&g_w.slots[slot].state, &expect, SLOT_SEALING))
+            return 0;
+    }
+    rs_chunk_header *ch = chunk_hdr(c);
+    uint32_t used = __atomic_load_n(&ch->used, __ATOMIC_ACQUIRE);
+    ch->checksum = rs_checksum(c + sizeof *ch, used);
+    ch->checksum_len = used;
+    __atomic_fetch_or(&ch->flags, RS_CHUNK_SEALED, __ATOMIC_RELEASE);
+    if (slot >= 0) {
+        atomic_store(&g_w.slots[slot].chunk, NULL);
+        atomic_store(&g_w.slots[slot].state, SLOT_FREE);
+    }
+    return 1;
+}
+
+static int
+register_chunk(unsigned char *c)
+{
+    for (int i = 0; i < RS_REGISTRY_SLOTS; i++) {
+        int expect = SLOT_FREE;
+        if (atomic_load_explicit(&g_w.slots[i].state, memory_order_relaxed) == SLOT_FREE &&
+            atomic_compare_exchange_strong(&g_w.slots[i].state, &expect, SLOT_ACTIVE)) {
+            atomic_store(&g_w.slots[i].chunk, c);
+            return i;
+        }
+    }
+    return -1; /* unregistered: left unsealed at exit, still readable */
+}
+
+static void
+release_thread_chunk(void)
+{
+    if (!t_rs.chunk)
+        return;
+    if (seal_chunk(t_rs.chunk, t_slot))
+        munmap(t_rs.chunk, RS_CHUNK_SIZE);
+    t_rs.chunk = NULL;
+    t_slot = -1;
+}
+
+static void
+thread_exit(void *arg)
+{
+    (void)arg;
+    if (t_rs.gen == atomic_load(&g_w.gen) && rs_writer_state() == RS_W_OPEN)
+        release_thread_chunk();
+}
+
+static void write_limit_record(void);
+
+/* Claim, allocate, map and initialise the next chunk for this thread.
+ * Returns 0 or -1 (nothing left, or the shim disabled itself). */
+static int
+claim_chunk(void)
+{
+    uint32_t idx = atomic_load_explicit(&g_w.next_chunk, memory_order_relaxed);
+    if (idx >= g_w.max_chunks)
+        return -1;
+    idx = atomic_fetch_add(&g_w.next_chunk, 1);
+    if (idx >= g_w.max_chunks)
+        return -1;
+    int flipped = 0;
+    if (idx >= g_w.limit_chunks) {
+        int expect = 0;
+        flipped = atomic_compare_exchange_strong(&g_w.limit_hit, &expect, 1);
+    }
+    off_t off = (off_t)RS_HEADER_SIZE + (off_t)idx * RS_CHUNK_SIZE;
+    int rc = posix_fallocate(g_w.fd, off, RS_CHUNK_SIZE);
+    if (rc != 0) {
+        rs_disable("cannot grow the trace file (disk full?)", rc);
+        return -1;
+    }
+    unsigned char *c = mmap(NULL, RS_CHUNK_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, g_w.fd, off);
+    if (c == MAP_FAILED) {
+        rs_disable("cannot map a trace chunk", errno);
+        return -1;
+    }
+    rs_chunk_header *ch = chunk_hdr(c);
+    ch->index = idx;
+    ch->tid = rs_gettid();
+    ch->flags = idx >= g_w.limit_chunks ? RS_CHUNK_TAIL : 0;
+    ch->used = 0;
+    ch->record_count = 0;
+    __atomic_store_n(&ch->magic, RS_CHUNK_MAGIC, __ATOMIC_RELEASE);
+    /* Publish: chunks_published = max(chunks_published, idx + 1). */
+    uint32_t cur = __atomic_load_n(&g_w.hdr->chunks_published, __ATOMIC_RELAXED);
+    while (cur < idx + 1 &&
+           !__atomic_compare_exchange_n(&g_w.hdr->chunks_published, &cur, idx + 1, 1,
+                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        ;
+    t_rs.chunk = c;
+    t_rs.chunk_index = idx;
+    t_slot = register_chunk(c);
+    if (flipped) {
+        g_w.hdr->limit_hit_ns = rs_now_ns();
+        rs_writer_set_flags(RS_HDR_LIMIT_HIT);
+        write_limit_record();
+    }
+    return 0;
+}
+
+/* A thread's first record in this file: a chunk, its name, and the NVTX
+ * ranges it had open before the file existed. */
+static int
+thread_attach(void)
+{
+    t_rs.chunk = NULL;
+    t_slot = -1;
+    t_rs.gen = atomic_load(&g_w.gen);
+    if (claim_chunk() != 0)
+        return -1;
+    pthread_setspecific(g_w.exit_key, (void *)1);
+    char name[RS_THREAD_NAME_LEN] = {0};
+    prctl(PR_GET_NAME, name, 0, 0, 0);
+    rs_record_thread(rs_gettid(), (uint64_t)pthread_self(), name, 0);
+    rs_nvtx_thread_attach();
+    return 0;
+}
+
+void *
+rs_rec_begin(uint32_t size, int cls)
+{
+    if (rs_writer_state() != RS_W_OPEN)
+        return NULL;
+    if (cls == RS_GATED && atomic_load_explicit(&g_w.limit_hit, memory_order_relaxed)) {
+        rs_writer_count_dropped();
+        return NULL;
+    }
+    if (__builtin_expect(!t_rs.chunk || t_rs.gen != atomic_load_explicit(&g_w.gen,
+                                                                          memory_order_relaxed),
+                         0)) {
+        if (thread_attach() != 0)
+            return NULL;
+    }
+    rs_chunk_header *ch = chunk_hdr(t_rs.chunk);
+    if (ch->used + size > RS_CHUNK_PAYLOAD) {
+        release_thread_chunk();
+        if (claim_chunk() != 0)
+            return NULL;
+        if (cls == RS_GATED && atomic_load_explicit(&g_w.limit_hit, memory_order_relaxed)) {
+            rs_writer_count_dropped();
+            return NULL;
+        }
+        ch = chunk_hdr(t_rs.chunk);
+    }
+    return t_rs.chunk + sizeof(rs_chunk_header) + ch->used;
+}
+
+void
+rs_rec_end(void *rec, uint32_t size)
+{
+    (void)rec;
+    rs_chunk_header *ch = chunk_hdr(t_rs.chunk);
+    uint32_t used = ch->used + size;
+    __atomic_store_n(&ch->used, used, __ATOMIC_RELEASE);
+    __atomic_store_n(&ch->record_count, ch->record_count + 1, __ATOMIC_RELEASE);
+}
+
+static void
+write_limit_record(void)
+{
+    rs_rec_limit *r = rs_rec_begin(sizeof *r, RS_UNGATED);
+    if (!r)
+        return;
+    r->h = (rs_record_header){.kind = RS_REC_LIMIT, .size = sizeof *r, .t_ns = rs_now_ns()};
+    r->max_bytes = g_rs_cfg.max_bytes;
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_writer_sync(void)
+{
+    if (rs_writer_state() != RS_W_OPEN)
+        return;
+    if (t_rs.chunk)
+        msync(t_rs.chunk, RS_CHUNK_SIZE, MS_SYNC);
+    msync(g_w.hdr, RS_HEADER_SIZE, MS_SYNC);
+}
+
+/* mkdir -p with mode 0700 for components we create. */
+static int
+mkdir_parents(const char *dir)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp)
+        return ENAMETOOLONG;
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+            return errno;
+        *p = '/';
+    }
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+        return errno;
+    return 0;
+}
+
+/* A directory we write into: ours, and not writable by others unless
+ * sticky. Returns NULL when acceptable, else the reason. */
+static const char *
+dir_unsafe(const struct stat *st)
+{
+    if (!S_ISDIR(st->st_mode))
+        return "is not a directory";
+    if (st->st_uid != geteuid())
+        return "is not owned by the user running the job";
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX))
+        return "is group- or world-writable without the sticky bit";
+    return NULL;
+}
+
+static void
+refuse_dir(const char *dir, const char *why)
+{
+    char msg[PATH_MAX + 128];
+    snprintf(msg, sizeof msg, "RECOMPSHIM_OUT %s %s", dir, why);
+    rs_disable(msg, 0);
+}
+
+/* Create the run directory and the trace file; map the header. */
+static int
+create_file(void)
+{
+    const char *out = g_rs_cfg.out_dir;
+    int err = mkdir_parents(out);
+    if (err) {
+        char msg[PATH_MAX + 64];
+        snprintf(msg, sizeof msg, "cannot create RECOMPSHIM_OUT %s", out);
+        rs_disable(msg, err);
+        return -1;
+    }
+    int dfd = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat st;
+    if (dfd < 0 || fstat(dfd, &st) != 0) {
+        char msg[PATH_MAX + 64];
+        snprintf(msg, sizeof msg, "cannot open RECOMPSHIM_OUT %s", out);
+        rs_disable(msg, errno);
+        if (dfd >= 0)
+            close(dfd);
+        return -1;
+    }
+    const char *why = dir_unsafe(&st);
+    if (why) {
+        refuse_dir(out, why);
+        close(dfd);
+        return -1;
+    }
+    char run_dir[128], file[256];
+    rs_trace_names(run_dir, sizeof run_dir, file, sizeof file);
+    if (mkdirat(dfd, run_dir, 0700) != 0 && errno != EEXIST) {
+        rs_disable("cannot create the run directory", errno);
+        close(dfd);
+        return -1;
+    }
+    int rfd = openat(dfd, run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    close(dfd);
+    if (rfd < 0 || fstat(rfd, &st) != 0) {
+        rs_disable("cannot open the run directory (a symlink?)", errno);
+        if (rfd >= 0)
+            close(rfd);
+        return -1;
+    }
+    if ((why = dir_unsafe(&st)) != NULL) {
+        refuse_dir(run_dir, why);
+        close(rfd);
+        return -1;
+    }
+    int fd = openat(rfd, file, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
+    close(rfd);
+    if (fd < 0) {
+        rs_disable("cannot create the trace file", errno);
+        return -1;
+    }
+    snprintf(g_w.path, sizeof g_w.path, "%s/%s/%s", out, run_dir, file);
+    int rc = posix_fallocate(fd, 0, RS_HEADER_SIZE);
+    void *h = rc == 0 ? mmap(NULL, RS_HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                      : MAP_FAILED;
+    if (h == MAP_FAILED) {
+        rs_disable("cannot map the trace header", rc ? rc : errno);
+        close(fd);
+        return -1;
+    }
+    g_w.fd = fd;
+    g_w.hdr = h;
+    uint64_t max_chunks = UINT32_MAX - 1;
+    if (g_rs_cfg.max_bytes) {
+        uint64_t n = g_rs_cfg.max_bytes > RS_HEADER_SIZE
+                         ? (g_rs_cfg.max_bytes - RS_HEADER_SIZE) / RS_CHUNK_SIZE
+                         : 0;
+        if (n < RS_RESERVED_TAIL_CHUNKS + 1)
+            n = RS_RESERVED_TAIL_CHUNKS + 1;
+        max_chunks = n;
+    }
+    g_w.max_chunks = (uint32_t)max_chunks;
+    g_w.limit_chunks = g_rs_cfg.max_bytes ? g_w.max_chunks - RS_RESERVED_TAIL_CHUNKS
+                                          : g_w.max_chunks;
+    atomic_store(&g_w.next_chunk, 0);
+    atomic_store(&g_w.limit_hit, 0);
+    rs_header_fill(g_w.hdr, run_dir);
+    g_w.hdr->reserved_chunks = g_rs_cfg.max_bytes ? RS_RESERVED_TAIL_CHUNKS : 0;
+    /* Magic last: a reader never sees a half-written header as valid. */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    memcpy(g_w.hdr->magic, RS_TRACE_MAGIC, RS_TRACE_MAGIC_LEN);
+    return 0;
+}
+
+int
+rs_trace_open(void)
+{
+    int s = rs_writer_state();
+    if (__builtin_expect(s == RS_W_OPEN, 1))
+        return 1;
+    if (s != RS_W_NONE)
+        return 0;
+    t_rs.guard++;
+    pthread_mutex_lock(&g_w.open_mu);
+    int ok = 0;
+    s = rs_writer_state();
+    if (s == RS_W_OPEN) {
+        ok = 1;
+    } else if (s == RS_W_NONE && create_file() == 0) {
+        atomic_fetch_add(&g_w.gen, 1);
+        atomic_store_explicit(&g_w.state, RS_W_OPEN, memory_order_release);
+        rs_header_write_startup_records();
+        rs_intern_replay();
+        rs_nvtx_replay_definitions();
+        rs_log(1, "tracing to %s", g_w.path);
+        ok = 1;
+    }
+    pthread_mutex_unlock(&g_w.open_mu);
+    t_rs.guard--;
+    return ok;
+}
+
+void
+rs_writer_close(void)
+{
+    int expect = RS_W_OPEN;
+    if (!atomic_compare_exchange_strong(&g_w.state, &expect, RS_W_CLOSED))
+        return;
+    for (int i = 0; i < RS_REGISTRY_SLOTS; i++) {
+        unsigned char *c = atomic_load(&g_w.slots[i].chunk);
+        if (c && atomic_load(&g_w.slots[i].state) == SLOT_ACTIVE)
+            seal_chunk(c, i);
+    }
+    g_w.hdr->close_ns = rs_now_ns();
+    __atomic_fetch_or(&g_w.hdr->flags, RS_HDR_CLOSED, __ATOMIC_RELEASE);
+    msync(g_w.hdr, RS_HEADER_SIZE, MS_ASYNC);
+}
+
+static void
+atfork_prepare(void)
+{
+    rs_intern_atfork_prepare();
+    pthread_mutex_lock(&g_w.open_mu);
+}
+
+static void
+atfork_parent(void)
+{
+    pthread_mutex_unlock(&g_w.open_mu);
+    rs_intern_atfork_parent();
+}
+
+/* The child gets a fresh writer: no file until it touches CUDA itself.
+ * The parent's mappings are dropped from the child, never written. */
+static void
+atfork_child(void)
+{
+    pthread_mutex_init(&g_w.open_mu, NULL);
+    rs_intern_atfork_child();
+    if (rs_writer_state() == RS_W_OPEN) {
+        for (int i = 0; i < RS_REGISTRY_SLOTS; i++) {
+            unsigned char *c = atomic_load(&g_w.slots[i].chunk);
+            if (c)
+                munmap(c, RS_CHUNK_SIZE);
+            atomic_store(&g_w.slots[i].chunk, NULL);
+            atomic_store(&g_w.slots[i].state, SLOT_FREE);
+        }
+        munmap(g_w.hdr, RS_HEADER_SIZE);
+        close(g_w.fd);
+        g_w.hdr = NULL;
+        g_w.fd = -1;
+        g_w.path[0] = '\0';
+        atomic_store(&g_w.state, RS_W_NONE);
+    }
+    atomic_fetch_add(&g_w.gen, 1);
+    t_rs.chunk = NULL;
+    t_rs.tid = 0;
+    t_slot = -1;
+}
+
+void
+rs_writer_init(void)
+{
+    if (g_rs_cfg.disable)
+        atomic_store(&g_w.state, RS_W_DISABLED);
+    pthread_key_create(&g_w.exit_key, thread_exit);
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}

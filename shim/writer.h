@@ -1,0 +1,64 @@
+/* writer.h: the trace file, its chunks, and per-thread record slots. */
+#ifndef RECOMPSHIM_WRITER_H
+#define RECOMPSHIM_WRITER_H
+
+#include <stdint.h>
+
+#include "record.h"
+
+enum rs_writer_state {
+    RS_W_NONE = 0,     /* no file yet: the process has not touched CUDA */
+    RS_W_OPEN = 1,     /* recording into the file */
+    RS_W_DISABLED = 2, /* rs_disable was called, or RECOMPSHIM_DISABLE */
+    RS_W_CLOSED = 3,   /* clean exit done */
+};
+
+/* Record classes: gated records obey the byte limit and the window;
+ * ungated ones (definitions, thread names, OOM, LIMIT) always land, using
+ * the reserved tail past the limit. */
+enum rs_rec_class { RS_GATED = 0, RS_UNGATED = 1 };
+
+/* Constructor-time setup: TLS key for thread exit, fork handlers. */
+RS_HIDDEN void rs_writer_init(void);
+/* Current state (acquire load). */
+RS_HIDDEN int rs_writer_state(void);
+RS_HIDDEN void rs_writer_set_disabled(void);
+
+/* Reserve `size` bytes (a multiple of 8, <= RS_MAX_RECORD_SIZE) in the
+ * calling thread's chunk; returns NULL when the record must be dropped (no
+ * file, limit reached for a gated record, tail exhausted). The caller fills
+ * the record and calls rs_rec_end with the same size. Lock-free; claims a
+ * new chunk (fallocate + mmap, once per RS_CHUNK_SIZE) when full. */
+RS_HIDDEN void *rs_rec_begin(uint32_t size, int cls);
+/* Publish the record: release-store of the chunk's used count. */
+RS_HIDDEN void rs_rec_end(void *rec, uint32_t size);
+
+/* The mapped file header, or NULL when no file is open. */
+RS_HIDDEN rs_file_header *rs_writer_header(void);
+/* Set header flag bits atomically. */
+RS_HIDDEN void rs_writer_set_flags(uint32_t flags);
+/* Flush the calling thread's chunk and the header to the file (msync). */
+RS_HIDDEN void rs_writer_sync(void);
+/* Clean exit: seal every active chunk, set RS_HDR_CLOSED. */
+RS_HIDDEN void rs_writer_close(void);
+/* Full path of the open trace, or "" (for log lines). */
+RS_HIDDEN const char *rs_writer_path(void);
+/* 1 once the byte limit has stopped gated records. */
+RS_HIDDEN int rs_writer_limit_hit(void);
+/* Count a gated record dropped because of the limit. */
+RS_HIDDEN void rs_writer_count_dropped(void);
+
+/* Provided by header.c: fill the header and write the startup records
+ * (META, MODULE) into a freshly created file. */
+RS_HIDDEN void rs_header_fill(rs_file_header *h, const char *run_dir_name);
+RS_HIDDEN void rs_header_write_startup_records(void);
+/* Provided by header.c: the run directory name and the file name. */
+RS_HIDDEN void rs_trace_names(char *run_dir, size_t run_cap, char *file, size_t file_cap);
+
+/* Provided by intern.c: re-emit STRING records at file creation. */
+RS_HIDDEN void rs_intern_replay(void);
+RS_HIDDEN void rs_intern_atfork_prepare(void);
+RS_HIDDEN void rs_intern_atfork_parent(void);
+RS_HIDDEN void rs_intern_atfork_child(void);
+
+#endif
