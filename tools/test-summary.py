@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Sum a meson testlog.json into the plain line 'N passed, N failed'.
+
+A test whose output carries criterion's synthesis line counts its individual
+tests; any other test counts as one. Exit 1 when anything failed.
+"""
+import json
+import re
+import sys
+
+SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)")
+
+
+def main(path):
+    passed = failed = 0
+    try:
+        lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+    except OSError as e:
+        print(f"test-summary: {path}: {e}", file=sys.stderr)
+        print("0 passed, 1 failed")
+        return 1
+    for line in lines:
+        if not line.strip():
+            continue
+        t = json.loads(line)
+        out = (t.get("stdout") or "") + (t.get("stderr") or "")
+        ok = t.get("result") in ("OK", "EXPECTEDFAIL", "SKIP")
+        m = SYNTH.findall(out)
+        if m:
+            _, p, f, c = map(int, m[-1])
+            passed += p
+            failed += f + c
+            if not ok and f + c == 0:
+                failed += 1  # the binary itself failed (timeout, crash after synthesis)
+        elif t.get("result") == "SKIP":
+            continue
+        elif ok:
+            passed += 1
+        else:
+            failed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "build/meson-logs/testlog.json"))
