@@ -258,7 +258,7 @@ stack_get(void)
         t_stack_state = 2;
         static _Atomic int logged;
         if (atomic_exchange(&logged, 1) == 0)
-            rs_log(1, "recompshim: more than %u threads use NVTX ranges; further "
+            rs_log(1, "more than %u threads use NVTX ranges; further "
                       "threads track push depth only", RS_NVTX_MAX_STACKS);
         return NULL;
     }
@@ -427,7 +427,7 @@ do_push(uint32_t domain, const rs_msg *m, uint32_t category, int rec)
     } else {
         if (st->overflow++ == 0 &&
             atomic_fetch_add_explicit(&g_stack_overflows, 1, memory_order_relaxed) == 0)
-            rs_log(1, "recompshim: NVTX push stack deeper than %u on a thread; "
+            rs_log(1, "NVTX push stack deeper than %u on a thread; "
                       "deeper ranges are not kept for replay", RS_NVTX_STACK_DEPTH);
     }
     return (int)(depth - 1);
@@ -794,7 +794,7 @@ domain_create(const char *s, size_t n)
      * name stays inline (name_id 0), so there is nothing to publish. */
     if (atomic_exchange(&g_domain_overflow_used, 1) != 0)
         return &g_domain_overflow;      /* DOMAIN record already written */
-    rs_log(1, "recompshim: more than %u NVTX domains (or out of memory); "
+    rs_log(1, "more than %u NVTX domains (or out of memory); "
               "further domains share id %u", RS_NVTX_MAX_DOMAINS, RS_NVTX_DOMAIN_OVERFLOW);
     emit_domain(&g_domain_overflow);
     return &g_domain_overflow;
@@ -869,7 +869,7 @@ string_register(const char *s, size_t n)
     if (res == NULL) {
         static _Atomic int logged;
         if (atomic_exchange(&logged, 1) == 0)
-            rs_log(1, "recompshim: NVTX registered-string table full (or out of memory); "
+            rs_log(1, "NVTX registered-string table full (or out of memory); "
                       "further registered strings are recorded as \"%s\"",
                    g_string_overflow.text);
         res = &g_string_overflow;
@@ -967,7 +967,7 @@ InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
     if (cb == NULL || cb->struct_size < offsetof(NvtxExportTableCallbacks, GetModuleFunctionTable)
                                          + sizeof(cb->GetModuleFunctionTable)
         || cb->GetModuleFunctionTable == NULL) {
-        rs_log(1, "recompshim: NVTX module without a callbacks table, not instrumented");
+        rs_log(1, "NVTX module without a callbacks table, not instrumented");
         return 0;
     }
 
@@ -1009,7 +1009,7 @@ InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
         && vi->SetInjectionNvtxVersion)
         vi->SetInjectionNvtxVersion(NVTX_VERSION);
 
-    rs_log(2, "recompshim: NVTX module %u attached (app NVTX version %u)", call,
+    rs_log(2, "NVTX module %u attached (app NVTX version %u)", call,
            vi ? vi->version : 0);
     return 1;
 }
@@ -1056,23 +1056,23 @@ rs_nvtx_setup_env(void)
             strlen(info.dli_fname) < sizeof self) {
             strcpy(self, info.dli_fname);
         } else {
-            rs_log(1, "recompshim: cannot find the shim's own path; NVTX ranges not recorded");
+            rs_log(1, "cannot find the shim's own path; NVTX ranges not recorded");
             return;
         }
     }
 
     if (cur == NULL || cur[0] == 0) {
         if (setenv(var, self, 1) != 0)
-            rs_log(1, "recompshim: cannot set %s; NVTX ranges not recorded", var);
+            rs_log(1, "cannot set %s; NVTX ranges not recorded", var);
         else
-            rs_log(2, "recompshim: %s=%s", var, self);
+            rs_log(2, "%s=%s", var, self);
         return;
     }
 
     char resolved[PATH_MAX];
     if (same_file(cur, self) ||
         (realpath(cur, resolved) != NULL && same_file(resolved, self))) {
-        rs_log(2, "recompshim: inherited %s is this shim", var);
+        rs_log(2, "inherited %s is this shim", var);
         return;
     }
 
@@ -1082,6 +1082,6 @@ rs_nvtx_setup_env(void)
     memcpy(g_foreign_path, cur, len);
     g_foreign_path[len] = 0;
     g_foreign = 1;
-    rs_log(1, "recompshim: %s=%s belongs to another tool; NVTX ranges not recorded",
+    rs_log(1, "%s=%s belongs to another tool; NVTX ranges not recorded",
            var, g_foreign_path);
 }
