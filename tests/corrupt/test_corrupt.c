@@ -1,0 +1,412 @@
+/* test_corrupt.c: damaged traces give exit code 2 and one error line naming
+ * the file and the byte offset, never a crash.
+ *
+ * Each test builds a valid trace (trace_builder.c), damages it at a known
+ * offset, then checks both the reader API (RS_READ_EFORMAT and the message)
+ * and recomp-dump (exit 2, "recomp-dump: FILE: offset N: ..." on stderr).
+ * Record damage is re-sealed so the record check, not the checksum, fires.
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "run_dump.h"
+#include "trace_builder.h"
+#include "trace_reader.h"
+
+typedef struct base {
+    tb_trace *t;
+    size_t len;
+    uint64_t string, alloc, meminfo, push, oom, meta, module, window, free_;
+} base;
+
+static base
+build_base(void)
+{
+    base b = {0};
+    b.t = tb_new(0, 3);
+    tb_trace *t = b.t;
+    uint32_t c = tb_chunk(t, 5);
+    uint64_t ts = 1000100;
+    rs_rec_string s = {.h = {.kind = RS_REC_STRING, .t_ns = ts++}, .id = 1, .len = 5};
+    b.string = tb_put(t, c, &s, sizeof s, "hello", 5);
+    rs_rec_alloc a = {.h = {.kind = RS_REC_ALLOC, .t_ns = ts++}, .ptr = 0x1000, .size = 512,
+                      .api = RS_API_cudaMalloc};
+    b.alloc = tb_put(t, c, &a, sizeof a, NULL, 0);
+    rs_rec_meminfo m = {.h = {.kind = RS_REC_MEMINFO, .t_ns = ts++}, .free_bytes = 1,
+                        .total_bytes = 2};
+    b.meminfo = tb_put(t, c, &m, sizeof m, NULL, 0);
+    rs_rec_nvtx_name p = {.h = {.kind = RS_REC_NVTX_PUSH, .aux = 1, .t_ns = ts++},
+                          .text_len = 3};
+    b.push = tb_put(t, c, &p, sizeof p, "fwd", 3);
+    uint64_t frame = 0x4000;
+    rs_rec_oom o = {.h = {.kind = RS_REC_OOM, .aux = 1, .t_ns = ts++}, .size = 1 << 30,
+                    .api = RS_API_cudaMalloc, .status = 2, .meminfo_status = -1};
+    b.oom = tb_put(t, c, &o, sizeof o, &frame, 8);
+    rs_rec_meta me = {.h = {.kind = RS_REC_META, .t_ns = ts++}, .key = RS_META_NOTE, .len = 2};
+    b.meta = tb_put(t, c, &me, sizeof me, "hi", 2);
+    rs_rec_module mo = {.h = {.kind = RS_REC_MODULE, .t_ns = ts++}, .base = 0, .lo = 0x1000,
+                        .hi = 0x9000, .build_id_len = 0, .path_len = 4};
+    b.module = tb_put(t, c, &mo, sizeof mo, "/a.so", 4);
+    rs_rec_window w = {.h = {.kind = RS_REC_WINDOW, .aux = RS_WINDOW_OPEN, .t_ns = ts++},
+                       .window_kind = RS_WINDOW_TIME, .value = 9};
+    b.window = tb_put(t, c, &w, sizeof w, NULL, 0);
+    rs_rec_free f = {.h = {.kind = RS_REC_FREE, .t_ns = ts++}, .ptr = 0x1000,
+                     .api = RS_API_cudaFree};
+    b.free_ = tb_put(t, c, &f, sizeof f, NULL, 0);
+    tb_seal(t, c);
+    uint32_t c2 = tb_chunk(t, 6);
+    rs_rec_set_device sd = {.h = {.kind = RS_REC_SET_DEVICE, .t_ns = ts++}, .device = 0};
+    tb_put(t, c2, &sd, sizeof sd, NULL, 0);
+    tb_seal(t, c2);
+    b.len = tb_finish(t, 1);
+    return b;
+}
+
+static unsigned char *
+at(base *b, uint64_t off)
+{
+    return b->t->buf + off;
+}
+
+static void
+set16(base *b, uint64_t off, uint16_t v)
+{
+    memcpy(at(b, off), &v, 2);
+}
+
+static void
+set32(base *b, uint64_t off, uint32_t v)
+{
+    memcpy(at(b, off), &v, 4);
+}
+
+static uint64_t
+chunk_off(base *b, uint32_t k)
+{
+    return tb_chunk_offset(b->t, k);
+}
+
+/* THEN: the reader refuses with "NAME: offset OFF: ...needle...", and
+ * recomp-dump exits 2 with exactly one such line on stderr. */
+static void
+expect_corrupt(base *b, size_t len, uint64_t off, const char *needle)
+{
+    char err[640], prefix[256];
+    rs_reader *r = (rs_reader *)1;
+    int rc = rs_reader_open_mem(b->t->buf, len, "bad.trace", &r, err, sizeof err);
+    cr_assert_eq(rc, RS_READ_EFORMAT, "rc %d", rc);
+    cr_assert_null(r);
+    snprintf(prefix, sizeof prefix, "bad.trace: offset %" PRIu64 ": ", off);
+    cr_assert(!strncmp(err, prefix, strlen(prefix)), "want prefix '%s', got '%s'", prefix, err);
+    cr_assert(strstr(err, needle), "want '%s' in '%s'", needle, err);
+
+    char *path = tb_tmpname();
+    cr_assert_eq(tb_write(b->t, path, len), 0);
+    char *out, *e;
+    rc = run_dump(RECOMP_DUMP_PATH, path, &out, &e);
+    cr_assert_eq(rc, 2, "exit %d, stderr: %s", rc, e);
+    snprintf(prefix, sizeof prefix, "recomp-dump: %s: offset %" PRIu64 ": ", path, off);
+    cr_assert(!strncmp(e, prefix, strlen(prefix)), "want prefix '%s', got '%s'", prefix, e);
+    cr_assert(strstr(e, needle), "want '%s' in '%s'", needle, e);
+    char *nl = strchr(e, '\n');
+    cr_assert(nl && nl[1] == '\0', "one line: '%s'", e);
+    cr_assert_str_eq(out, "");
+    free(out);
+    free(e);
+    unlink(path);
+    free(path);
+    tb_free(b->t);
+}
+
+/* Damage record fields then re-seal chunk 0 so only the record check fails. */
+static void
+reseal(base *b)
+{
+    tb_seal(b->t, 0);
+}
+
+Test(corrupt, valid_base_reads)
+{
+    base b = build_base();
+    rs_reader *r;
+    char err[640];
+    cr_assert_eq(rs_reader_open_mem(b.t->buf, b.len, "ok", &r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(rs_reader_record_count(r), 10);
+    rs_reader_close(r);
+    tb_free(b.t);
+}
+
+Test(corrupt, truncated_file)
+{
+    base b = build_base();
+    expect_corrupt(&b, 100, 0, "truncated file");
+}
+
+Test(corrupt, empty_file)
+{
+    base b = build_base();
+    expect_corrupt(&b, 0, 0, "truncated file");
+}
+
+Test(corrupt, shorter_than_published_counts)
+{
+    base b = build_base();
+    char want[200];
+    snprintf(want, sizeof want, "file shorter than its published counts: 2 chunks of %u bytes "
+             "need %zu bytes, the file has %zu", RS_CHUNK_SIZE, b.len, b.len - 1000);
+    expect_corrupt(&b, b.len - 1000, offsetof(rs_file_header, chunks_published), want);
+}
+
+Test(corrupt, bad_magic)
+{
+    base b = build_base();
+    at(&b, 0)[3] = 'X';
+    expect_corrupt(&b, b.len, 0, "bad magic: not a recompshim trace");
+}
+
+Test(corrupt, newer_minor_version)
+{
+    base b = build_base();
+    tb_header(b.t)->version_minor = 5;
+    expect_corrupt(&b, b.len, offsetof(rs_file_header, version_minor),
+                   "trace format version 1.5 is newer than this reader's 1.0");
+}
+
+Test(corrupt, newer_major_version)
+{
+    base b = build_base();
+    tb_header(b.t)->version_major = 2;
+    expect_corrupt(&b, b.len, offsetof(rs_file_header, version_major),
+                   "trace format version 2.0 cannot be read by this reader (format 1.0)");
+}
+
+Test(corrupt, unknown_header_flag)
+{
+    base b = build_base();
+    tb_header(b.t)->flags |= 0x100;
+    expect_corrupt(&b, b.len, offsetof(rs_file_header, flags), "unknown header flags 0x100");
+}
+
+Test(corrupt, bad_header_size)
+{
+    base b = build_base();
+    tb_header(b.t)->header_size = 12;
+    expect_corrupt(&b, b.len, offsetof(rs_file_header, header_size), "header_size 12 invalid");
+}
+
+Test(corrupt, bad_chunk_size)
+{
+    base b = build_base();
+    tb_header(b.t)->chunk_size = 1001;
+    expect_corrupt(&b, b.len, offsetof(rs_file_header, chunk_size), "chunk_size 1001 invalid");
+}
+
+Test(corrupt, bad_header_mode)
+{
+    base b = build_base();
+    tb_header(b.t)->mode = 9;
+    expect_corrupt(&b, b.len, offsetof(rs_file_header, mode), "mode 9 out of range");
+}
+
+Test(corrupt, bad_chunk_magic)
+{
+    base b = build_base();
+    tb_chunk_header(b.t, 1)->magic = 0x12345678;
+    expect_corrupt(&b, b.len, chunk_off(&b, 1), "chunk 1: bad chunk magic 0x12345678");
+}
+
+Test(corrupt, bad_chunk_index)
+{
+    base b = build_base();
+    tb_chunk_header(b.t, 1)->index = 7;
+    expect_corrupt(&b, b.len, chunk_off(&b, 1) + offsetof(rs_chunk_header, index),
+                   "chunk 1: header says index 7");
+}
+
+Test(corrupt, unknown_chunk_flag)
+{
+    base b = build_base();
+    tb_chunk_header(b.t, 1)->flags |= 0x40;
+    expect_corrupt(&b, b.len, chunk_off(&b, 1) + offsetof(rs_chunk_header, flags),
+                   "unknown chunk flags 0x40");
+}
+
+Test(corrupt, chunk_used_beyond_payload)
+{
+    base b = build_base();
+    tb_chunk_header(b.t, 1)->used = RS_CHUNK_SIZE;
+    expect_corrupt(&b, b.len, chunk_off(&b, 1) + offsetof(rs_chunk_header, used),
+                   "exceeds its payload");
+}
+
+Test(corrupt, checksum_mismatch)
+{
+    base b = build_base();
+    at(&b, b.alloc + offsetof(rs_rec_alloc, size))[0] ^= 0x40; /* still a valid record */
+    expect_corrupt(&b, b.len, chunk_off(&b, 0), "chunk 0: checksum mismatch");
+}
+
+Test(corrupt, unclaimed_chunk_in_closed_trace)
+{
+    base b = build_base();
+    memset(tb_chunk_header(b.t, 1), 0, sizeof(rs_chunk_header));
+    expect_corrupt(&b, b.len, chunk_off(&b, 1), "never initialised (magic 0) in a closed trace");
+}
+
+Test(corrupt, record_size_zero)
+{
+    base b = build_base();
+    set16(&b, b.meminfo + offsetof(rs_record_header, size), 0);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.meminfo, "chunk 0 record 2 (MEMINFO): record size 0");
+}
+
+Test(corrupt, record_size_not_multiple_of_8)
+{
+    base b = build_base();
+    set16(&b, b.meminfo + offsetof(rs_record_header, size), 44);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.meminfo,
+                   "chunk 0 record 2 (MEMINFO): record size 44 is not a multiple of 8");
+}
+
+Test(corrupt, record_overruns_chunk)
+{
+    base b = build_base();
+    set16(&b, b.free_ + offsetof(rs_record_header, size), 4096);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.free_, "record 8 (FREE): record size 4096 overruns the chunk");
+}
+
+Test(corrupt, record_smaller_than_fixed)
+{
+    base b = build_base();
+    /* ALLOC of 16 bytes: the rest of its bytes then read as the next records */
+    set16(&b, b.alloc + offsetof(rs_record_header, size), 16);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.alloc, "record size 16 is smaller than the fixed size 56");
+}
+
+Test(corrupt, unknown_kind)
+{
+    base b = build_base();
+    set16(&b, b.meminfo + offsetof(rs_record_header, kind), 99);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.meminfo, "record 2 (kind 99): unknown record kind 99");
+}
+
+Test(corrupt, text_len_overruns_record)
+{
+    base b = build_base();
+    set32(&b, b.push + offsetof(rs_rec_nvtx_name, text_len), 9);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.push + offsetof(rs_rec_nvtx_name, text_len),
+                   "record 3 (NVTX_PUSH): text_len 9 overruns the record (size 48)");
+}
+
+Test(corrupt, string_len_overruns_record)
+{
+    base b = build_base();
+    set32(&b, b.string + offsetof(rs_rec_string, len), 0xffffffffu);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.string + offsetof(rs_rec_string, len),
+                   "record 0 (STRING): len 4294967295 overruns the record");
+}
+
+Test(corrupt, oom_frames_overrun_record)
+{
+    base b = build_base();
+    set32(&b, b.oom + offsetof(rs_record_header, aux), 3);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.oom + offsetof(rs_record_header, aux),
+                   "record 4 (OOM): 3 frames overrun the record (size 72)");
+}
+
+Test(corrupt, module_lengths_overrun_record)
+{
+    base b = build_base();
+    set32(&b, b.module + offsetof(rs_rec_module, build_id_len), 0xfffffff0u);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.module + offsetof(rs_rec_module, build_id_len),
+                   "record 6 (MODULE): build_id_len 4294967280 + path_len 4 overrun");
+}
+
+Test(corrupt, bad_mem_kind)
+{
+    base b = build_base();
+    at(&b, b.alloc + offsetof(rs_rec_alloc, mem))[0] = 7;
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.alloc + offsetof(rs_rec_alloc, mem),
+                   "record 1 (ALLOC): memory kind 7 out of range (0..2)");
+}
+
+Test(corrupt, unknown_api_code)
+{
+    base b = build_base();
+    set16(&b, b.free_ + offsetof(rs_rec_free, api), 999);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.free_ + offsetof(rs_rec_free, api), "unknown api code 999");
+}
+
+Test(corrupt, bad_meminfo_reason)
+{
+    base b = build_base();
+    set32(&b, b.meminfo + offsetof(rs_record_header, aux), 9);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.meminfo + offsetof(rs_record_header, aux),
+                   "meminfo reason 9 out of range");
+}
+
+Test(corrupt, bad_window_state)
+{
+    base b = build_base();
+    set32(&b, b.window + offsetof(rs_record_header, aux), 5);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.window + offsetof(rs_record_header, aux),
+                   "record 7 (WINDOW): window state 5 out of range");
+}
+
+Test(corrupt, bad_meta_key)
+{
+    base b = build_base();
+    set32(&b, b.meta + offsetof(rs_rec_meta, key), 77);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.meta + offsetof(rs_rec_meta, key), "unknown meta key 77");
+}
+
+/* Every single-byte flip of the header and first records: no crash, and
+ * either a clean read or a clean refusal. */
+Test(corrupt, byte_flips_never_crash)
+{
+    base b = build_base();
+    unsigned char *buf = b.t->buf;
+    uint64_t ranges[][2] = {{0, sizeof(rs_file_header)},
+                            {chunk_off(&b, 0), b.free_ + sizeof(rs_rec_free)}};
+    for (int k = 0; k < 2; k++)
+        for (uint64_t i = ranges[k][0]; i < ranges[k][1]; i++) {
+            for (int bit = 0; bit < 8; bit += 3) {
+                buf[i] ^= (unsigned char)(1u << bit);
+                rs_reader *r;
+                char err[640];
+                int rc = rs_reader_open_mem(buf, b.len, "flip", &r, err, sizeof err);
+                if (rc == RS_READ_OK) {
+                    rs_iter *it = rs_iter_new(r);
+                    rs_event ev;
+                    while (rs_iter_next(it, &ev) > 0)
+                        ;
+                    rs_iter_free(it);
+                    rs_reader_close(r);
+                } else {
+                    cr_assert_eq(rc, RS_READ_EFORMAT);
+                    cr_assert(!strncmp(err, "flip: offset ", 13), "%s", err);
+                }
+                buf[i] ^= (unsigned char)(1u << bit);
+            }
+        }
+    tb_free(b.t);
+}
