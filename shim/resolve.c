@@ -32,7 +32,7 @@ static _Atomic(void *) g_real[sizeof k_apis / sizeof *k_apis];
 static atomic_int g_state[sizeof k_apis / sizeof *k_apis];
 
 const char *
-rs_api_name(int code)
+rs_hook_name(int code)
 {
     return (code > 0 && code <= RS_API_MAX && k_apis[code].name) ? k_apis[code].name : "?";
 }

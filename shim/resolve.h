@@ -20,8 +20,8 @@ RS_HIDDEN void *rs_real(int code);
  * loaded libcudart when lib is RS_LIB_CUDART). Not cached. */
 RS_HIDDEN void *rs_resolve_sym(const char *name, int lib);
 
-/* Name of an API code ("cudaMalloc"), or "?" (apis.def). */
-RS_HIDDEN const char *rs_api_name(int code);
+/* Name of a hooked API code ("cudaMalloc"), or "?" (apis.def). */
+RS_HIDDEN const char *rs_hook_name(int code);
 
 /* Write META hook_missing records for every miss so far (file open). */
 RS_HIDDEN void rs_resolve_report_missing(void);

@@ -1,0 +1,104 @@
+/* test_config.c: RECOMPSHIM_* parsing (shim/config.c). */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+Test(config, sizes_with_suffixes)
+{
+    uint64_t v = 0;
+    cr_assert_eq(rs_parse_size("0", &v), 0);
+    cr_assert_eq(v, 0);
+    cr_assert_eq(rs_parse_size("4096", &v), 0);
+    cr_assert_eq(v, 4096);
+    cr_assert_eq(rs_parse_size("64K", &v), 0);
+    cr_assert_eq(v, 65536);
+    cr_assert_eq(rs_parse_size("3M", &v), 0);
+    cr_assert_eq(v, 3ull << 20);
+    cr_assert_eq(rs_parse_size("2GiB", &v), 0);
+    cr_assert_eq(v, 2ull << 30);
+    cr_assert_eq(rs_parse_size("1t", &v), 0);
+    cr_assert_eq(v, 1ull << 40);
+}
+
+Test(config, bad_sizes_rejected)
+{
+    uint64_t v = 7;
+    cr_assert_eq(rs_parse_size("", &v), -1);
+    cr_assert_eq(rs_parse_size("-1", &v), -1);
+    cr_assert_eq(rs_parse_size("12Q", &v), -1);
+    cr_assert_eq(rs_parse_size("1G1", &v), -1);
+    cr_assert_eq(rs_parse_size("99999999999999999999", &v), -1);
+    cr_assert_eq(rs_parse_size("20000000T", &v), -1); /* overflows 64 bits */
+    cr_assert_eq(v, 7);
+}
+
+Test(config, windows)
+{
+    uint32_t k = 0;
+    uint64_t a = 0, b = 0;
+    cr_assert_eq(rs_parse_window("steps:3-5", &k, &a, &b), 0);
+    cr_assert_eq(k, RS_WINDOW_STEPS);
+    cr_assert_eq(a, 3);
+    cr_assert_eq(b, 5);
+    cr_assert_eq(rs_parse_window("time:1.5-2", &k, &a, &b), 0);
+    cr_assert_eq(k, RS_WINDOW_TIME);
+    cr_assert_eq(a, 1500000000ull);
+    cr_assert_eq(b, 2000000000ull);
+    cr_assert_eq(rs_parse_window("events:100-", &k, &a, &b), 0);
+    cr_assert_eq(k, RS_WINDOW_EVENTS);
+    cr_assert_eq(a, 100);
+    cr_assert_eq(b, UINT64_MAX);
+    cr_assert_eq(rs_parse_window("steps:5-3", &k, &a, &b), -1);
+    cr_assert_eq(rs_parse_window("bogus:1-2", &k, &a, &b), -1);
+    cr_assert_eq(rs_parse_window("steps", &k, &a, &b), -1);
+    cr_assert_eq(rs_parse_window("steps:x-2", &k, &a, &b), -1);
+}
+
+Test(config, names_from_environment_are_sanitized)
+{
+    char out[16];
+    rs_sanitize_name(out, sizeof out, "../etc/pass wd");
+    cr_assert_str_eq(out, ".._etc_pass_wd");
+    rs_sanitize_name(out, sizeof out, "abcdefghijklmnopqrstuvwxyz");
+    cr_assert_str_eq(out, "abcdefghijklmno");
+}
+
+Test(config, load_reads_env_and_exports_run_id)
+{
+    setenv("RECOMPSHIM_OUT", "/tmp/x", 1);
+    setenv("RECOMPSHIM_MAX_BYTES", "1M", 1);
+    setenv("RECOMPSHIM_WINDOW", "steps:1-2", 1);
+    setenv("RECOMPSHIM_MEMINFO_MS", "250", 1);
+    setenv("RECOMPSHIM_DISABLE", "yes", 1);
+    unsetenv("RECOMPSHIM_RUN_ID");
+    rs_config_load();
+    cr_assert_str_eq(g_rs_cfg.out_dir, "/tmp/x");
+    cr_assert_eq(g_rs_cfg.max_bytes, 1u << 20);
+    cr_assert_eq(g_rs_cfg.window_kind, RS_WINDOW_STEPS);
+    cr_assert_eq(g_rs_cfg.meminfo_interval_ns, 250000000ull);
+    cr_assert_eq(g_rs_cfg.disable, 1);
+    cr_assert(g_rs_cfg.run_id[0]);
+    cr_assert_str_eq(getenv("RECOMPSHIM_RUN_ID"), g_rs_cfg.run_id);
+    /* a child inherits it */
+    char keep[96];
+    strcpy(keep, g_rs_cfg.run_id);
+    rs_config_load();
+    cr_assert_str_eq(g_rs_cfg.run_id, keep);
+}
+
+Test(config, invalid_values_fall_back_to_defaults)
+{
+    setenv("RECOMPSHIM_MAX_BYTES", "lots", 1);
+    setenv("RECOMPSHIM_WINDOW", "sometimes", 1);
+    setenv("RECOMPSHIM_MEMINFO_MS", "-5", 1);
+    setenv("RECOMPSHIM_DISABLE", "maybe", 1);
+    unsetenv("RECOMPSHIM_OUT");
+    rs_config_load();
+    cr_assert_eq(g_rs_cfg.max_bytes, 0);
+    cr_assert_eq(g_rs_cfg.window_kind, RS_WINDOW_NONE);
+    cr_assert_eq(g_rs_cfg.meminfo_interval_ns, 100000000ull);
+    cr_assert_eq(g_rs_cfg.disable, 0);
+    cr_assert_str_eq(g_rs_cfg.out_dir, "./recomp-traces");
+}
