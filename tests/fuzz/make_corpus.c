@@ -1,0 +1,152 @@
+/* make_corpus.c: writes the fuzz seed corpus (tests/fuzz/corpus).
+ *
+ * Usage: make-fuzz-corpus DIR. Small chunks (320 bytes) keep the seeds
+ * small; the reader takes chunk_size from the header. Seeds named valid-*
+ * must read, bad-* must be refused (test_corpus.c checks both). Rerun
+ * after a format change and commit the files:
+ *   ninja -C build-reader tests/fuzz/make-fuzz-corpus &&
+ *   build-reader/tests/fuzz/make-fuzz-corpus tests/fuzz/corpus
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "trace_builder.h"
+
+#define CHUNK 320u
+
+static uint64_t s_t = 1000000;
+
+static rs_record_header
+hdr(uint16_t kind, uint32_t aux)
+{
+    rs_record_header h = {.kind = kind, .aux = aux, .t_ns = s_t};
+    s_t += 7;
+    return h;
+}
+
+/* Two threads, every record kind, over several small chunks. */
+static tb_trace *
+all_kinds(int closed, size_t *len)
+{
+    tb_trace *t = tb_new(CHUNK, 12);
+    uint32_t a = tb_chunk(t, 11);
+    {
+        static const unsigned char v[] = "\x01\x02/lib/libc10_cuda.so";
+        rs_rec_module m = {.h = hdr(RS_REC_MODULE, 0), .base = 0x10000, .lo = 0x11000,
+                           .hi = 0x20000, .build_id_len = 2, .path_len = sizeof v - 3};
+        tb_put(t, a, &m, sizeof m, v, sizeof v - 1);
+        rs_rec_string s = {.h = hdr(RS_REC_STRING, 0), .id = 1, .len = 4};
+        tb_put(t, a, &s, sizeof s, "loss", 4);
+        rs_rec_nvtx_name d = {.h = hdr(RS_REC_NVTX_DOMAIN, 0), .domain = 2, .name_id = 1};
+        tb_put(t, a, &d, sizeof d, NULL, 0);
+    }
+    tb_seal(t, a);
+    uint32_t b = tb_chunk(t, 12);
+    {
+        rs_rec_thread th = {.h = hdr(RS_REC_THREAD, 0), .tid = 12, .pthread = 0x99};
+        strcpy(th.name, "pt_autograd_0");
+        tb_put(t, b, &th, sizeof th, NULL, 0);
+        rs_rec_alloc al = {.h = hdr(RS_REC_ALLOC, 0), .ptr = 0x7000, .size = 512,
+                           .caller = 0x11234, .api = RS_API_cudaMallocAsync};
+        tb_put(t, b, &al, sizeof al, NULL, 0);
+        rs_rec_nvtx_name p = {.h = hdr(RS_REC_NVTX_PUSH, 1), .domain = 2, .text_len = 3};
+        tb_put(t, b, &p, sizeof p, "bwd", 3);
+    }
+    tb_seal(t, b);
+    uint32_t c = tb_chunk(t, 11);
+    {
+        uint64_t fr[2] = {0x11500, 0x5};
+        rs_rec_oom o = {.h = hdr(RS_REC_OOM, 2), .size = 1 << 20, .caller = 0x11500,
+                        .api = RS_API_cudaMalloc, .status = 2, .meminfo_status = 0};
+        tb_put(t, c, &o, sizeof o, fr, sizeof fr);
+        rs_rec_meminfo m = {.h = hdr(RS_REC_MEMINFO, RS_MEMINFO_OOM), .free_bytes = 3,
+                            .total_bytes = 9};
+        tb_put(t, c, &m, sizeof m, NULL, 0);
+        rs_rec_nvtx_pop po = {.h = hdr(RS_REC_NVTX_POP, 0), .domain = 2};
+        tb_put(t, c, &po, sizeof po, NULL, 0);
+    }
+    tb_seal(t, c);
+    uint32_t d = tb_chunk(t, 12);
+    {
+        rs_rec_free f = {.h = hdr(RS_REC_FREE, 0), .ptr = 0x7000, .caller = 0x11300,
+                         .api = RS_API_cudaFreeAsync};
+        tb_put(t, d, &f, sizeof f, NULL, 0);
+        rs_rec_nvtx_name s = {.h = hdr(RS_REC_NVTX_START, 0), .range_id = 3, .name_id = 1};
+        tb_put(t, d, &s, sizeof s, NULL, 0);
+        rs_rec_nvtx_end e = {.h = hdr(RS_REC_NVTX_END, 0), .range_id = 3};
+        tb_put(t, d, &e, sizeof e, NULL, 0);
+        rs_rec_nvtx_name mk = {.h = hdr(RS_REC_NVTX_MARK, 0), .text_len = 1};
+        tb_put(t, d, &mk, sizeof mk, "x", 1);
+    }
+    tb_seal(t, d);
+    uint32_t e = tb_chunk(t, 11);
+    {
+        rs_rec_set_device sd = {.h = hdr(RS_REC_SET_DEVICE, 0), .device = 1};
+        tb_put(t, e, &sd, sizeof sd, NULL, 0);
+        rs_rec_limit l = {.h = hdr(RS_REC_LIMIT, 0), .max_bytes = 1 << 30};
+        tb_put(t, e, &l, sizeof l, NULL, 0);
+        rs_rec_window w = {.h = hdr(RS_REC_WINDOW, RS_WINDOW_CLOSE),
+                           .window_kind = RS_WINDOW_EVENTS, .value = 100};
+        tb_put(t, e, &w, sizeof w, NULL, 0);
+        rs_rec_pool_attr pa = {.h = hdr(RS_REC_POOL_ATTR, 0), .pool = 1, .value = 2, .attr = 3};
+        tb_put(t, e, &pa, sizeof pa, NULL, 0);
+        rs_rec_meta m = {.h = hdr(RS_REC_META, 0), .key = RS_META_CMDLINE, .len = 6};
+        tb_put(t, e, &m, sizeof m, "a\0b\0c\0", 6);
+        rs_rec_thread th = {.h = hdr(RS_REC_THREAD, 1), .tid = 0, .pthread = 0x99};
+        strcpy(th.name, "renamed");
+        tb_put(t, e, &th, sizeof th, NULL, 0);
+    }
+    if (closed)
+        tb_seal(t, e);
+    *len = tb_finish(t, closed);
+    return t;
+}
+
+static int
+put(const char *dir, const char *name, tb_trace *t, size_t len)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (tb_write(t, path, len)) {
+        fprintf(stderr, "make-fuzz-corpus: cannot write %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: make-fuzz-corpus DIR\n");
+        return 1;
+    }
+    const char *dir = argv[1];
+    int bad = 0;
+    size_t len;
+    tb_trace *t = all_kinds(1, &len);
+    bad |= put(dir, "valid-all-kinds", t, len);
+    bad |= put(dir, "bad-truncated", t, len - 100);
+    tb_header(t)->version_minor = 9;
+    bad |= put(dir, "bad-newer-minor", t, len);
+    tb_header(t)->version_minor = 0;
+    tb_chunk_header(t, 2)->checksum ^= 1;
+    bad |= put(dir, "bad-checksum", t, len);
+    tb_chunk_header(t, 2)->checksum ^= 1;
+    /* record size not a multiple of 8 in chunk 1 (re-sealed) */
+    unsigned char *rec = t->buf + tb_chunk_offset(t, 1) + sizeof(rs_chunk_header);
+    rec[2] = 44;
+    tb_seal(t, 1);
+    bad |= put(dir, "bad-record-size", t, len);
+    tb_free(t);
+
+    t = all_kinds(0, &len);
+    bad |= put(dir, "valid-not-closed", t, len);
+    tb_free(t);
+
+    t = tb_new(CHUNK, 1);
+    len = tb_finish(t, 1);
+    bad |= put(dir, "valid-empty", t, len);
+    tb_free(t);
+    return bad;
+}
