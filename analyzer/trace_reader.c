@@ -101,9 +101,38 @@ rs_meta_key_name(uint32_t key)
     static const char *const n[] = {
         [RS_META_CMDLINE] = "cmdline", [RS_META_ENV] = "env",
         [RS_META_NVTX_OWNER] = "nvtx_owner", [RS_META_HOOK_MISSING] = "hook_missing",
-        [RS_META_EXE] = "exe", [RS_META_NOTE] = "note"};
+        [RS_META_EXE] = "exe", [RS_META_NOTE] = "note",
+#if RS_TRACE_VERSION_MINOR >= 1
+        [RS_META_UNWINDER] = "unwinder", [RS_META_TENSORS] = "tensors",
+#endif
+    };
     return key < NELEM(n) ? n[key] : NULL;
 }
+
+#if RS_TRACE_VERSION_MINOR >= 1
+const char *
+rs_graph_op_name(uint32_t op)
+{
+    static const char *const n[] = {
+        [RS_GRAPH_BEGIN_CAPTURE] = "begin_capture", [RS_GRAPH_END_CAPTURE] = "end_capture",
+        [RS_GRAPH_IS_CAPTURING] = "is_capturing", [RS_GRAPH_INSTANTIATE] = "instantiate",
+        [RS_GRAPH_LAUNCH] = "launch"};
+    return op < NELEM(n) ? n[op] : NULL;
+}
+
+const char *
+rs_coll_op_name(uint32_t op)
+{
+    static const char *const n[] = {
+        [RS_COLL_ALL_REDUCE] = "all_reduce", [RS_COLL_REDUCE_SCATTER] = "reduce_scatter",
+        [RS_COLL_ALL_GATHER] = "all_gather", [RS_COLL_BROADCAST] = "broadcast",
+        [RS_COLL_REDUCE] = "reduce", [RS_COLL_SEND] = "send", [RS_COLL_RECV] = "recv",
+        [RS_COLL_ALL_TO_ALL] = "all_to_all", [RS_COLL_GROUP_START] = "group_start",
+        [RS_COLL_GROUP_END] = "group_end", [RS_COLL_COMM_INIT] = "comm_init",
+        [RS_COLL_COMM_SPLIT] = "comm_split", [RS_COLL_COMM_DESTROY] = "comm_destroy"};
+    return op < NELEM(n) ? n[op] : NULL;
+}
+#endif
 
 const char *
 rs_window_kind_name(uint32_t kind)
@@ -457,6 +486,58 @@ check_record(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx,
         }
         break;
     }
+#if RS_TRACE_VERSION_MINOR >= 1
+    case RS_REC_VMM_CREATE:
+    case RS_REC_VMM_RELEASE:
+    case RS_REC_VMM_MAP:
+    case RS_REC_VMM_UNMAP:
+    case RS_REC_VA_RESERVE:
+    case RS_REC_VA_FREE: {
+        const rs_rec_vmm *v = p;
+        if (!rs_api_name(v->api)) {
+            rec_err(r, off + offsetof(rs_rec_vmm, api), c, idx, kind,
+                    "unknown api code %u", (unsigned)v->api);
+            return -1;
+        }
+        break;
+    }
+    case RS_REC_TENSOR:
+        if (h->aux != 1 && h->aux != 2) {
+            rec_err(r, off + offsetof(rs_record_header, aux), c, idx, kind,
+                    "report signature %" PRIu32 " out of range (1..2)", h->aux);
+            return -1;
+        }
+        break;
+    case RS_REC_GRAPH: {
+        const rs_rec_graph *g = p;
+        if (!rs_graph_op_name(h->aux)) {
+            rec_err(r, off + offsetof(rs_record_header, aux), c, idx, kind,
+                    "graph op %" PRIu32 " out of range (1..5)", h->aux);
+            return -1;
+        }
+        if (!rs_api_name(g->api)) {
+            rec_err(r, off + offsetof(rs_rec_graph, api), c, idx, kind,
+                    "unknown api code %u", (unsigned)g->api);
+            return -1;
+        }
+        break;
+    }
+    case RS_REC_COLLECTIVE: {
+        const rs_rec_collective *co = p;
+        if (!rs_coll_op_name(h->aux)) {
+            rec_err(r, off + offsetof(rs_record_header, aux), c, idx, kind,
+                    "collective op %" PRIu32 " out of range (1..13)", h->aux);
+            return -1;
+        }
+        if (!rs_api_name(co->api)) {
+            rec_err(r, off + offsetof(rs_rec_collective, api), c, idx, kind,
+                    "unknown api code %u", (unsigned)co->api);
+            return -1;
+        }
+        break;
+    }
+    case RS_REC_CTX_SET:
+#endif
     case RS_REC_SET_DEVICE:
     case RS_REC_THREAD:
     case RS_REC_NVTX_POP:

@@ -161,8 +161,17 @@ uint32_t rs_kind_fixed_size(uint32_t kind);
 const char *rs_mem_name(uint32_t mem);
 /* "app" / "sample" / "oom", NULL if out of range. */
 const char *rs_meminfo_reason_name(uint32_t reason);
-/* "cmdline", "env", "nvtx_owner", "hook_missing", "exe", "note", NULL. */
+/* "cmdline", "env", "nvtx_owner", "hook_missing", "exe", "note",
+ * (v1.1) "unwinder", "tensors"; NULL for unknown keys. */
 const char *rs_meta_key_name(uint32_t key);
+#if RS_TRACE_VERSION_MINOR >= 1
+/* GRAPH op (aux) name: "begin_capture", "end_capture", "is_capturing",
+ * "instantiate", "launch"; NULL if out of range. */
+const char *rs_graph_op_name(uint32_t op);
+/* COLLECTIVE op (aux) name: "all_reduce", "reduce_scatter", ...,
+ * "comm_destroy"; NULL if out of range. */
+const char *rs_coll_op_name(uint32_t op);
+#endif
 /* "none", "time", "events", "steps", NULL. */
 const char *rs_window_kind_name(uint32_t kind);
 /* "none", "torchrun", "ompi", "slurm", "pmi", NULL. */

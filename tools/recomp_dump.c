@@ -264,6 +264,55 @@ dump_record(FILE *f, const rs_reader *r, const rs_event *ev)
                 w->value);
         break;
     }
+#if RS_TRACE_VERSION_MINOR >= 1
+    case RS_REC_VMM_CREATE:
+    case RS_REC_VMM_RELEASE:
+    case RS_REC_VMM_MAP:
+    case RS_REC_VMM_UNMAP:
+    case RS_REC_VA_RESERVE:
+    case RS_REC_VA_FREE: {
+        const rs_rec_vmm *v = (const void *)h;
+        fprintf(f, " api=%s dev=%d handle=0x%" PRIx64 " ptr=0x%" PRIx64 " size=%" PRIu64
+                   " offset=%" PRIu64 " caller=0x%" PRIx64 " status=%" PRId32,
+                rs_api_name(v->api), v->device, v->handle, v->ptr, v->size, v->offset, v->caller,
+                v->status);
+        put_caller_lib(f, r, v->caller);
+        break;
+    }
+    case RS_REC_TENSOR: {
+        const rs_rec_tensor *t = (const void *)h;
+        fprintf(f, " ptr=0x%" PRIx64 " size=%" PRId64 " allocated=%" PRIu64 " reserved=%" PRIu64
+                   " device_type=%d dev=%d caller=0x%" PRIx64 " signature=%" PRIu32,
+                t->ptr, t->size, t->total_allocated, t->total_reserved, t->device_type, t->device,
+                t->caller, h->aux);
+        put_caller_lib(f, r, t->caller);
+        break;
+    }
+    case RS_REC_GRAPH: {
+        const rs_rec_graph *g = (const void *)h;
+        fprintf(f, " op=%s api=%s stream=0x%" PRIx64 " graph=0x%" PRIx64 " exec=0x%" PRIx64
+                   " mode=%" PRIu32 " status=%" PRId32,
+                rs_graph_op_name(h->aux), rs_api_name(g->api), g->stream, g->graph, g->exec,
+                g->mode, g->status);
+        break;
+    }
+    case RS_REC_COLLECTIVE: {
+        const rs_rec_collective *c = (const void *)h;
+        fprintf(f, " op=%s api=%s comm=0x%" PRIx64 " count=%" PRIu64 " bytes=%" PRIu64
+                   " stream=0x%" PRIx64 " datatype=%d redop=%d peer=%" PRId32 " nranks=%" PRId32
+                   " rank=%" PRId32 " comm_hash=0x%" PRIx64 " status=%" PRId32,
+                rs_coll_op_name(h->aux), rs_api_name(c->api), c->comm, c->count, c->bytes,
+                c->stream, c->datatype, c->redop, c->peer, c->nranks, c->rank, c->comm_hash,
+                c->status);
+        break;
+    }
+    case RS_REC_CTX_SET: {
+        const rs_rec_ctx *c = (const void *)h;
+        fprintf(f, " ctx=0x%" PRIx64 " dev=%" PRId32 " status=%" PRId32, c->ctx, c->device,
+                c->status);
+        break;
+    }
+#endif
     case RS_REC_POOL_ATTR: {
         const rs_rec_pool_attr *p = (const void *)h;
         fprintf(f, " pool=0x%" PRIx64 " attr=%" PRIu32 " value=%" PRIu64 " status=%" PRId32,

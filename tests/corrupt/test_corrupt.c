@@ -172,17 +172,24 @@ Test(corrupt, bad_magic)
 Test(corrupt, newer_minor_version)
 {
     base b = build_base();
-    tb_header(b.t)->version_minor = 5;
-    expect_corrupt(&b, b.len, offsetof(rs_file_header, version_minor),
-                   "trace format version 1.5 is newer than this reader's 1.0");
+    tb_header(b.t)->version_minor = RS_TRACE_VERSION_MINOR + 4;
+    char want[128];
+    snprintf(want, sizeof want, "trace format version %u.%u is newer than this reader's %u.%u",
+             RS_TRACE_VERSION_MAJOR, RS_TRACE_VERSION_MINOR + 4, RS_TRACE_VERSION_MAJOR,
+             RS_TRACE_VERSION_MINOR);
+    expect_corrupt(&b, b.len, offsetof(rs_file_header, version_minor), want);
 }
 
 Test(corrupt, newer_major_version)
 {
     base b = build_base();
-    tb_header(b.t)->version_major = 2;
-    expect_corrupt(&b, b.len, offsetof(rs_file_header, version_major),
-                   "trace format version 2.0 cannot be read by this reader (format 1.0)");
+    tb_header(b.t)->version_major = RS_TRACE_VERSION_MAJOR + 1;
+    tb_header(b.t)->version_minor = 0;
+    char want[128];
+    snprintf(want, sizeof want, "trace format version %u.0 cannot be read by this reader "
+             "(format %u.%u)", RS_TRACE_VERSION_MAJOR + 1, RS_TRACE_VERSION_MAJOR,
+             RS_TRACE_VERSION_MINOR);
+    expect_corrupt(&b, b.len, offsetof(rs_file_header, version_major), want);
 }
 
 Test(corrupt, unknown_header_flag)
@@ -295,9 +302,9 @@ Test(corrupt, record_smaller_than_fixed)
 Test(corrupt, unknown_kind)
 {
     base b = build_base();
-    set16(&b, b.meminfo + offsetof(rs_record_header, kind), 99);
+    set16(&b, b.meminfo + offsetof(rs_record_header, kind), 999);
     reseal(&b);
-    expect_corrupt(&b, b.len, b.meminfo, "record 2 (kind 99): unknown record kind 99");
+    expect_corrupt(&b, b.len, b.meminfo, "record 2 (kind 999): unknown record kind 999");
 }
 
 Test(corrupt, text_len_overruns_record)

@@ -29,6 +29,7 @@ static tb_trace *
 all_kinds(int closed, size_t *len)
 {
     tb_trace *t = tb_new(CHUNK, 12);
+    tb_header(t)->version_minor = 0; /* v1.0 kinds only: readable by every 1.x reader */
     uint32_t a = tb_chunk(t, 11);
     {
         static const unsigned char v[] = "\x01\x02/lib/libc10_cuda.so";
@@ -145,6 +146,7 @@ main(int argc, char **argv)
     tb_free(t);
 
     t = tb_new(CHUNK, 1);
+    tb_header(t)->version_minor = 0;
     len = tb_finish(t, 1);
     bad |= put(dir, "valid-empty", t, len);
     tb_free(t);

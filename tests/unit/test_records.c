@@ -292,6 +292,79 @@ Test(records, every_kind_through_recomp_dump)
     tb_free(t);
 }
 
+#if RS_TRACE_VERSION_MINOR >= 1
+/* GIVEN one record of each v1.1 kind (driver VMM, tensor report, graphs,
+ * NCCL, contexts). */
+Test(records, v1_1_kinds_through_recomp_dump)
+{
+    tb_trace *t = tb_new(0, 1);
+    uint32_t c = tb_chunk(t, 9);
+    s_t = T0;
+    static const char path_var[] = "/opt/nccl/libnccl.so.2";
+    rs_rec_module m = {.h = hdr(RS_REC_MODULE, 0), .base = 0x500000, .lo = 0x500000,
+                       .hi = 0x600000, .path_len = sizeof path_var - 1};
+    tb_put(t, c, &m, sizeof m, path_var, m.path_len);
+    static const uint16_t vmm_kinds[] = {RS_REC_VMM_CREATE, RS_REC_VMM_RELEASE, RS_REC_VMM_MAP,
+                                         RS_REC_VMM_UNMAP, RS_REC_VA_RESERVE, RS_REC_VA_FREE};
+    for (int i = 0; i < 6; i++) {
+        rs_rec_vmm v = {.h = hdr(vmm_kinds[i], 0), .handle = 0x10 + i, .ptr = 0x7e0000000000ull,
+                        .size = 2097152, .offset = 0, .caller = 0x500100,
+                        .api = RS_API_cuMemCreate + i, .device = 0, .status = 0};
+        tb_put(t, c, &v, sizeof v, NULL, 0);
+    }
+    rs_rec_tensor te = {.h = hdr(RS_REC_TENSOR, 2), .ptr = 0x7e0000000200ull, .size = -512,
+                        .total_allocated = 1024, .total_reserved = 2097152, .caller = 0x1,
+                        .device_type = 1, .device = 0};
+    tb_put(t, c, &te, sizeof te, NULL, 0);
+    rs_rec_graph g = {.h = hdr(RS_REC_GRAPH, RS_GRAPH_BEGIN_CAPTURE), .stream = 0x77,
+                      .api = RS_API_cudaStreamBeginCapture, .mode = 1};
+    tb_put(t, c, &g, sizeof g, NULL, 0);
+    rs_rec_collective co = {.h = hdr(RS_REC_COLLECTIVE, RS_COLL_ALL_REDUCE), .comm = 0xc0,
+                            .count = 1024, .bytes = 4096, .stream = 0x77,
+                            .api = RS_API_ncclAllReduce, .datatype = 7, .redop = 0, .peer = -1,
+                            .nranks = -1, .rank = -1, .status = 0};
+    tb_put(t, c, &co, sizeof co, NULL, 0);
+    rs_rec_ctx cx = {.h = hdr(RS_REC_CTX_SET, 0), .ctx = 0xcc, .device = 1, .status = 0};
+    tb_put(t, c, &cx, sizeof cx, NULL, 0);
+    tb_seal(t, c);
+    size_t len = tb_finish(t, 1);
+    char *path = tb_tmpname();
+    cr_assert_eq(tb_write(t, path, len), 0);
+    char *out, *err;
+    cr_assert_eq(run_dump(RECOMP_DUMP_PATH, path, &out, &err), 0, "%s", err);
+    const char *body = strstr(out, "\nMODULE");
+    cr_assert_not_null(body);
+    static const char want[] =
+        "MODULE t=0 tid=9 base=0x500000 lo=0x500000 hi=0x600000 build_id=- "
+        "path=\"/opt/nccl/libnccl.so.2\"\n"
+        "VMM_CREATE t=10 tid=9 api=cuMemCreate dev=0 handle=0x10 ptr=0x7e0000000000 size=2097152 "
+        "offset=0 caller=0x500100 status=0 caller_lib=libnccl.so.2+0x100\n"
+        "VMM_RELEASE t=20 tid=9 api=cuMemRelease dev=0 handle=0x11 ptr=0x7e0000000000 "
+        "size=2097152 offset=0 caller=0x500100 status=0 caller_lib=libnccl.so.2+0x100\n"
+        "VMM_MAP t=30 tid=9 api=cuMemMap dev=0 handle=0x12 ptr=0x7e0000000000 size=2097152 "
+        "offset=0 caller=0x500100 status=0 caller_lib=libnccl.so.2+0x100\n"
+        "VMM_UNMAP t=40 tid=9 api=cuMemUnmap dev=0 handle=0x13 ptr=0x7e0000000000 size=2097152 "
+        "offset=0 caller=0x500100 status=0 caller_lib=libnccl.so.2+0x100\n"
+        "VA_RESERVE t=50 tid=9 api=cuMemAddressReserve dev=0 handle=0x14 ptr=0x7e0000000000 "
+        "size=2097152 offset=0 caller=0x500100 status=0 caller_lib=libnccl.so.2+0x100\n"
+        "VA_FREE t=60 tid=9 api=cuMemAddressFree dev=0 handle=0x15 ptr=0x7e0000000000 "
+        "size=2097152 offset=0 caller=0x500100 status=0 caller_lib=libnccl.so.2+0x100\n"
+        "TENSOR t=70 tid=9 ptr=0x7e0000000200 size=-512 allocated=1024 reserved=2097152 "
+        "device_type=1 dev=0 caller=0x1 signature=2\n"
+        "GRAPH t=80 tid=9 op=begin_capture api=cudaStreamBeginCapture stream=0x77 graph=0x0 "
+        "exec=0x0 mode=1 status=0\n"
+        "COLLECTIVE t=90 tid=9 op=all_reduce api=ncclAllReduce comm=0xc0 count=1024 bytes=4096 "
+        "stream=0x77 datatype=7 redop=0 peer=-1 nranks=-1 rank=-1 comm_hash=0x0 status=0\n"
+        "CTX_SET t=100 tid=9 ctx=0xcc dev=1 status=0\n";
+    cr_assert_str_eq(body + 1, want);
+    free(out);
+    free(err);
+    unlink(path);
+    free(path);
+    tb_free(t);
+}
+#endif
+
 Test(records, names_from_the_lists)
 {
     cr_assert_str_eq(rs_api_name(RS_API_cudaMalloc), "cudaMalloc");
