@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "resolve.h"
+#include "stack.h"
 #include "writer.h"
 
 #ifndef RS_SHIM_VERSION
@@ -272,6 +273,8 @@ rs_header_write_startup_records(void)
     const char *foreign = rs_nvtx_foreign_path();
     if (foreign)
         rs_record_meta(RS_META_NVTX_OWNER, foreign, strlen(foreign));
+    const char *unw = rs_stack_unwinder();
+    rs_record_meta(RS_META_UNWINDER, unw, strlen(unw));
     rs_resolve_report_missing();
     dl_iterate_phdr(module_cb, NULL);
 }

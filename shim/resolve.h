@@ -4,7 +4,7 @@
 
 #include "record.h"
 
-enum { RS_LIB_CUDART = 1, RS_LIB_LIBC = 2 };
+enum { RS_LIB_CUDART = 1, RS_LIB_LIBC = 2, RS_LIB_CUDA = 3, RS_LIB_NCCL = 4, RS_LIB_C10 = 5 };
 
 /* The real function for API `code` (enum rs_api), or NULL when it cannot be
  * found: dlsym(RTLD_NEXT), then the loaded library itself (dlopen with

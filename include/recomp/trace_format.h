@@ -32,7 +32,7 @@
 #define RS_TRACE_MAGIC "RSTRACE1"         /* 8 bytes, no NUL in the file */
 #define RS_TRACE_MAGIC_LEN 8
 #define RS_TRACE_VERSION_MAJOR 1
-#define RS_TRACE_VERSION_MINOR 0
+#define RS_TRACE_VERSION_MINOR 1
 
 #define RS_HEADER_SIZE 4096u              /* bytes before chunk 0 */
 #define RS_CHUNK_SIZE (256u * 1024u)      /* bytes per chunk, header included */
@@ -173,6 +173,8 @@ enum rs_meta_key {
     RS_META_HOOK_MISSING = 4, /* name of a hook whose real function is missing */
     RS_META_EXE = 5,          /* /proc/self/exe */
     RS_META_NOTE = 6,         /* free-form note from the shim (refusals, errors) */
+    RS_META_UNWINDER = 7,     /* "libunwind", "glibc" or "none" (v1.1) */
+    RS_META_TENSORS = 8,      /* RECOMPSHIM_TENSORS as requested, and what took effect (v1.1) */
 };
 
 /* Window record states. */
@@ -276,7 +278,8 @@ _Static_assert(sizeof(rs_rec_string) == 24, "string");
  *   name_id  interned string id, or 0 with text_len inline bytes following
  *   range_id NVTX_START: the id returned to the job; NVTX_DOMAIN: 0
  * For NVTX_DOMAIN, `domain` is the id being defined and the name is its name.
- * aux = the thread's push depth after the push (NVTX_PUSH), else 0. */
+ * aux = this thread's depth in that domain after the push (NVTX_PUSH; NVTX
+ * levels are per thread and domain), else 0. */
 typedef struct rs_rec_nvtx_name {
     rs_record_header h;
     uint64_t range_id;
@@ -293,7 +296,7 @@ _Static_assert(sizeof(rs_rec_nvtx_name) == 40, "nvtx name");
 #define RS_NVTX_PRE_TRACE 0x80000000u
 
 /* NVTX_POP: pop of the innermost range of `domain` on this thread.
- * aux = depth after the pop. */
+ * aux = this thread's depth in that domain after the pop. */
 typedef struct rs_rec_nvtx_pop {
     rs_record_header h;
     uint32_t domain;
@@ -353,6 +356,134 @@ typedef struct rs_rec_pool_attr {
     int32_t status;
 } rs_rec_pool_attr;
 _Static_assert(sizeof(rs_rec_pool_attr) == 40, "pool attr");
+
+/* ---- v1.1: part 2 ---- */
+
+/* VMM_CREATE / VMM_RELEASE / VMM_MAP / VMM_UNMAP / VA_RESERVE / VA_FREE:
+ * the driver's virtual-memory calls (expandable segments, NCCL's cuMem
+ * buffers). Physical memory is counted at VMM_CREATE/VMM_RELEASE (by
+ * handle); a VA reservation is never memory (interpose.md §2.1).
+ *   VMM_CREATE   handle, size, device (location id)
+ *   VMM_RELEASE  handle
+ *   VMM_MAP      ptr, size, offset, handle
+ *   VMM_UNMAP    ptr, size
+ *   VA_RESERVE   ptr (the reserved base), size, offset = requested alignment
+ *   VA_FREE      ptr, size
+ * aux = 0. Failed calls are recorded with their status (a failed
+ * VMM_CREATE with CUDA_ERROR_OUT_OF_MEMORY is the expandable-segments OOM). */
+typedef struct rs_rec_vmm {
+    rs_record_header h;
+    uint64_t handle;                     /* CUmemGenericAllocationHandle, 0 */
+    uint64_t ptr;                        /* CUdeviceptr, 0 */
+    uint64_t size;                       /* bytes */
+    uint64_t offset;
+    uint64_t caller;
+    uint16_t api;                        /* enum rs_api */
+    uint8_t reserved0;
+    int8_t device;                       /* -1 unknown */
+    int32_t status;                      /* CUresult */
+} rs_rec_vmm;
+_Static_assert(sizeof(rs_rec_vmm) == 64, "vmm");
+
+/* TENSOR: PyTorch's caching allocator reported a block
+ * (c10::reportMemoryUsageToProfiler, interpose.md addendum): size > 0 an
+ * allocation of that block size, < 0 a free; totals are PyTorch's own
+ * allocated and reserved bytes after the event. CUDA devices only.
+ * aux = the signature (1: size_t totals, 2: int64_t totals). */
+typedef struct rs_rec_tensor {
+    rs_record_header h;
+    uint64_t ptr;
+    int64_t size;
+    uint64_t total_allocated;
+    uint64_t total_reserved;
+    uint64_t caller;
+    int8_t device_type;                  /* c10::DeviceType (1 = CUDA) */
+    int8_t device;
+    uint16_t reserved0;
+    uint32_t reserved1;
+} rs_rec_tensor;
+_Static_assert(sizeof(rs_rec_tensor) == 64, "tensor");
+
+/* GRAPH ops. */
+enum rs_graph_op {
+    RS_GRAPH_BEGIN_CAPTURE = 1,   /* stream, mode */
+    RS_GRAPH_END_CAPTURE = 2,     /* stream, graph */
+    RS_GRAPH_IS_CAPTURING = 3,    /* stream, mode = capture status */
+    RS_GRAPH_INSTANTIATE = 4,     /* graph, exec */
+    RS_GRAPH_LAUNCH = 5,          /* exec, stream */
+};
+
+/* GRAPH: CUDA-graph capture windows and launches. aux = enum rs_graph_op. */
+typedef struct rs_rec_graph {
+    rs_record_header h;
+    uint64_t stream;
+    uint64_t graph;                      /* cudaGraph_t */
+    uint64_t exec;                       /* cudaGraphExec_t */
+    uint16_t api;
+    uint16_t reserved0;
+    int32_t status;
+    uint32_t mode;                       /* cudaStreamCaptureMode / status */
+    uint32_t reserved1;
+} rs_rec_graph;
+_Static_assert(sizeof(rs_rec_graph) == 56, "graph");
+
+/* COLLECTIVE ops (the NCCL API call). */
+enum rs_coll_op {
+    RS_COLL_ALL_REDUCE = 1,
+    RS_COLL_REDUCE_SCATTER = 2,
+    RS_COLL_ALL_GATHER = 3,
+    RS_COLL_BROADCAST = 4,
+    RS_COLL_REDUCE = 5,
+    RS_COLL_SEND = 6,
+    RS_COLL_RECV = 7,
+    RS_COLL_ALL_TO_ALL = 8,
+    RS_COLL_GROUP_START = 9,
+    RS_COLL_GROUP_END = 10,
+    RS_COLL_COMM_INIT = 11,      /* nranks, rank, comm_hash */
+    RS_COLL_COMM_SPLIT = 12,     /* parent in peer... see docs */
+    RS_COLL_COMM_DESTROY = 13,
+};
+
+/* COLLECTIVE: one NCCL API call. aux = enum rs_coll_op.
+ *   bytes    count * sizeof(datatype) (send side; per rank for all-gather)
+ *   peer     send/recv peer, broadcast/reduce root, else -1
+ *   comm_hash first 8 bytes of the ncclUniqueId (COMM_INIT), which all
+ *            ranks of one communicator share; else 0 */
+typedef struct rs_rec_collective {
+    rs_record_header h;
+    uint64_t comm;                       /* ncclComm_t */
+    uint64_t count;
+    uint64_t bytes;
+    uint64_t stream;
+    uint64_t comm_hash;
+    uint16_t api;
+    int8_t datatype;                     /* ncclDataType_t, -1 none */
+    int8_t redop;                        /* ncclRedOp_t, -1 none */
+    int32_t peer;
+    int32_t nranks;                      /* COMM_INIT, else -1 */
+    int32_t rank;                        /* COMM_INIT, else -1 */
+    int32_t status;                      /* ncclResult_t */
+    uint32_t reserved0;
+} rs_rec_collective;
+_Static_assert(sizeof(rs_rec_collective) == 80, "collective");
+
+/* CTX_SET: cuCtxSetCurrent(ctx); device from cuCtxGetDevice when the
+ * context is valid, else -1. aux = 0. */
+typedef struct rs_rec_ctx {
+    rs_record_header h;
+    uint64_t ctx;
+    int32_t device;
+    int32_t status;
+} rs_rec_ctx;
+_Static_assert(sizeof(rs_rec_ctx) == 32, "ctx");
+
+/* Tensor-mode refusals (header.refusals bits, DESIGN.md §1 Modes). */
+#define RS_REFUSE_ASYNC_BACKEND_NATIVE     0x01u /* backend:native set explicitly */
+#define RS_REFUSE_ASYNC_EXPANDABLE         0x02u /* expandable_segments:True set */
+#define RS_REFUSE_ASYNC_MEMORY_HISTORY     0x04u /* --record-memory-history in argv */
+#define RS_REFUSE_NOCACHE_BACKEND_ASYNC    0x08u /* backend:cudaMallocAsync set */
+#define RS_REFUSE_NOCACHE_CUDA_GRAPHS      0x10u /* CUDA graphs in the Megatron flags */
+#define RS_REFUSE_UNKNOWN_MODE             0x20u /* RECOMPSHIM_TENSORS not async|nocache */
 
 /* Round a record size up to RS_RECORD_ALIGN. */
 #define RS_RECORD_ROUND(n) (((n) + (RS_RECORD_ALIGN - 1)) & ~(uint32_t)(RS_RECORD_ALIGN - 1))
