@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "itest.h"
+#include "recomp/trace_format.h"
 
 #ifndef RS_VERSION
 #error "RS_VERSION must be defined by meson"
@@ -67,7 +68,8 @@ Test(header, default_lines)
     char **paths;
     size_t n = it_find_traces(c.out, &paths);
     cr_assert_eq(n, 1);
-    snprintf(want, sizeof want, "recompshim trace v1.0 %s", paths[0]);
+    snprintf(want, sizeof want, "recompshim trace v%d.%d %s", RS_TRACE_VERSION_MAJOR, RS_TRACE_VERSION_MINOR,
+             paths[0]);
     cr_expect_str_eq(d.lines[0], want);
     snprintf(want, sizeof want, "header host=%s pid=%d ppid=%d closed=yes", host, (int)r.pid, (int)getpid());
     cr_expect_str_eq(d.lines[1], want);
