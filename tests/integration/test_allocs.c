@@ -257,3 +257,30 @@ Test(allocs, injected_free_error)
     it_run_free(&r);
     it_fini(&c);
 }
+
+Test(allocs, set_device_beyond_count)
+{
+    /* MOCK_CUDA_DEVICES=1: p_basic's cudaSetDevice(1) fails with
+     * cudaErrorInvalidDevice (101); the failed call is still recorded. */
+    it_ctx c;
+    it_run r;
+    it_init(&c);
+    it_run_prog(&c, &r, c.out, IT_ARGV(IT_PROG("p_basic")), IT_ENV("MOCK_CUDA_DEVICES=1"));
+    cr_assert(r.exited && r.code == 3, "exit %d\n%s", r.code, r.out);
+    cr_expect(strstr(r.out, "cudaSetDevice(1) returned 101") != NULL, "%s", r.out);
+    char **paths;
+    size_t n = it_find_traces(c.out, &paths);
+    cr_assert_eq(n, 1);
+    it_dump d;
+    it_dump_trace(&d, paths[0]);
+    cr_assert_eq(d.rc, 0, "%s", d.err);
+    char **got;
+    size_t ng = it_select(&d, "SET_DEVICE", 0, &got);
+    cr_expect(ng == 1 && !strcmp(got[0], "SET_DEVICE dev=1 status=101"), "SET_DEVICE records: %zu (%s)", ng,
+              ng ? got[0] : "");
+    it_free_lines(got, ng);
+    it_free_paths(paths, n);
+    it_dump_free(&d);
+    it_run_free(&r);
+    it_fini(&c);
+}
