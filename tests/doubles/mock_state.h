@@ -1,0 +1,103 @@
+/* mock_state.h: the one shared state of the CUDA test doubles.
+ *
+ * Every API family file (cudart_*.c now; cuda_driver_*.c, nccl_*.c later)
+ * calls only these functions; nothing else holds state. The state models
+ * what the driver owns: devices, their contexts, a virtual address space per
+ * device, the live allocations and the memory pools. A later mock libcuda can
+ * take this file over (exporting these functions under a mock_ prefix) and
+ * the mock libcudart would then call into it, as the real runtime does.
+ *
+ * Configuration (read once, at the first call):
+ *   MOCK_CUDA_CAPACITY       bytes per device (default 80 GiB)
+ *   MOCK_CUDA_DEVICES        number of devices (default 8, at most 64)
+ *   MOCK_CUDA_CONTEXT_BYTES  bytes a context uses once a device is touched
+ *                            (default 512 MiB)
+ *   MOCK_CUDA_FAIL           "fn@N=code,...": the Nth call (1-based, counted
+ *                            per process) of fn returns code, doing nothing
+ *
+ * Device addresses are numbers only: device d hands out
+ * MOCK_DEV_BASE + (d << 40) upwards, 512-byte aligned, never reused, and no
+ * host memory backs them. Managed and host-pinned memory is real (malloc).
+ */
+#ifndef MOCK_STATE_H
+#define MOCK_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MOCK_DEV_BASE       0x7e0000000000ull
+#define MOCK_DEV_SHIFT      40
+#define MOCK_ALIGN          512ull
+#define MOCK_POOL_BASE      0x7d0000000000ull   /* fake cudaMemPool_t handles */
+#define MOCK_POOL_STRIDE    0x100ull
+#define MOCK_MAX_DEVICES    64
+#define MOCK_RUNTIME_VERSION 13000
+#define MOCK_DRIVER_VERSION  13000
+
+#define MOCK_HIDDEN __attribute__((visibility("hidden")))
+
+/* Error codes (cudaError_t values; kept numeric so driver/NCCL mocks can map them). */
+enum {
+    MOCK_OK = 0,
+    MOCK_ERR_INVALID_VALUE = 1,
+    MOCK_ERR_MEMORY_ALLOCATION = 2,
+    MOCK_ERR_INVALID_DEVICE = 101,
+};
+
+enum mock_kind {
+    MOCK_KIND_DEVICE = 0,   /* cudaMalloc: counted */
+    MOCK_KIND_ASYNC = 1,    /* stream-ordered, from a device's pool: counted */
+    MOCK_KIND_MANAGED = 2,  /* cudaMallocManaged: real memory, not counted */
+    MOCK_KIND_HOST = 3,     /* cudaMallocHost / cudaHostAlloc: real memory */
+};
+
+typedef struct mock_alloc_info {
+    uint64_t size;
+    int device;
+    int kind;               /* enum mock_kind */
+} mock_alloc_info;
+
+/* Configuration. */
+MOCK_HIDDEN uint64_t mock_capacity(void);
+MOCK_HIDDEN int mock_device_count(void);
+MOCK_HIDDEN uint64_t mock_context_bytes(void);
+
+/* Fault injection: counts this call of `fn` and returns the configured
+ * error code for it, or 0. Every entry point calls it first. */
+MOCK_HIDDEN int mock_fail_check(const char *fn);
+
+/* Per-thread current device (starts at 0) and last error. */
+MOCK_HIDDEN int mock_current_device(void);
+MOCK_HIDDEN void mock_set_current_device(int dev);
+MOCK_HIDDEN int mock_set_error(int err);       /* records err when != 0, returns it */
+MOCK_HIDDEN int mock_take_error(void);         /* returns and clears */
+MOCK_HIDDEN int mock_peek_error(void);
+
+/* Device contexts: created (and counted as used) at the first call on a device. */
+MOCK_HIDDEN int mock_valid_device(int dev);
+MOCK_HIDDEN void mock_touch_device(int dev);
+
+/* Device-side allocation of `size` bytes (kind DEVICE or ASYNC) on `dev`:
+ * MOCK_ERR_MEMORY_ALLOCATION with nothing allocated when it does not fit.
+ * size 0 gives address 0 and success. */
+MOCK_HIDDEN int mock_dev_alloc(int dev, uint64_t size, int kind, uint64_t *out);
+/* Host-side allocation (kind MANAGED or HOST): real memory, registered. */
+MOCK_HIDDEN int mock_host_alloc(uint64_t size, int kind, void **out);
+/* Removes `ptr` if it is live and its kind is in `kind_mask` (1 << kind);
+ * releases real memory for host kinds. Returns MOCK_ERR_INVALID_VALUE for
+ * unknown pointers or kinds outside the mask. */
+MOCK_HIDDEN int mock_release(uint64_t ptr, unsigned kind_mask, mock_alloc_info *info);
+
+/* Bytes on a device: the context (when created) plus live DEVICE and ASYNC. */
+MOCK_HIDDEN uint64_t mock_device_used(int dev);
+
+/* Memory pools: the default pool of each device (fixed fake handles). */
+MOCK_HIDDEN uint64_t mock_default_pool(int dev);
+MOCK_HIDDEN int mock_pool_device(uint64_t pool);           /* -1 unknown handle */
+MOCK_HIDDEN uint64_t mock_pool_live(int dev);              /* live async bytes */
+MOCK_HIDDEN uint64_t mock_pool_high(int dev);
+MOCK_HIDDEN void mock_pool_reset_high(int dev);
+MOCK_HIDDEN uint64_t mock_pool_release_threshold(int dev);
+MOCK_HIDDEN void mock_pool_set_release_threshold(int dev, uint64_t v);
+
+#endif

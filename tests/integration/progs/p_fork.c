@@ -1,0 +1,39 @@
+/* p_fork: parent cudaMalloc(1 MiB) -> 0x7e0000000000; fork; the child
+ * cudaMalloc(2 MiB) -> 0x7e0000100000, frees it, exits 0; the parent waits,
+ * then cudaMalloc(3 MiB) -> 0x7e0000100000, frees both.
+ * Output: "parent pid=P child=C" and "child pid=C ppid=P". */
+#include <sys/wait.h>
+
+#include "prog_util.h"
+
+int
+main(void)
+{
+    void *a, *b, *c;
+    OK(cudaMalloc(&a, 1048576));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        printf("FAIL: fork\n");
+        return 3;
+    }
+    if (pid == 0) {
+        OK(cudaMalloc(&b, 2097152));
+        OK(cudaFree(b));
+        printf("child pid=%d ppid=%d b=%p\n", (int)getpid(), (int)getppid(), b);
+        fflush(stdout);
+        exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        printf("FAIL: child status %#x\n", st);
+        return 3;
+    }
+    OK(cudaMalloc(&c, 3145728));
+    OK(cudaFree(c));
+    OK(cudaFree(a));
+    printf("parent pid=%d child=%d a=%p c=%p\n", (int)getpid(), (int)pid, a, c);
+    printf("done\n");
+    return 0;
+}
