@@ -5,6 +5,8 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,12 +198,37 @@ write_cmdline(void)
         rs_record_meta(RS_META_EXE, exe, (size_t)m);
 }
 
+/* Modules already recorded in this file (by load bias and path hash), so a
+ * refresh writes only new ones. Guarded by g_mod_mu; refreshes are rare. */
+#define RS_MAX_MODULES 4096
+static struct {
+    pthread_mutex_t mu;
+    uint64_t key[RS_MAX_MODULES];
+    int count;
+    unsigned long long last_adds;   /* dlpi_adds at the last refresh */
+} g_mod = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int
+module_seen(uint64_t key)
+{
+    for (int i = 0; i < g_mod.count; i++)
+        if (g_mod.key[i] == key)
+            return 1;
+    if (g_mod.count < RS_MAX_MODULES)
+        g_mod.key[g_mod.count++] = key;
+    return 0;
+}
+
 /* One MODULE record per loaded ELF object: bias, PT_LOAD span, build id. */
 static int
 module_cb(struct dl_phdr_info *info, size_t size, void *arg)
 {
-    (void)size;
     (void)arg;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+        g_mod.last_adds = info->dlpi_adds;
+    const char *nm = info->dlpi_name ? info->dlpi_name : "";
+    if (module_seen(info->dlpi_addr ^ rs_checksum(nm, strlen(nm))))
+        return 0;
     uint64_t lo = UINT64_MAX, hi = 0;
     const unsigned char *build_id = NULL;
     uint32_t build_id_len = 0;
@@ -276,5 +303,45 @@ rs_header_write_startup_records(void)
     const char *unw = rs_stack_unwinder();
     rs_record_meta(RS_META_UNWINDER, unw, strlen(unw));
     rs_resolve_report_missing();
+    pthread_mutex_lock(&g_mod.mu);
+    g_mod.count = 0;
     dl_iterate_phdr(module_cb, NULL);
+    pthread_mutex_unlock(&g_mod.mu);
+}
+
+/* dl_iterate_phdr's first callback tells the loader's add count: stop
+ * there when nothing was loaded since the last refresh. */
+static int
+adds_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    unsigned long long *adds = arg;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+        *adds = info->dlpi_adds;
+    return 1;
+}
+
+static __thread int t_refreshing __attribute__((tls_model("initial-exec")));
+
+void
+rs_modules_refresh(void)
+{
+    if (rs_writer_state() != RS_W_OPEN || t_refreshing)
+        return;
+    t_refreshing = 1;
+    unsigned long long adds = 0;
+    dl_iterate_phdr(adds_cb, &adds);
+    if (!adds || adds != __atomic_load_n(&g_mod.last_adds, __ATOMIC_RELAXED)) {
+        pthread_mutex_lock(&g_mod.mu);
+        dl_iterate_phdr(module_cb, NULL);
+        pthread_mutex_unlock(&g_mod.mu);
+    }
+    t_refreshing = 0;
+}
+
+void
+rs_modules_atfork_child(void)
+{
+    pthread_mutex_init(&g_mod.mu, NULL);
+    g_mod.count = 0;
+    g_mod.last_adds = 0;
 }

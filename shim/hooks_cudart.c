@@ -30,6 +30,51 @@ cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t 
 
 static _Atomic uint64_t g_last_sample_ns;
 
+/* Managed allocations, so their cudaFree is recorded as managed. A small
+ * open-addressing set; empty (one relaxed load per free) in jobs that never
+ * use managed memory. When full, frees fall back to "device" and the
+ * analyzer pairs them with their ALLOC by address. */
+#define RS_MANAGED_SLOTS 4096u
+static _Atomic uint64_t g_managed[RS_MANAGED_SLOTS];
+static atomic_int g_managed_count;
+
+static uint32_t
+managed_slot(uint64_t p)
+{
+    return (uint32_t)((p >> 9) * 0x9e3779b97f4a7c15ull >> 52) & (RS_MANAGED_SLOTS - 1);
+}
+
+static void
+managed_add(uint64_t p)
+{
+    for (uint32_t i = 0, k = managed_slot(p); i < RS_MANAGED_SLOTS; i++, k = (k + 1) & (RS_MANAGED_SLOTS - 1)) {
+        uint64_t expect = 0;
+        if (atomic_compare_exchange_strong(&g_managed[k], &expect, p)) {
+            atomic_fetch_add(&g_managed_count, 1);
+            return;
+        }
+    }
+}
+
+/* 1 when p was a managed allocation (and forget it). Tombstones are
+ * UINT64_MAX so probing continues past freed slots. */
+static int
+managed_take(uint64_t p)
+{
+    if (atomic_load_explicit(&g_managed_count, memory_order_relaxed) == 0)
+        return 0;
+    for (uint32_t i = 0, k = managed_slot(p); i < RS_MANAGED_SLOTS; i++, k = (k + 1) & (RS_MANAGED_SLOTS - 1)) {
+        uint64_t v = atomic_load(&g_managed[k]);
+        if (v == 0)
+            return 0;
+        if (v == p && atomic_compare_exchange_strong(&g_managed[k], &v, UINT64_MAX)) {
+            atomic_fetch_sub(&g_managed_count, 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The current device of this thread, asked once from the runtime when no
  * cudaSetDevice was seen (cudaGetDevice creates no context). */
 static void
@@ -57,7 +102,9 @@ maybe_sample(void)
         return;
     uint64_t now = rs_now_ns();
     uint64_t last = atomic_load_explicit(&g_last_sample_ns, memory_order_relaxed);
-    if (now - last < every)
+    rs_file_header *h = rs_writer_header();
+    /* The first sample of a file is due at once: it gives the capacity. */
+    if (now - last < every && !(h && !h->device_capacity))
         return;
     if (!atomic_compare_exchange_strong(&g_last_sample_ns, &last, now))
         return;
@@ -78,6 +125,8 @@ after_alloc(uint16_t api, uint8_t mem, cudaError_t rc, void **out, size_t size, 
         return;
     learn_device();
     if (rc == cudaSuccess) {
+        if (mem == RS_MEM_MANAGED && out && *out)
+            managed_add((uint64_t)(uintptr_t)*out);
         rs_record_alloc(api, mem, out ? (uint64_t)(uintptr_t)*out : 0, size, stream, caller, rc);
         if (mem == RS_MEM_DEVICE)
             maybe_sample();
@@ -138,8 +187,10 @@ cudaFree(void *devPtr)
     uint64_t t0 = rs_now_ns();
     cudaError_t rc = real(devPtr);
     /* cudaFree(NULL) is the classic "initialise the context" call. */
-    if (devPtr)
-        after_free(RS_API_cudaFree, RS_MEM_DEVICE, rc, devPtr, 0, caller, t0);
+    if (devPtr) {
+        uint8_t mem = managed_take((uint64_t)(uintptr_t)devPtr) ? RS_MEM_MANAGED : RS_MEM_DEVICE;
+        after_free(RS_API_cudaFree, mem, rc, devPtr, 0, caller, t0);
+    }
     else
         rs_trace_open();
     t_rs.guard--;

@@ -79,6 +79,19 @@ rs_window_step_marker(const char *name, size_t len)
     window_set(n >= g_rs_cfg.window_a && n <= g_rs_cfg.window_b, n);
 }
 
+/* header.device is the first device any record named. */
+static inline void
+note_device(int device)
+{
+    rs_file_header *h;
+    if (device < 0 || !(h = rs_writer_header()))
+        return;
+    int32_t expect = -1;
+    if (__atomic_load_n(&h->device, __ATOMIC_RELAXED) < 0)
+        __atomic_compare_exchange_n(&h->device, &expect, device, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+}
+
 static inline rs_record_header
 hdr(uint16_t kind, uint32_t size, uint32_t aux)
 {
@@ -95,6 +108,7 @@ rs_record_alloc(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t size, uint64_t
     rs_rec_alloc *r = rs_rec_begin(sizeof *r, RS_GATED);
     if (!r)
         return;
+    note_device(t_rs.device);
     r->h = hdr(RS_REC_ALLOC, sizeof *r, 0);
     r->ptr = ptr;
     r->size = size;
@@ -123,6 +137,7 @@ rs_record_free_at(uint64_t t_ns, uint16_t api, uint8_t mem, uint64_t ptr, uint64
     rs_rec_free *r = rs_rec_begin(sizeof *r, RS_GATED);
     if (!r)
         return;
+    note_device(t_rs.device);
     r->h = hdr(RS_REC_FREE, sizeof *r, 0);
     r->h.t_ns = t_ns;
     r->ptr = ptr;
@@ -161,6 +176,7 @@ rs_record_oom(uint16_t api, uint8_t mem, uint64_t size, uint64_t caller, int sta
     r->reserved = 0;
     memcpy(r + 1, frames, (size_t)n * sizeof(uint64_t));
     rs_rec_end(r, size_rec);
+    rs_modules_refresh();
     rs_writer_sync();
 }
 
@@ -171,6 +187,8 @@ rs_record_meminfo(uint32_t reason, uint64_t free_bytes, uint64_t total_bytes, in
     rs_file_header *h = rs_writer_header();
     if (h && status == 0 && total_bytes && !h->device_capacity)
         h->device_capacity = total_bytes;
+    if (status == 0)
+        note_device(device);
     if (reason != RS_MEMINFO_OOM && !rs_recording())
         return;
     rs_rec_meminfo *r = rs_rec_begin(sizeof *r, reason == RS_MEMINFO_OOM ? RS_UNGATED : RS_GATED);
@@ -187,9 +205,8 @@ rs_record_meminfo(uint32_t reason, uint64_t free_bytes, uint64_t total_bytes, in
 void
 rs_record_set_device(int device, int status)
 {
-    rs_file_header *h = rs_writer_header();
-    if (h && status == 0 && h->device < 0)
-        h->device = device;
+    if (status == 0)
+        note_device(device);
     rs_rec_set_device *r = rs_rec_begin(sizeof *r, RS_UNGATED);
     if (!r)
         return;

@@ -284,6 +284,7 @@ rs_rec_begin(uint32_t size, int cls)
         release_thread_chunk();
         if (claim_chunk() != 0)
             return NULL;
+        rs_modules_refresh();
         if (cls == RS_GATED && atomic_load_explicit(&g_w.limit_hit, memory_order_relaxed)) {
             rs_writer_count_dropped();
             return NULL;
@@ -484,6 +485,10 @@ rs_trace_open(void)
 void
 rs_writer_close(void)
 {
+    if (rs_writer_state() != RS_W_OPEN)
+        return;
+    /* Objects loaded after the file was created (dlopen'ed plugins). */
+    rs_modules_refresh();
     int expect = RS_W_OPEN;
     if (!atomic_compare_exchange_strong(&g_w.state, &expect, RS_W_CLOSED))
         return;
@@ -518,6 +523,7 @@ atfork_child(void)
 {
     pthread_mutex_init(&g_w.open_mu, NULL);
     rs_intern_atfork_child();
+    rs_modules_atfork_child();
     if (rs_writer_state() == RS_W_OPEN) {
         for (int i = 0; i < RS_REGISTRY_SLOTS; i++) {
             unsigned char *c = atomic_load(&g_w.slots[i].chunk);

@@ -52,6 +52,12 @@ RS_HIDDEN void rs_writer_count_dropped(void);
  * (META, MODULE) into a freshly created file. */
 RS_HIDDEN void rs_header_fill(rs_file_header *h, const char *run_dir_name);
 RS_HIDDEN void rs_header_write_startup_records(void);
+/* Provided by header.c: write MODULE records for objects loaded since the
+ * last refresh (cheap when nothing was loaded). Called at each chunk claim,
+ * at OOM and at exit; dl_iterate_phdr takes only the loader's list lock,
+ * never the lock held while constructors run. */
+RS_HIDDEN void rs_modules_refresh(void);
+RS_HIDDEN void rs_modules_atfork_child(void);
 /* Provided by header.c: the run directory name and the file name. */
 RS_HIDDEN void rs_trace_names(char *run_dir, size_t run_cap, char *file, size_t file_cap);
 
