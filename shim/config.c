@@ -112,6 +112,8 @@ set_STR(const char *name, const char *v, const char *dflt)
         }
     } else if (!strcmp(name, "RECOMPSHIM_STEP_MARKER")) {
         snprintf(g_rs_cfg.step_marker, sizeof g_rs_cfg.step_marker, "%s", *val ? val : dflt);
+    } else if (!strcmp(name, "RECOMPSHIM_TENSORS")) {
+        snprintf(g_rs_cfg.tensors, sizeof g_rs_cfg.tensors, "%s", val);
     } else if (!strcmp(name, "RECOMPSHIM_RUN_ID")) {
         rs_sanitize_name(g_rs_cfg.run_id, sizeof g_rs_cfg.run_id, val);
     }

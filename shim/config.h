@@ -18,6 +18,7 @@ typedef struct rs_config {
     uint64_t meminfo_interval_ns;/* RECOMPSHIM_MEMINFO_MS in ns, 0 = never sample */
     int log_level;               /* RECOMPSHIM_LOG */
     char run_id[96];             /* RECOMPSHIM_RUN_ID (inherited or generated) */
+    char tensors[16];            /* RECOMPSHIM_TENSORS as given */
 } rs_config;
 
 extern rs_config g_rs_cfg RS_HIDDEN;

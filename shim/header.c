@@ -16,6 +16,7 @@
 #include "config.h"
 #include "resolve.h"
 #include "stack.h"
+#include "tensor_mode.h"
 #include "writer.h"
 
 #ifndef RS_SHIM_VERSION
@@ -124,7 +125,8 @@ rs_header_fill(rs_file_header *h, const char *run_dir_name)
     h->chunk_size = RS_CHUNK_SIZE;
     h->pid = (int32_t)getpid();
     h->ppid = (int32_t)getppid();
-    h->mode = RS_MODE_DEFAULT;
+    h->mode = rs_tensor_mode();
+    h->refusals = rs_tensor_refusals();
     h->device = t_rs.device;
     h->mono_start_ns = (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec;
     h->real_start_ns = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec;
@@ -300,6 +302,12 @@ rs_header_write_startup_records(void)
     const char *foreign = rs_nvtx_foreign_path();
     if (foreign)
         rs_record_meta(RS_META_NVTX_OWNER, foreign, strlen(foreign));
+    if (g_rs_cfg.tensors[0]) {
+        const char *note = rs_tensor_note();
+        rs_record_meta(RS_META_TENSORS, note, strlen(note));
+        if (rs_tensor_refusals())
+            rs_record_meta(RS_META_NOTE, note, strlen(note));
+    }
     const char *unw = rs_stack_unwinder();
     rs_record_meta(RS_META_UNWINDER, unw, strlen(unw));
     rs_resolve_report_missing();

@@ -116,6 +116,16 @@ maybe_sample(void)
     rs_record_meminfo(RS_MEMINFO_SAMPLE, f, t, t_rs.device, rc);
 }
 
+/* The async mode took effect once a cudaMallocAsync succeeds. */
+static atomic_int g_async_seen;
+
+static int
+stream_api(uint16_t api)
+{
+    return api == RS_API_cudaMallocAsync || api == RS_API_cudaMallocAsync_ptsz ||
+           api == RS_API_cudaMallocFromPoolAsync || api == RS_API_cudaMallocFromPoolAsync_ptsz;
+}
+
 /* Record the outcome of an allocation call. */
 static void
 after_alloc(uint16_t api, uint8_t mem, cudaError_t rc, void **out, size_t size, uint64_t stream,
@@ -125,6 +135,8 @@ after_alloc(uint16_t api, uint8_t mem, cudaError_t rc, void **out, size_t size, 
         return;
     learn_device();
     if (rc == cudaSuccess) {
+        if (stream_api(api) && !atomic_exchange_explicit(&g_async_seen, 1, memory_order_relaxed))
+            rs_writer_set_flags(RS_HDR_ASYNC_SEEN);
         if (mem == RS_MEM_MANAGED && out && *out)
             managed_add((uint64_t)(uintptr_t)*out);
         rs_record_alloc(api, mem, out ? (uint64_t)(uintptr_t)*out : 0, size, stream, caller, rc);

@@ -3,6 +3,7 @@
 
 #include "config.h"
 #include "stack.h"
+#include "tensor_mode.h"
 #include "writer.h"
 
 __attribute__((constructor)) static void
@@ -14,6 +15,7 @@ rs_init(void)
     if (!g_rs_cfg.disable) {
         rs_stack_init();
         rs_nvtx_setup_env();
+        rs_tensor_mode_apply();
     }
     t_rs.guard--;
 }

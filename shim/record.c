@@ -321,3 +321,112 @@ rs_record_nvtx_end(uint64_t range_id)
     r->range_id = range_id;
     rs_rec_end(r, sizeof *r);
 }
+
+void
+rs_record_vmm(uint16_t kind, uint16_t api, uint64_t handle, uint64_t ptr, uint64_t size,
+              uint64_t offset, uint64_t caller, int device, int status)
+{
+    if (!rs_recording())
+        return;
+    rs_rec_vmm *r = rs_rec_begin(sizeof *r, RS_GATED);
+    if (!r)
+        return;
+    note_device(device);
+    r->h = hdr(kind, sizeof *r, 0);
+    r->handle = handle;
+    r->ptr = ptr;
+    r->size = size;
+    r->offset = offset;
+    r->caller = caller;
+    r->api = api;
+    r->reserved0 = 0;
+    r->device = (int8_t)(device >= -1 && device < 128 ? device : -1);
+    r->status = status;
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_record_tensor(uint64_t ptr, int64_t size, uint64_t total_allocated, uint64_t total_reserved,
+                 uint64_t caller, int device_type, int device, uint32_t signature)
+{
+    if (!rs_recording())
+        return;
+    rs_rec_tensor *r = rs_rec_begin(sizeof *r, RS_GATED);
+    if (!r)
+        return;
+    note_device(device);
+    r->h = hdr(RS_REC_TENSOR, sizeof *r, signature);
+    r->ptr = ptr;
+    r->size = size;
+    r->total_allocated = total_allocated;
+    r->total_reserved = total_reserved;
+    r->caller = caller;
+    r->device_type = (int8_t)device_type;
+    r->device = (int8_t)device;
+    r->reserved0 = 0;
+    r->reserved1 = 0;
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_record_graph(uint32_t op, uint16_t api, uint64_t stream, uint64_t graph, uint64_t exec,
+                uint32_t mode, int status)
+{
+    rs_rec_graph *r = rs_rec_begin(sizeof *r, RS_UNGATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_GRAPH, sizeof *r, op);
+    r->stream = stream;
+    r->graph = graph;
+    r->exec = exec;
+    r->api = api;
+    r->reserved0 = 0;
+    r->status = status;
+    r->mode = mode;
+    r->reserved1 = 0;
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_record_collective(uint32_t op, uint16_t api, uint64_t comm, uint64_t count, uint64_t bytes,
+                     uint64_t stream, uint64_t comm_hash, int datatype, int redop, int peer,
+                     int nranks, int rank, int status)
+{
+    int gated = !(op == RS_COLL_COMM_INIT || op == RS_COLL_COMM_SPLIT ||
+                  op == RS_COLL_COMM_DESTROY);
+    if (gated && !rs_recording())
+        return;
+    rs_rec_collective *r = rs_rec_begin(sizeof *r, gated ? RS_GATED : RS_UNGATED);
+    if (!r)
+        return;
+    r->h = hdr(RS_REC_COLLECTIVE, sizeof *r, op);
+    r->comm = comm;
+    r->count = count;
+    r->bytes = bytes;
+    r->stream = stream;
+    r->comm_hash = comm_hash;
+    r->api = api;
+    r->datatype = (int8_t)datatype;
+    r->redop = (int8_t)redop;
+    r->peer = peer;
+    r->nranks = nranks;
+    r->rank = rank;
+    r->status = status;
+    r->reserved0 = 0;
+    rs_rec_end(r, sizeof *r);
+}
+
+void
+rs_record_ctx(uint64_t ctx, int device, int status)
+{
+    rs_rec_ctx *r = rs_rec_begin(sizeof *r, RS_UNGATED);
+    if (!r)
+        return;
+    if (status == 0)
+        note_device(device);
+    r->h = hdr(RS_REC_CTX_SET, sizeof *r, 0);
+    r->ctx = ctx;
+    r->device = device;
+    r->status = status;
+    rs_rec_end(r, sizeof *r);
+}

@@ -75,6 +75,30 @@ RS_HIDDEN void rs_record_meminfo(uint32_t reason, uint64_t free_bytes, uint64_t 
                                  int device, int status);
 RS_HIDDEN void rs_record_set_device(int device, int status);
 RS_HIDDEN void rs_record_pool_attr(uint64_t pool, uint32_t attr, uint64_t value, int status);
+/* Driver virtual-memory call (kind RS_REC_VMM_* / RS_REC_VA_*), see
+ * trace_format.h for which fields each kind uses. Gated. */
+RS_HIDDEN void rs_record_vmm(uint16_t kind, uint16_t api, uint64_t handle, uint64_t ptr,
+                             uint64_t size, uint64_t offset, uint64_t caller, int device,
+                             int status);
+/* PyTorch's allocator report: block at ptr, size > 0 allocated, < 0 freed,
+ * PyTorch's totals after it (bytes). signature 1 = size_t totals, 2 =
+ * int64_t totals. Gated. */
+RS_HIDDEN void rs_record_tensor(uint64_t ptr, int64_t size, uint64_t total_allocated,
+                                uint64_t total_reserved, uint64_t caller, int device_type,
+                                int device, uint32_t signature);
+/* CUDA-graph call (op = enum rs_graph_op). Ungated: capture windows must
+ * stay paired. */
+RS_HIDDEN void rs_record_graph(uint32_t op, uint16_t api, uint64_t stream, uint64_t graph,
+                               uint64_t exec, uint32_t mode, int status);
+/* NCCL call (op = enum rs_coll_op); bytes = count x datatype size. Gated,
+ * but communicator creation and destruction are not. */
+RS_HIDDEN void rs_record_collective(uint32_t op, uint16_t api, uint64_t comm, uint64_t count,
+                                    uint64_t bytes, uint64_t stream, uint64_t comm_hash,
+                                    int datatype, int redop, int peer, int nranks, int rank,
+                                    int status);
+/* cuCtxSetCurrent(ctx) on this thread; device -1 unknown. Ungated. */
+RS_HIDDEN void rs_record_ctx(uint64_t ctx, int device, int status);
+
 /* A thread name: tid 0 when only the pthread_t is known. */
 RS_HIDDEN void rs_record_thread(uint32_t tid, uint64_t pthread, const char *name, int rename);
 RS_HIDDEN void rs_record_meta(uint32_t key, const void *bytes, size_t len);

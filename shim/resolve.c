@@ -58,9 +58,16 @@ void *
 rs_resolve_sym(const char *name, int lib)
 {
     void *p = dlsym(RTLD_NEXT, name);
-    if (p || lib != RS_LIB_CUDART)
+    if (p)
         return p;
-    struct find_lib f = {.needle = "libcudart.so"};
+    const char *needle = lib == RS_LIB_CUDART ? "libcudart.so"
+                         : lib == RS_LIB_CUDA ? "libcuda.so"
+                         : lib == RS_LIB_NCCL ? "libnccl.so"
+                         : lib == RS_LIB_C10  ? "libc10.so"
+                                              : NULL;
+    if (!needle)
+        return NULL;
+    struct find_lib f = {.needle = needle};
     if (dl_iterate_phdr(find_lib_cb, &f) == 1) {
         void *h = dlopen(f.path, RTLD_NOLOAD | RTLD_LAZY);
         if (h) {

@@ -47,7 +47,8 @@
 #define RS_HDR_LIMIT_HIT     0x2u  /* RECOMPSHIM_MAX_BYTES stopped recording */
 #define RS_HDR_DISABLED      0x4u  /* shim disabled itself after an error */
 #define RS_HDR_NVTX_FOREIGN  0x8u  /* NVTX_INJECTION64_PATH named another tool */
-#define RS_HDR_KNOWN_FLAGS   0xfu
+#define RS_HDR_ASYNC_SEEN    0x10u /* a cudaMallocAsync succeeded (v1.1): the async mode took effect */
+#define RS_HDR_KNOWN_FLAGS   0x1fu
 
 /* Where the rank numbers came from. */
 enum rs_rank_source {

@@ -280,9 +280,10 @@ Test(records, every_kind_through_recomp_dump)
     cr_assert_eq(rc, 0, "stderr: %s", err);
     cr_assert_str_eq(err, "");
     /* the expected text with the real path in the first line */
-    char *want = malloc(sizeof k_expected + strlen(path));
+    char *want = malloc(sizeof k_expected + strlen(path) + 16);
     const char *tail = strchr(k_expected, '\n');
-    sprintf(want, "recompshim trace v1.0 %s%s", path, tail);
+    sprintf(want, "recompshim trace v%d.%d %s%s", RS_TRACE_VERSION_MAJOR, RS_TRACE_VERSION_MINOR,
+            path, tail);
     cr_assert_str_eq(out, want);
     free(want);
     free(out);
