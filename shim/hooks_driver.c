@@ -87,6 +87,25 @@ real_of(enum drv_id id)
     return atomic_load_explicit(&g_real[id], memory_order_acquire);
 }
 
+/* The device of this thread's current context, asked once (cuCtxGetDevice
+ * creates no context; a driver memory call that just succeeded proves one
+ * is current). Runtime hooks learn it from cudaGetDevice the same way. */
+static void
+learn_device(void)
+{
+    if (t_rs.device >= 0)
+        return;
+    static _Atomic(void *) getdev;
+    void *p = atomic_load(&getdev);
+    if (!p) {
+        p = rs_resolve_sym("cuCtxGetDevice", RS_LIB_CUDA);
+        atomic_store(&getdev, p);
+    }
+    CUdevice d;
+    if (p && ((fn_ctx_get_device)p)(&d) == CUDA_SUCCESS && d >= 0 && d < 128)
+        t_rs.device = (int8_t)d;
+}
+
 /* OOM or other failure of a driver allocation. */
 static void
 alloc_failed(uint16_t api, uint64_t size, uint64_t caller, CUresult rc)
@@ -111,6 +130,7 @@ w_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     t_rs.guard++;
     CUresult rc = real(dptr, bytesize);
     if (rs_trace_open()) {
+        learn_device();
         if (rc == CUDA_SUCCESS)
             rs_record_alloc(RS_API_cuMemAlloc_v2, RS_MEM_DEVICE, dptr ? (uint64_t)*dptr : 0,
                             bytesize, 0, caller, 0);
@@ -131,7 +151,7 @@ w_cuMemFree_v2(CUdeviceptr dptr)
     t_rs.guard++;
     uint64_t t0 = rs_now_ns();
     CUresult rc = real(dptr);
-    if (dptr && rs_trace_open())
+    if (dptr && rs_trace_open() && (learn_device(), 1))
         rs_record_free_at(t0, RS_API_cuMemFree_v2, RS_MEM_DEVICE, (uint64_t)dptr, 0, caller,
                           (int)rc);
     t_rs.guard--;
@@ -148,6 +168,7 @@ w_cuMemFree_v2(CUdeviceptr dptr)
         t_rs.guard++;                                                                         \
         CUresult rc = real(dptr, bytesize, stream);                                           \
         if (rs_trace_open()) {                                                                \
+            learn_device();                                                                   \
             if (rc == CUDA_SUCCESS)                                                           \
                 rs_record_alloc(api, RS_MEM_DEVICE, dptr ? (uint64_t)*dptr : 0, bytesize,     \
                                 (uint64_t)(uintptr_t)stream, caller, 0);                      \
@@ -170,7 +191,7 @@ ALLOC_ASYNC(w_cuMemAllocAsync_ptsz, D_ALLOC_ASYNC_PTSZ, RS_API_cuMemAllocAsync_p
         t_rs.guard++;                                                                         \
         uint64_t t0 = rs_now_ns();                                                            \
         CUresult rc = real(dptr, stream);                                                     \
-        if (dptr && rs_trace_open())                                                          \
+        if (dptr && rs_trace_open() && (learn_device(), 1))                                   \
             rs_record_free_at(t0, api, RS_MEM_DEVICE, (uint64_t)dptr,                         \
                               (uint64_t)(uintptr_t)stream, caller, (int)rc);                  \
         t_rs.guard--;                                                                         \
@@ -192,12 +213,13 @@ w_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllo
     int dev = (prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) ? prop->location.id
                                                                           : -1;
     if (rs_trace_open()) {
+        learn_device();
+        rs_record_vmm(RS_REC_VMM_CREATE, RS_API_cuMemCreate,
+                      (rc == CUDA_SUCCESS && handle) ? (uint64_t)*handle : 0, 0, size, 0, caller,
+                      dev >= 0 ? dev : t_rs.device, (int)rc);
+        /* Out of physical memory is the expandable-segments OOM. */
         if (rc == CUDA_ERROR_OUT_OF_MEMORY)
             alloc_failed(RS_API_cuMemCreate, size, caller, rc);
-        else
-            rs_record_vmm(RS_REC_VMM_CREATE, RS_API_cuMemCreate,
-                          (rc == CUDA_SUCCESS && handle) ? (uint64_t)*handle : 0, 0, size, 0,
-                          caller, dev, (int)rc);
     }
     t_rs.guard--;
     return rc;
@@ -214,7 +236,7 @@ w_cuMemRelease(CUmemGenericAllocationHandle handle)
     CUresult rc = real(handle);
     if (rs_trace_open())
         rs_record_vmm(RS_REC_VMM_RELEASE, RS_API_cuMemRelease, (uint64_t)handle, 0, 0, 0, caller,
-                      -1, (int)rc);
+                      t_rs.device, (int)rc);
     t_rs.guard--;
     return rc;
 }
@@ -231,7 +253,7 @@ w_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHa
     CUresult rc = real(ptr, size, offset, handle, flags);
     if (rs_trace_open())
         rs_record_vmm(RS_REC_VMM_MAP, RS_API_cuMemMap, (uint64_t)handle, (uint64_t)ptr, size,
-                      offset, caller, -1, (int)rc);
+                      offset, caller, (learn_device(), t_rs.device), (int)rc);
     t_rs.guard--;
     return rc;
 }
@@ -246,8 +268,8 @@ w_cuMemUnmap(CUdeviceptr ptr, size_t size)
     t_rs.guard++;
     CUresult rc = real(ptr, size);
     if (rs_trace_open())
-        rs_record_vmm(RS_REC_VMM_UNMAP, RS_API_cuMemUnmap, 0, (uint64_t)ptr, size, 0, caller, -1,
-                      (int)rc);
+        rs_record_vmm(RS_REC_VMM_UNMAP, RS_API_cuMemUnmap, 0, (uint64_t)ptr, size, 0, caller,
+                      t_rs.device, (int)rc);
     t_rs.guard--;
     return rc;
 }
@@ -265,7 +287,7 @@ w_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdevicep
     if (rs_trace_open())
         rs_record_vmm(RS_REC_VA_RESERVE, RS_API_cuMemAddressReserve, 0,
                       (rc == CUDA_SUCCESS && ptr) ? (uint64_t)*ptr : 0, size, alignment, caller,
-                      -1, (int)rc);
+                      (learn_device(), t_rs.device), (int)rc);
     t_rs.guard--;
     return rc;
 }
@@ -281,7 +303,7 @@ w_cuMemAddressFree(CUdeviceptr ptr, size_t size)
     CUresult rc = real(ptr, size);
     if (rs_trace_open())
         rs_record_vmm(RS_REC_VA_FREE, RS_API_cuMemAddressFree, 0, (uint64_t)ptr, size, 0, caller,
-                      -1, (int)rc);
+                      t_rs.device, (int)rc);
     t_rs.guard--;
     return rc;
 }

@@ -370,8 +370,10 @@ _Static_assert(sizeof(rs_rec_pool_attr) == 40, "pool attr");
  *   VMM_UNMAP    ptr, size
  *   VA_RESERVE   ptr (the reserved base), size, offset = requested alignment
  *   VA_FREE      ptr, size
- * aux = 0. Failed calls are recorded with their status (a failed
- * VMM_CREATE with CUDA_ERROR_OUT_OF_MEMORY is the expandable-segments OOM). */
+ * aux = 0. Failed calls are recorded with their status; a VMM_CREATE that
+ * failed with CUDA_ERROR_OUT_OF_MEMORY (the expandable-segments OOM) is
+ * followed by an OOM record with api cuMemCreate. device: the handle's
+ * location for VMM_CREATE, else the calling thread's current device. */
 typedef struct rs_rec_vmm {
     rs_record_header h;
     uint64_t handle;                     /* CUmemGenericAllocationHandle, 0 */
