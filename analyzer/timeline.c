@@ -101,6 +101,10 @@ open_span(tl *t, uint8_t phase)
     if (!t->out->niters || t->iteration < 0)
         return;
     am_iteration *it = &t->out->iters[t->out->niters - 1];
+    if (it->nphases && it->phases[it->nphases - 1].start_ns == t->now) {
+        it->phases[it->nphases - 1].phase = phase; /* zero-length: replace */
+        return;
+    }
     if (grow((void **)&it->phases, &it->capphases, it->nphases + 1, sizeof *it->phases) < 0)
         return; /* spans are informative: drop on out of memory */
     it->phases[it->nphases++] = (am_phase_span){phase, t->now, t->now};
@@ -159,7 +163,8 @@ new_iteration(tl *t, int number)
     t->fwd_layer = 0;
     if (t->phase == AM_PH_init && !o->init_end_ns)
         o->init_end_ns = t->now;
-    open_span(t, t->phase);
+    if (t->phase != AM_PH_init)
+        open_span(t, t->phase);
 }
 
 static am_iteration *
