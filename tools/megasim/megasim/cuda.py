@@ -212,10 +212,13 @@ class Tensor:
     __slots__ = ("nbytes", "ptr", "name", "kind", "__weakref__")
 
     def __init__(self, nbytes, name="", kind="act"):
+        self.ptr = 0
         self.nbytes = int(nbytes)
         self.name = name
         self.kind = kind
-        self.ptr = DEV.alloc(self.nbytes) if self.nbytes else 0
+        if self.nbytes:
+            self.ptr = DEV.alloc(self.nbytes)
+            LIVE[0] += self.nbytes
         if _ACCOUNT is not None:
             _ACCOUNT.append((name, self.nbytes, kind))
 
@@ -223,6 +226,7 @@ class Tensor:
         p = self.ptr
         if p:
             self.ptr = 0
+            LIVE[0] -= self.nbytes
             DEV._free(p)
 
     def discard(self):
@@ -230,19 +234,23 @@ class Tensor:
         p = self.ptr
         if p:
             self.ptr = 0
+            LIVE[0] -= self.nbytes
             DEV._free(p)
 
     def take_storage(self, other):
         """share the storage of `other` (recomputed data, zero copy)."""
         if self.ptr:
+            LIVE[0] -= self.nbytes
             DEV._free(self.ptr)
         self.ptr, other.ptr = other.ptr, 0
+        self.nbytes = other.nbytes
 
     def __repr__(self):
         return "Tensor(%s, %d)" % (self.name, self.nbytes)
 
 
 _ACCOUNT = None
+LIVE = [0]     # bytes of live tensors (requested sizes, what the size model counts)
 
 
 class account:

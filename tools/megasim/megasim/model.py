@@ -708,13 +708,12 @@ class TransformerBlock:
     def forward(self, hidden_states, measure=False):
         if self.args.recompute_granularity == "full" and ag.ST.grad:
             return self._checkpointed_forward(hidden_states)
-        dev = DEV_REF[0]
+        from .cuda import LIVE
         for layer in self.layers:
-            before = dev.stats().allocated if measure else 0
+            before = LIVE[0]
             hidden_states = layer.forward(hidden_states)
             if measure:
-                self.layer_bytes.append((layer.layer_number, layer.kind,
-                                         dev.stats().allocated - before))
+                self.layer_bytes.append((layer.layer_number, layer.kind, LIVE[0] - before))
         return hidden_states
 
 
