@@ -322,7 +322,11 @@ should_intern(const char *s, size_t n)
 {
     if (n == 0 || n > RS_NVTX_INTERN_MAX)
         return 0;
-    if (memmem(s, n, ", seq = ", 8) || memmem(s, n, "op_id = ", 8))
+    /* emit_nvtx names always carry ", op_id = " or ", seq = ": look for
+     * the comma first (memchr is vectorised; most names have none). */
+    const char *c = memchr(s, ',', n);
+    if (c && (memmem(c, n - (size_t)(c - s), ", seq = ", 8) ||
+              memmem(c, n - (size_t)(c - s), "op_id = ", 8)))
         return 0;
     return 1;
 }

@@ -95,8 +95,9 @@ note_device(int device)
 static inline rs_record_header
 hdr(uint16_t kind, uint32_t size, uint32_t aux)
 {
+    t_rs.last_ns = rs_now_ns();
     return (rs_record_header){.kind = kind, .size = (uint16_t)size, .aux = aux,
-                              .t_ns = rs_now_ns()};
+                              .t_ns = t_rs.last_ns};
 }
 
 void

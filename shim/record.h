@@ -29,6 +29,7 @@ typedef struct rs_tls {
     unsigned char *chunk;       /* current chunk (header at offset 0), or NULL */
     uint32_t chunk_index;
     int8_t device;              /* last device set on this thread, -1 unknown */
+    uint64_t last_ns;           /* time of this thread's last record (saves a clock read) */
 } rs_tls;
 
 extern __thread rs_tls t_rs __attribute__((tls_model("initial-exec")));

@@ -1,0 +1,168 @@
+/* analysis.h: the results of analysing one source (a rank) and a job.
+ *
+ * Reporters (report_text.c, report_json.c) take these structs, never bytes.
+ * Sizes in bytes, times in ns since the source's start.
+ */
+#ifndef RECOMP_ANALYZER_ANALYSIS_H
+#define RECOMP_ANALYZER_ANALYSIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "catalog.h"
+#include "model.h"
+
+enum { AM_L_DEVICE = 0, AM_L_TENSOR = 1, AM_NLEVELS = 2 };
+
+/* Attribution of one allocation. layer: 0 = none, else local 1-based. */
+typedef struct am_attr {
+    uint8_t phase;            /* am_phase of the allocation */
+    uint8_t boundary;         /* am_boundary */
+    int32_t layer;            /* local 1-based layer, 0 none */
+} am_attr;
+
+/* One group of a live set: phase of allocation x boundary x layer. */
+typedef struct am_group {
+    uint8_t phase, boundary;
+    int32_t layer;            /* as reported (global when known), 0 none */
+    uint64_t bytes;
+    uint64_t count;
+} am_group;
+
+typedef struct am_setter {
+    uint64_t addr, size;
+    uint32_t tid;
+    am_attr attr;
+    uint8_t lib;
+    char where[256];          /* the allocating thread's range stack, "a > b" */
+} am_setter;
+
+/* A peak at one level. */
+typedef struct am_peak {
+    int known;                /* 0: n/a, reason says why */
+    const char *reason;
+    uint64_t bytes;
+    uint64_t time_ns;
+    int iteration;            /* -1 before the first iteration (init) */
+    uint8_t phase;            /* phase of the allocation that set it */
+    uint8_t program_phase;    /* the program's phase then */
+    am_setter setter;
+    uint64_t event_index;     /* ordinal of the setting event (pass 2 target) */
+    am_group *groups;         /* sorted by bytes, descending */
+    size_t ngroups;
+    uint64_t untracked_bytes; /* source's own total minus the tracked live set */
+    uint64_t by_lib[AM_LIB_COUNT]; /* device level: live bytes per owner library */
+    uint64_t reserved_bytes;  /* tensor level with totals: PyTorch's reserved then */
+} am_peak;
+
+typedef struct am_phase_span {
+    uint8_t phase;
+    uint64_t start_ns, end_ns;
+} am_phase_span;
+
+typedef struct am_iteration {
+    int number;
+    uint64_t start_ns, end_ns;
+    uint64_t peak[AM_NLEVELS];      /* per-level peak inside the iteration */
+    uint8_t peak_phase[AM_NLEVELS];
+    int microbatches;
+    am_phase_span *phases;
+    size_t nphases, capphases;
+} am_iteration;
+
+typedef struct am_retry {
+    uint64_t t_ns, size;
+    int iteration;
+    uint8_t phase;
+} am_retry;
+
+typedef struct am_oom {
+    uint64_t t_ns;
+    uint32_t tid;
+    int iteration;
+    uint8_t phase;
+    uint8_t lib;              /* owner library of the failing call */
+    uint16_t api;
+    int32_t status;
+    uint64_t requested;       /* at the CUDA API: the segment size asked for */
+    uint64_t free_bytes, total_bytes; /* 0 unknown */
+    uint64_t live[AM_NLEVELS];
+    am_group *groups;         /* device-level live set, grouped */
+    size_t ngroups;
+    char **frames;            /* symbolised "module+0xOFF" (or 0x... raw) */
+    size_t nframes;
+    char where[256];
+    uint64_t offset;          /* file offset of the OOM record */
+} am_oom;
+
+typedef struct am_rank {
+    am_source *src;
+    const char *path;
+    int rank;                 /* meta rank, or index when unknown */
+    int levels;               /* AM_LVL_* seen in the trace */
+    const char *tensor_na;    /* why there is no tensor level */
+    am_peak peak[AM_NLEVELS];
+    am_peak iter_peak[AM_NLEVELS]; /* --iteration K */
+    int iter_selected;        /* K, or -1 */
+    am_iteration *iters;
+    size_t niters;
+    uint64_t init_end_ns;
+    int steady;               /* steady state reached */
+    const char *steady_reason;
+    int opt_init_iteration;   /* -1 never */
+    am_oom *oom;              /* first fatal OOM, or NULL */
+    size_t noom_fatal;
+    am_retry *retries;
+    size_t nretries;
+    /* cudaMemGetInfo samples */
+    size_t nmeminfo;
+    uint64_t meminfo_total;
+    uint64_t min_free;
+    uint64_t max_other;       /* max over samples of total - free - tracked device */
+    /* layer numbering */
+    int layer_global;         /* 1: layers reported as Megatron's global numbers */
+    int pp, stage, layers_per_stage;
+    const char *stage_source; /* "command line", "p2p peers", or NULL */
+    /* counts */
+    uint64_t nevents, nallocs, nfrees, nunmatched_frees, ncollectives;
+    int has_step_markers;
+    int layer_signal;         /* 0 none, 1 Megatron layer ranges, 2 TE fallback */
+    /* analysis notes (NUL-terminated lines) */
+    char **notes;
+    size_t nnotes;
+} am_rank;
+
+/* Options of an analysis. */
+typedef struct am_opts {
+    int iteration;            /* --iteration K or -1 */
+} am_opts;
+
+/* Analyse one source (two streaming passes). Fills *out (caller zeroes it);
+ * returns 0, or -1 with a line naming file and offset in err. */
+int am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t errlen);
+
+void am_rank_free(am_rank *r);
+
+/* Append a note (printf-style) to r->notes. */
+void am_note(am_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Job-level results (ranks.c). */
+typedef struct am_job {
+    am_rank *ranks;
+    size_t nranks;
+    char id[128];             /* job identity shown in reports */
+    int hot;                  /* index into ranks of the hot rank, -1 */
+    int hot_level;            /* AM_L_* compared */
+    uint64_t min_peak, max_peak;
+} am_job;
+
+/* The job key of a source ("torchelastic:ID", "slurm:ID", ...), "" none. */
+void am_job_key(const am_meta *m, char *buf, size_t n);
+
+/* Cross-rank: pipeline stages from the command line, hot rank, spread. */
+void am_job_finish(am_job *j);
+
+/* The value of "--flag" in argv (next argument or --flag=value), or NULL. */
+const char *am_argv_value(const am_meta *m, const char *flag);
+
+#endif

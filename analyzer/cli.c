@@ -1,0 +1,294 @@
+/* cli.c: recomp-analyze TRACE...|DIR [--json] [--rank N] [--iteration K].
+ *
+ * Exit codes: 0 analysed (also for a trace that was not closed: warning);
+ * 1 usage error; 2 unreadable/damaged input, empty directory, traces of
+ * different jobs mixed.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "analysis.h"
+#include "report.h"
+
+typedef struct paths {
+    char **v;
+    size_t n, cap;
+} paths;
+
+static int
+add_path(paths *p, const char *s)
+{
+    if (p->n == p->cap) {
+        size_t nc = p->cap ? p->cap * 2 : 16;
+        char **q = realloc(p->v, nc * sizeof *q);
+        if (!q)
+            return -1;
+        p->v = q;
+        p->cap = nc;
+    }
+    if (!(p->v[p->n] = strdup(s)))
+        return -1;
+    p->n++;
+    return 0;
+}
+
+static int
+cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every file under dir (recursively, depth <= 4) with a format an importer
+ * recognises; others are listed as skipped on stderr. */
+static int
+scan_dir(const char *dir, paths *out, int depth)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "recomp-analyze: %s: cannot open directory: %s\n", dir,
+                strerror(errno));
+        return -1;
+    }
+    paths local = {0};
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (add_path(&local, path) < 0) {
+            closedir(d);
+            return -1;
+        }
+    }
+    closedir(d);
+    qsort(local.v, local.n, sizeof *local.v, cmp_str);
+    int rc = 0;
+    for (size_t i = 0; i < local.n; i++) {
+        struct stat st;
+        const char *p = local.v[i];
+        if (stat(p, &st) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (depth < 4 && scan_dir(p, out, depth + 1) < 0)
+                rc = -1;
+        } else if (S_ISREG(st.st_mode)) {
+            if (am_sniff(p)) {
+                if (add_path(out, p) < 0)
+                    rc = -1;
+            } else {
+                fprintf(stderr, "recomp-analyze: skipped %s (not a trace)\n", p);
+            }
+        }
+    }
+    for (size_t i = 0; i < local.n; i++)
+        free(local.v[i]);
+    free(local.v);
+    return rc;
+}
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+            "usage: recomp-analyze [--json] [--rank N] [--iteration K] [--top N] TRACE...|DIR\n"
+            "  Per-rank GPU memory peaks (tensor and device level), the phase, module\n"
+            "  boundary and layer of what was live, OOMs, and the hot rank.\n"
+            "  --json          the JSON document (docs/json-schema.md) on stdout\n"
+            "  --rank N        only rank N\n"
+            "  --iteration K   also the peak of iteration K, with its live set\n"
+            "  --top N         contributors shown per peak in the text report (default 12,\n"
+            "                  0 = all)\n"
+            "exit: 0 ok, 1 usage, 2 unreadable or damaged traces, empty directory, mixed jobs\n");
+}
+
+static int
+parse_int(const char *s, int *v)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || *end || end == s || x < 0 || x > 1000000000)
+        return -1;
+    *v = (int)x;
+    return 0;
+}
+
+static int
+rank_cmp(const void *a, const void *b)
+{
+    const am_rank *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return strcmp(x->path, y->path);
+}
+
+int
+main(int argc, char **argv)
+{
+    int json = 0, want_rank = -1, iteration = -1, top = 12;
+    static const struct option lo[] = {
+        {"json", no_argument, 0, 'j'},          {"rank", required_argument, 0, 'r'},
+        {"iteration", required_argument, 0, 'i'}, {"top", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "jr:i:t:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'j':
+            json = 1;
+            break;
+        case 'r':
+            if (parse_int(optarg, &want_rank) < 0) {
+                fprintf(stderr, "recomp-analyze: --rank wants a rank number, got '%s'\n", optarg);
+                return 1;
+            }
+            break;
+        case 'i':
+            if (parse_int(optarg, &iteration) < 0) {
+                fprintf(stderr, "recomp-analyze: --iteration wants a number, got '%s'\n",
+                        optarg);
+                return 1;
+            }
+            break;
+        case 't':
+            if (parse_int(optarg, &top) < 0) {
+                fprintf(stderr, "recomp-analyze: --top wants a number, got '%s'\n", optarg);
+                return 1;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 1;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return 1;
+    }
+
+    paths files = {0};
+    for (int i = optind; i < argc; i++) {
+        struct stat st;
+        if (stat(argv[i], &st) < 0) {
+            fprintf(stderr, "recomp-analyze: %s: cannot open: %s\n", argv[i], strerror(errno));
+            return 2;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            size_t before = files.n;
+            if (scan_dir(argv[i], &files, 0) < 0)
+                return 2;
+            if (files.n == before) {
+                fprintf(stderr, "recomp-analyze: %s: no trace files in this directory\n",
+                        argv[i]);
+                return 2;
+            }
+        } else if (add_path(&files, argv[i]) < 0) {
+            fprintf(stderr, "recomp-analyze: out of memory\n");
+            return 2;
+        }
+    }
+
+    am_job job = {0};
+    job.ranks = calloc(files.n, sizeof *job.ranks);
+    am_source **srcs = calloc(files.n, sizeof *srcs);
+    if (!job.ranks || !srcs) {
+        fprintf(stderr, "recomp-analyze: out of memory\n");
+        return 2;
+    }
+    int rc = 0;
+    char err[1024];
+    for (size_t i = 0; i < files.n; i++) {
+        if (am_source_open(files.v[i], &srcs[i], err, sizeof err) < 0) {
+            fprintf(stderr, "recomp-analyze: %s\n", err);
+            rc = 2;
+            goto out;
+        }
+        const am_meta *m = &srcs[i]->meta;
+        for (size_t w = 0; w < m->nwarnings; w++)
+            fprintf(stderr, "recomp-analyze: warning: %s\n", m->warnings[w]);
+        if (!m->closed && !m->nwarnings)
+            fprintf(stderr,
+                    "recomp-analyze: warning: %s: trace not closed (the process was killed or "
+                    "is still running): read to its last published record\n",
+                    m->path);
+    }
+
+    /* one job per analysis */
+    {
+        char k0[160], ki[160];
+        am_job_key(&srcs[0]->meta, k0, sizeof k0);
+        int mixed = 0;
+        for (size_t i = 1; i < files.n; i++) {
+            am_job_key(&srcs[i]->meta, ki, sizeof ki);
+            if (strcmp(k0, ki) != 0)
+                mixed = 1;
+        }
+        if (mixed) {
+            fprintf(stderr, "recomp-analyze: traces from different jobs; analyse one job at a "
+                            "time:\n");
+            for (size_t i = 0; i < files.n; i++) {
+                am_job_key(&srcs[i]->meta, ki, sizeof ki);
+                fprintf(stderr, "  %s: %s\n", files.v[i], ki[0] ? ki : "(no job identity)");
+            }
+            rc = 2;
+            goto out;
+        }
+    }
+
+    am_opts opts = {iteration};
+    for (size_t i = 0; i < files.n; i++) {
+        if (want_rank >= 0 && srcs[i]->meta.rank != want_rank)
+            continue;
+        am_rank *r = &job.ranks[job.nranks];
+        if (am_analyze(srcs[i], &opts, r, err, sizeof err) < 0) {
+            fprintf(stderr, "recomp-analyze: %s\n", err);
+            srcs[i] = NULL; /* owned by r now */
+            job.nranks++;
+            rc = 2;
+            goto out;
+        }
+        srcs[i] = NULL;
+        if (r->rank < 0)
+            r->rank = (int)job.nranks;
+        job.nranks++;
+    }
+    if (!job.nranks) {
+        fprintf(stderr, "recomp-analyze: no trace of rank %d among %zu file(s)\n", want_rank,
+                files.n);
+        rc = 1;
+        goto out;
+    }
+    qsort(job.ranks, job.nranks, sizeof *job.ranks, rank_cmp);
+    am_job_finish(&job);
+    am_report_opts ro = {top, iteration};
+    if (json) {
+        if (am_report_json(stdout, &job, &ro) < 0) {
+            fprintf(stderr, "recomp-analyze: cannot write the JSON document\n");
+            rc = 2;
+        }
+    } else {
+        am_report_text(stdout, &job, &ro);
+    }
+    if (fflush(stdout) != 0)
+        rc = 2;
+out:
+    for (size_t i = 0; i < job.nranks; i++)
+        am_rank_free(&job.ranks[i]);
+    for (size_t i = 0; i < files.n; i++) {
+        am_source_close(srcs[i]);
+        free(files.v[i]);
+    }
+    free(files.v);
+    free(srcs);
+    free(job.ranks);
+    return rc;
+}

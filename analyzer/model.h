@@ -1,0 +1,206 @@
+/* model.h: the one in-memory event model every source produces.
+ *
+ * Data flows one way (DESIGN.md): source -> am_event stream -> timeline
+ * (phases, iterations, layers) -> attribution (boundary) -> peak/OOM sweep
+ * -> reports. A source is anything that can stream events in time order:
+ * the native recompshim trace (source_native.c) today; PyTorch memory
+ * snapshots and Kineto traces (importers) next. Analyses never ask a source
+ * for anything but the metadata below and the next event, so every analysis
+ * works on every source.
+ *
+ * Contract for a source (an importer author's checklist):
+ *   - events come in non-decreasing t_ns (ns since the source's own start);
+ *     ties keep the source's order;
+ *   - next() stores one event and returns 1, 0 at the end, -1 on an error
+ *     (message in am_source_error, naming file and offset);
+ *   - rewind() restarts the stream from the first event, producing exactly
+ *     the same sequence again (analyses make a small fixed number of passes);
+ *   - pointers in an event (names, frames) stay valid until close();
+ *   - memory held is bounded by definitions (strings, threads), never by the
+ *     number of events.
+ *
+ * Levels. Every allocation/free counts at one or both levels (a bitmask):
+ *   AM_LVL_DEVICE  what the GPU sees: cudaMalloc segments, cuMem physical
+ *                  memory (VMM create/release), memory outside PyTorch;
+ *   AM_LVL_TENSOR  what PyTorch's allocated counter sees: TENSOR records
+ *                  (the allocator report hook, block sizes), the allocations
+ *                  of a tensor mode (async / nocache, request sizes), or an
+ *                  importer's blocks.
+ * Host-pinned and managed memory are carried with their mem kind and never
+ * count in device peaks (nor tensor peaks).
+ *
+ * Units: times in ns, sizes in bytes, everywhere.
+ */
+#ifndef RECOMP_ANALYZER_MODEL_H
+#define RECOMP_ANALYZER_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- events ---- */
+
+typedef enum am_ev_kind {
+    AM_EV_ALLOC = 1,      /* addr, size, levels, mem, lib, caller; opt. totals */
+    AM_EV_FREE,           /* addr (size 0 when unknown: the live set knows) */
+    AM_EV_RANGE_PUSH,     /* name, domain: pushed on tid's stack */
+    AM_EV_RANGE_POP,      /* domain: innermost range of that domain on tid */
+    AM_EV_RANGE_START,    /* name, domain, id: start/end range (any thread) */
+    AM_EV_RANGE_END,      /* id */
+    AM_EV_MARK,           /* name, domain: an instant */
+    AM_EV_THREAD_NAME,    /* name: tid's name from now on */
+    AM_EV_COLLECTIVE,     /* op, size (bytes), peer, id = communicator */
+    AM_EV_OOM,            /* size requested, free/total (0 unknown), frames */
+    AM_EV_MEMINFO,        /* free/total from cudaMemGetInfo */
+    AM_EV_GRAPH_BEGIN,    /* CUDA-graph capture window opens (id = stream) */
+    AM_EV_GRAPH_END,      /* ... closes */
+} am_ev_kind;
+
+/* Level bits of an allocation or free. */
+enum { AM_LVL_DEVICE = 1, AM_LVL_TENSOR = 2 };
+
+/* Memory kinds (same values as the trace format's rs_mem_kind). */
+typedef enum am_mem { AM_MEM_DEVICE = 0, AM_MEM_HOST = 1, AM_MEM_MANAGED = 2 } am_mem;
+
+/* Address spaces of allocation keys: a pointer, or a driver handle
+ * (cuMemCreate physical memory, released by handle). */
+enum { AM_SPACE_PTR = 0, AM_SPACE_HANDLE = 1 };
+
+/* Owner library of an allocation (from the caller address; catalog.def). */
+typedef enum am_lib {
+    AM_LIB_UNKNOWN = 0,
+    AM_LIB_PYTORCH,       /* libtorch*, libc10* */
+    AM_LIB_NCCL,          /* libnccl */
+    AM_LIB_CUBLAS,        /* libcublas, libcublasLt */
+    AM_LIB_TE,            /* libtransformer_engine */
+    AM_LIB_CUDNN,         /* libcudnn* */
+    AM_LIB_OTHER,         /* any other known module */
+    AM_LIB_COUNT
+} am_lib;
+
+/* Collective ops (values of the trace format's rs_coll_op). */
+typedef enum am_coll {
+    AM_COLL_NONE = 0,
+    AM_COLL_ALL_REDUCE = 1, AM_COLL_REDUCE_SCATTER = 2, AM_COLL_ALL_GATHER = 3,
+    AM_COLL_BROADCAST = 4, AM_COLL_REDUCE = 5, AM_COLL_SEND = 6, AM_COLL_RECV = 7,
+    AM_COLL_ALL_TO_ALL = 8, AM_COLL_GROUP_START = 9, AM_COLL_GROUP_END = 10,
+    AM_COLL_COMM_INIT = 11, AM_COLL_COMM_SPLIT = 12, AM_COLL_COMM_DESTROY = 13,
+} am_coll;
+
+typedef struct am_event {
+    uint64_t t_ns;            /* ns since the source's start */
+    uint32_t tid;             /* OS thread id of the thread it happened on */
+    uint8_t kind;             /* am_ev_kind */
+    uint8_t levels;           /* AM_LVL_* (ALLOC/FREE) */
+    uint8_t mem;              /* am_mem (ALLOC/FREE/OOM) */
+    uint8_t lib;              /* am_lib of the caller (ALLOC/FREE/OOM) */
+    uint8_t space;            /* AM_SPACE_* of addr */
+    uint8_t has_totals;       /* 1: total_allocated/total_reserved are set */
+    uint16_t api;             /* source-specific API code (native: rs_api) */
+    uint32_t op;              /* am_coll (COLLECTIVE) */
+    int32_t peer;             /* COLLECTIVE: send/recv peer, root, else -1 */
+    int32_t device;           /* -1 unknown */
+    int32_t status;           /* error code of the call (OOM) */
+    uint64_t addr;            /* pointer or handle (see space) */
+    uint64_t size;            /* bytes (ALLOC, FREE when known, OOM request, COLLECTIVE) */
+    uint64_t id;              /* START/END range id; COLLECTIVE communicator; graph stream */
+    uint64_t caller;          /* return address of the allocating call, 0 */
+    uint64_t free_bytes;      /* MEMINFO/OOM: device free bytes then, 0 unknown */
+    uint64_t total_bytes;     /* MEMINFO/OOM: device total bytes, 0 unknown */
+    uint64_t total_allocated; /* ALLOC/FREE with has_totals: PyTorch's allocated after it */
+    uint64_t total_reserved;  /* ALLOC/FREE with has_totals: PyTorch's reserved after it */
+    const char *name;         /* range/mark/thread name, not NUL-terminated */
+    uint32_t name_len;
+    uint32_t nframes;         /* OOM: native stack, innermost first */
+    const char *domain;       /* NVTX domain name; NULL = default domain */
+    uint32_t domain_len;
+    uint32_t domain_id;       /* source's domain id (0 = default) for push/pop pairing */
+    const uint64_t *frames;
+    uint64_t src_offset;      /* where in the source (file byte offset), for messages */
+} am_event;
+
+/* ---- per-source metadata ---- */
+
+typedef struct am_meta {
+    const char *path;         /* as given */
+    const char *format;       /* "recompshim trace v1.0", "pytorch snapshot", ... */
+    int rank, local_rank, world_size;   /* -1 unknown */
+    int pid;
+    int device;               /* -1 unknown */
+    char host[64];
+    /* Job identity (empty strings when unknown). Two sources belong to one
+     * job when their first non-empty key in this order matches:
+     * torchelastic_run_id, slurm_job_id, master, run_id. */
+    char torchelastic_run_id[64];
+    char slurm_job_id[32];
+    char master[80];
+    char run_id[96];
+    uint64_t device_capacity; /* bytes, 0 unknown */
+    const char *mode;         /* "default", "async", "nocache", or importer's */
+    int closed;               /* 1 clean exit / complete file; 0 killed or cut */
+    /* Command line: argc strings (valid until close). */
+    size_t argc;
+    const char *const *argv;
+    /* Environment that matters: "NAME=value" strings. */
+    size_t nenv;
+    const char *const *env;
+    /* Warnings found by the source (not closed, dropped records, ...). */
+    size_t nwarnings;
+    const char *const *warnings;
+    uint64_t record_count;    /* events/records the source holds (informative) */
+} am_meta;
+
+/* ---- the source interface ---- */
+
+typedef struct am_source am_source;
+
+typedef struct am_source_ops {
+    const char *name;                                    /* "native", ... */
+    int (*next)(am_source *s, am_event *ev);             /* 1 event, 0 end, -1 error */
+    int (*rewind)(am_source *s);                         /* 0 ok, -1 error */
+    void (*close)(am_source *s);
+    /* "module+0xOFF" for a code address into buf; 1 when known. May be NULL. */
+    int (*format_addr)(am_source *s, uint64_t addr, char *buf, size_t n);
+} am_source_ops;
+
+struct am_source {
+    const am_source_ops *ops;
+    am_meta meta;
+    char error[512];          /* last error line: "FILE: offset N: what" */
+    void *impl;
+};
+
+/* An importer: recognises its files and opens them. The registry in
+ * source.c lists them; a new importer is one row there. */
+typedef struct am_importer {
+    const char *name;
+    /* 1 when the file whose first `n` bytes are `head` (and name `path`) is
+     * this importer's format. */
+    int (*sniff)(const char *path, const unsigned char *head, size_t n);
+    /* Open: 0 and *out set, or -1 with one line "FILE: offset N: ..." in err. */
+    int (*open)(const char *path, am_source **out, char *err, size_t errlen);
+} am_importer;
+
+/* Is `path` a file some importer recognises? Returns the importer or NULL
+ * (also NULL when the file cannot be read). */
+const am_importer *am_sniff(const char *path);
+
+/* Open `path` with the importer that recognises it. 0 ok; -1 with a line
+ * in err (unknown format: says what the file is not). */
+int am_source_open(const char *path, am_source **out, char *err, size_t errlen);
+
+/* Stream helpers (dispatch through ops). */
+static inline int am_next(am_source *s, am_event *ev) { return s->ops->next(s, ev); }
+static inline int am_rewind(am_source *s) { return s->ops->rewind(s); }
+void am_source_close(am_source *s);
+
+/* Symbolise a code address ("libfoo.so+0x1234"), "" and 0 when unknown. */
+int am_format_addr(am_source *s, uint64_t addr, char *buf, size_t n);
+
+/* The native trace importer (source_native.c). */
+extern const am_importer am_native_importer;
+
+/* Names for reports. */
+const char *am_lib_name(int lib);
+const char *am_coll_name(int op);
+
+#endif

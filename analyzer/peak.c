@@ -1,0 +1,653 @@
+/* peak.c: the per-rank sweep: live sets per level, peaks, per-iteration
+ * peaks, OOMs and allocator retries, memory-info samples (am_analyze).
+ *
+ *   pass 1  events --> timeline --> attribution --> live[device], live[tensor]
+ *           |  counters per level; a new maximum records the event ordinal,
+ *           |  time, iteration, phase and the allocation that set it;
+ *           |  OOM: live set grouped on the spot; retry vs fatal decided by
+ *           |  the next allocation of the failing thread
+ *   pass 2  rewind; replay the same (deterministic) timeline to each peak's
+ *           ordinal; copy that live set; keep streaming until the TE
+ *           nearest-range rule has resolved every copied entry; group by
+ *           phase x boundary x layer
+ *
+ * Memory: the live sets, per-iteration metadata, and at most a few copies
+ * of the live set at a peak. Never the events.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis.h"
+#include "live.h"
+#include "timeline.h"
+
+/* A copy of a live set at a peak event (pass 2). */
+typedef struct snapshot {
+    uint64_t event_index;
+    int level;
+    am_peak *peak;
+    live_ent *ents;           /* sorted by seq */
+    size_t n;
+    int taken;
+} snapshot;
+
+typedef struct sweep {
+    am_source *src;
+    am_rank *out;
+    const am_opts *opts;
+    tl tl;
+    live_set live[AM_NLEVELS];
+    uint64_t counter[AM_NLEVELS];
+    uint64_t by_lib[AM_LIB_COUNT];
+    uint64_t seq;
+    int pass;
+    int levels_seen;
+    uint64_t host_bytes;      /* host/managed live (never in peaks) */
+    /* OOM waiting for the failing thread's next allocation */
+    am_oom *pending_oom;
+    /* pass 2 */
+    snapshot snaps[2 * AM_NLEVELS];
+    size_t nsnaps;
+} sweep;
+
+void
+am_note(am_rank *r, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **q = realloc(r->notes, (r->nnotes + 1) * sizeof *q);
+    if (!q)
+        return;
+    r->notes = q;
+    r->notes[r->nnotes] = strdup(buf);
+    if (r->notes[r->nnotes])
+        r->nnotes++;
+}
+
+static void
+oom_free(am_oom *o)
+{
+    if (!o)
+        return;
+    for (size_t i = 0; i < o->nframes; i++)
+        free(o->frames[i]);
+    free(o->frames);
+    free(o->groups);
+    free(o);
+}
+
+void
+am_rank_free(am_rank *r)
+{
+    for (int l = 0; l < AM_NLEVELS; l++) {
+        free(r->peak[l].groups);
+        free(r->iter_peak[l].groups);
+    }
+    for (size_t i = 0; i < r->niters; i++)
+        free(r->iters[i].phases);
+    free(r->iters);
+    oom_free(r->oom);
+    free(r->retries);
+    for (size_t i = 0; i < r->nnotes; i++)
+        free(r->notes[i]);
+    free(r->notes);
+    am_source_close(r->src);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- grouping ---- */
+
+static int32_t
+report_layer(const am_rank *r, uint8_t boundary, int32_t layer)
+{
+    if (!tl_layer_boundary(boundary) || layer <= 0)
+        return 0;
+    if (r->layer_global)
+        return r->stage * r->layers_per_stage + layer;
+    return layer;
+}
+
+static int
+group_key_cmp(const void *a, const void *b)
+{
+    const am_group *x = a, *y = b;
+    if (x->phase != y->phase)
+        return x->phase < y->phase ? -1 : 1;
+    if (x->boundary != y->boundary)
+        return x->boundary < y->boundary ? -1 : 1;
+    return x->layer < y->layer ? -1 : x->layer > y->layer;
+}
+
+static int
+group_bytes_cmp(const void *a, const void *b)
+{
+    const am_group *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    return group_key_cmp(a, b);
+}
+
+/* Group n entries; *out gets a malloc'd array sorted by bytes. */
+static int
+group_entries(const am_rank *r, const live_ent *const *ents, size_t n, am_group **out,
+              size_t *nout)
+{
+    am_group *g = malloc((n ? n : 1) * sizeof *g);
+    if (!g)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        g[i] = (am_group){ents[i]->phase, ents[i]->boundary,
+                          report_layer(r, ents[i]->boundary, ents[i]->layer), ents[i]->size,
+                          1};
+    qsort(g, n, sizeof *g, group_key_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k && group_key_cmp(&g[k - 1], &g[i]) == 0) {
+            g[k - 1].bytes += g[i].bytes;
+            g[k - 1].count += g[i].count;
+        } else {
+            g[k++] = g[i];
+        }
+    }
+    qsort(g, k, sizeof *g, group_bytes_cmp);
+    *out = g;
+    *nout = k;
+    return 0;
+}
+
+static int
+group_live(const am_rank *r, live_set *l, am_group **out, size_t *nout)
+{
+    const live_ent **v = malloc((l->count ? l->count : 1) * sizeof *v);
+    if (!v)
+        return -1;
+    size_t n = 0;
+    LIVE_FOREACH(l, e) v[n++] = e;
+    int rc = group_entries(r, v, n, out, nout);
+    free(v);
+    return rc;
+}
+
+/* ---- OOMs ---- */
+
+static void
+finish_oom(sweep *s, int fatal)
+{
+    am_oom *o = s->pending_oom;
+    s->pending_oom = NULL;
+    if (!o)
+        return;
+    am_rank *r = s->out;
+    if (!fatal) {
+        am_retry *q = realloc(r->retries, (r->nretries + 1) * sizeof *q);
+        if (q) {
+            r->retries = q;
+            r->retries[r->nretries++] = (am_retry){o->t_ns, o->requested, o->iteration,
+                                                   o->phase};
+        }
+        oom_free(o);
+        return;
+    }
+    r->noom_fatal++;
+    if (!r->oom)
+        r->oom = o;
+    else
+        oom_free(o);
+}
+
+static void
+on_oom(sweep *s, const am_event *ev)
+{
+    if (s->pending_oom) {
+        /* the same request failing again is the same episode */
+        int same = s->pending_oom->tid == ev->tid && s->pending_oom->requested == ev->size;
+        if (same) {
+            oom_free(s->pending_oom);
+            s->pending_oom = NULL;
+        } else {
+            finish_oom(s, 1);
+        }
+    }
+    am_oom *o = calloc(1, sizeof *o);
+    if (!o)
+        return;
+    am_attr a = tl_attr(&s->tl, ev, 0);
+    o->t_ns = ev->t_ns;
+    o->tid = ev->tid;
+    o->iteration = s->tl.iteration;
+    o->phase = a.phase;
+    o->lib = ev->lib;
+    o->api = ev->api;
+    o->status = ev->status;
+    o->requested = ev->size;
+    o->free_bytes = ev->free_bytes;
+    o->total_bytes = ev->total_bytes;
+    o->offset = ev->src_offset;
+    for (int l = 0; l < AM_NLEVELS; l++)
+        o->live[l] = s->counter[l];
+    tl_where(&s->tl, ev->tid, o->where, sizeof o->where);
+    group_live(s->out, &s->live[AM_L_DEVICE], &o->groups, &o->ngroups);
+    if (ev->nframes) {
+        o->frames = calloc(ev->nframes, sizeof *o->frames);
+        if (o->frames)
+            for (uint32_t i = 0; i < ev->nframes; i++) {
+                char buf[300];
+                if (!am_format_addr(s->src, ev->frames[i], buf, sizeof buf))
+                    snprintf(buf, sizeof buf, "0x%" PRIx64, ev->frames[i]);
+                o->frames[o->nframes] = strdup(buf);
+                if (o->frames[o->nframes])
+                    o->nframes++;
+            }
+    }
+    s->pending_oom = o;
+}
+
+/* ---- peaks ---- */
+
+static void
+update_peak(sweep *s, am_peak *p, int level, const am_event *ev, const am_attr *a)
+{
+    p->known = 1;
+    p->bytes = s->counter[level];
+    p->time_ns = ev->t_ns;
+    p->iteration = s->tl.iteration;
+    p->phase = a->phase;
+    p->program_phase = s->tl.phase;
+    p->event_index = s->seq;
+    p->setter.addr = ev->addr;
+    p->setter.size = ev->size;
+    p->setter.tid = ev->tid;
+    p->setter.attr = *a;
+    p->setter.attr.layer = report_layer(s->out, a->boundary, a->layer);
+    p->setter.lib = ev->lib;
+    tl_where(&s->tl, ev->tid, p->setter.where, sizeof p->setter.where);
+    if (level == AM_L_DEVICE)
+        memcpy(p->by_lib, s->by_lib, sizeof p->by_lib);
+    p->reserved_bytes = ev->has_totals ? ev->total_reserved : 0;
+}
+
+static void
+count_level(sweep *s, int level, const am_event *ev)
+{
+    if (level == AM_L_TENSOR && ev->has_totals)
+        s->counter[level] = ev->total_allocated;
+    else
+        s->counter[level] = s->live[level].bytes;
+}
+
+static void
+check_peaks(sweep *s, int level, const am_event *ev, const am_attr *a)
+{
+    if (s->pass != 1)
+        return;
+    am_rank *r = s->out;
+    uint64_t c = s->counter[level];
+    if (c > r->peak[level].bytes || !r->peak[level].known)
+        update_peak(s, &r->peak[level], level, ev, a);
+    if (s->tl.iteration >= 0 && r->niters) {
+        am_iteration *it = &r->iters[r->niters - 1];
+        if (c > it->peak[level]) {
+            it->peak[level] = c;
+            it->peak_phase[level] = a->phase;
+        }
+        if (s->opts->iteration >= 0 && s->tl.iteration == s->opts->iteration &&
+            (c > r->iter_peak[level].bytes || !r->iter_peak[level].known))
+            update_peak(s, &r->iter_peak[level], level, ev, a);
+    }
+}
+
+/* ---- pass 2 snapshots ---- */
+
+static int
+ent_seq_cmp(const void *a, const void *b)
+{
+    const live_ent *x = a, *y = b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static void
+take_snapshots(sweep *s)
+{
+    for (size_t i = 0; i < s->nsnaps; i++) {
+        snapshot *sn = &s->snaps[i];
+        if (sn->taken || sn->event_index != s->seq)
+            continue;
+        live_set *l = &s->live[sn->level];
+        sn->ents = malloc((l->count ? l->count : 1) * sizeof *sn->ents);
+        sn->taken = 1;
+        if (!sn->ents)
+            continue;
+        LIVE_FOREACH(l, e) sn->ents[sn->n++] = *e;
+        qsort(sn->ents, sn->n, sizeof *sn->ents, ent_seq_cmp);
+    }
+}
+
+static void
+on_resolve(void *ctx, const tl_pending *p, uint8_t boundary)
+{
+    sweep *s = ctx;
+    for (int l = 0; l < AM_NLEVELS; l++) {
+        if (!(p->levels & (1 << l)))
+            continue;
+        live_ent *e = live_get(&s->live[l], p->space, p->addr);
+        if (e && e->seq == p->seq)
+            e->boundary = boundary;
+    }
+    for (size_t i = 0; i < s->nsnaps; i++) {
+        snapshot *sn = &s->snaps[i];
+        if (!sn->taken || !sn->ents)
+            continue;
+        live_ent key = {.seq = p->seq};
+        live_ent *e = bsearch(&key, sn->ents, sn->n, sizeof key, ent_seq_cmp);
+        if (e)
+            e->boundary = boundary;
+    }
+}
+
+/* ---- the event loop ---- */
+
+static int
+on_event(sweep *s, const am_event *ev)
+{
+    s->seq++;
+    if (tl_event(&s->tl, ev) < 0)
+        return -1;
+    am_rank *r = s->out;
+    switch ((am_ev_kind)ev->kind) {
+    case AM_EV_ALLOC: {
+        if (s->pass == 1)
+            r->nallocs++;
+        if (s->pending_oom && s->pending_oom->tid == ev->tid && (ev->levels & AM_LVL_DEVICE))
+            finish_oom(s, s->pending_oom->requested != ev->size);
+        if (ev->mem != AM_MEM_DEVICE) {
+            s->host_bytes += ev->size;
+            break;
+        }
+        am_attr a = tl_attr(&s->tl, ev, s->seq);
+        live_ent e = {ev->addr, ev->size, s->seq, ev->space, a.phase, a.boundary, ev->lib,
+                      a.layer};
+        for (int l = 0; l < AM_NLEVELS; l++) {
+            if (!(ev->levels & (1 << l)))
+                continue;
+            s->levels_seen |= 1 << l;
+            if (l == AM_L_DEVICE) {
+                live_ent old;
+                if (live_del(&s->live[l], ev->space, ev->addr, &old))
+                    s->by_lib[old.lib] -= old.size;
+                s->by_lib[ev->lib] += ev->size;
+            }
+            if (live_put(&s->live[l], &e) < 0)
+                return -1;
+            count_level(s, l, ev);
+            check_peaks(s, l, ev, &a);
+        }
+        break;
+    }
+    case AM_EV_FREE: {
+        int found = 0;
+        if (s->pass == 1)
+            r->nfrees++;
+        for (int l = 0; l < AM_NLEVELS; l++) {
+            if (!(ev->levels & (1 << l)))
+                continue;
+            live_ent old;
+            if (live_del(&s->live[l], ev->space, ev->addr, &old)) {
+                found = 1;
+                if (l == AM_L_DEVICE)
+                    s->by_lib[old.lib] -= old.size;
+            }
+            if (l == AM_L_TENSOR && ev->has_totals)
+                s->counter[l] = ev->total_allocated;
+            else
+                s->counter[l] = s->live[l].bytes;
+        }
+        if (!found && s->pass == 1 && ev->mem == AM_MEM_DEVICE)
+            r->nunmatched_frees++;
+        break;
+    }
+    case AM_EV_OOM:
+        if (s->pass == 1)
+            on_oom(s, ev);
+        break;
+    case AM_EV_MEMINFO:
+        if (s->pass == 1 && ev->total_bytes) {
+            r->nmeminfo++;
+            r->meminfo_total = ev->total_bytes;
+            if (!r->min_free || ev->free_bytes < r->min_free)
+                r->min_free = ev->free_bytes;
+            uint64_t used = ev->total_bytes - ev->free_bytes;
+            uint64_t tracked = s->live[AM_L_DEVICE].bytes;
+            if (used > tracked && used - tracked > r->max_other)
+                r->max_other = used - tracked;
+        }
+        break;
+    case AM_EV_RANGE_PUSH:
+    case AM_EV_RANGE_POP:
+    case AM_EV_RANGE_START:
+    case AM_EV_RANGE_END:
+    case AM_EV_MARK:
+    case AM_EV_THREAD_NAME:
+    case AM_EV_COLLECTIVE:
+    case AM_EV_GRAPH_BEGIN:
+    case AM_EV_GRAPH_END:
+        break;
+    }
+    if (s->pass == 2)
+        take_snapshots(s);
+    return 0;
+}
+
+static int
+run_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
+{
+    am_event ev;
+    int rc;
+    while ((rc = am_next(s->src, &ev)) == 1) {
+        *last_t = ev.t_ns;
+        if (on_event(s, &ev) < 0) {
+            snprintf(err, errlen, "%s: offset %" PRIu64 ": out of memory", s->src->meta.path,
+                     ev.src_offset);
+            return -1;
+        }
+        if (s->pass == 2 && s->tl.npending_total == 0) {
+            int all = 1;
+            for (size_t i = 0; i < s->nsnaps; i++)
+                all &= s->snaps[i].taken;
+            if (all)
+                return 0;
+        }
+    }
+    if (rc < 0) {
+        snprintf(err, errlen, "%s", s->src->error);
+        return -1;
+    }
+    return 0;
+}
+
+/* Pipeline stage and layers per stage from the recorded command line
+ * (megatron.md §4 and addendum: stage = rank / (world / pp)). */
+static void
+layer_numbering(am_rank *r, const am_meta *m)
+{
+    const char *nl = am_argv_value(m, "--num-layers");
+    const char *pp = am_argv_value(m, "--pipeline-model-parallel-size");
+    r->pp = pp ? atoi(pp) : 1;
+    if (r->pp < 1)
+        r->pp = 1;
+    r->stage = -1;
+    if (m->rank >= 0 && m->world_size > 0 && m->world_size % r->pp == 0) {
+        r->stage = m->rank / (m->world_size / r->pp);
+        r->stage_source = "command line";
+    } else if (r->pp == 1) {
+        r->stage = 0;
+        r->stage_source = pp ? "command line" : "no pipeline parallelism recorded";
+    }
+    if (!nl || r->stage < 0)
+        return;
+    if (am_argv_value(m, "--num-layers-per-virtual-pipeline-stage") ||
+        am_argv_value(m, "--num-virtual-stages-per-pipeline-rank") ||
+        am_argv_value(m, "--decoder-first-pipeline-num-layers") ||
+        am_argv_value(m, "--decoder-last-pipeline-num-layers") ||
+        am_argv_value(m, "--pipeline-model-parallel-layout")) {
+        am_note(r, "layers are local indices: virtual or uneven pipeline stages are not "
+                   "mapped to global layer numbers");
+        return;
+    }
+    int n = atoi(nl);
+    if (n <= 0 || n % r->pp)
+        return;
+    r->layers_per_stage = n / r->pp;
+    r->layer_global = 1;
+}
+
+int
+am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t errlen)
+{
+    sweep s;
+    memset(&s, 0, sizeof s);
+    s.src = src;
+    s.out = out;
+    s.opts = opts;
+    out->src = src;
+    out->path = src->meta.path;
+    out->rank = src->meta.rank;
+    out->iter_selected = opts->iteration;
+    for (int l = 0; l < AM_NLEVELS; l++) {
+        live_init(&s.live[l]);
+        out->peak[l].iteration = -1;
+        out->iter_peak[l].iteration = -1;
+    }
+    layer_numbering(out, &src->meta);
+
+    /* pass 1 */
+    s.pass = 1;
+    tl_init(&s.tl, src->meta.pid, out);
+    s.tl.resolve = on_resolve;
+    s.tl.resolve_ctx = &s;
+    uint64_t last_t = 0;
+    int rc = run_pass(&s, err, errlen, &last_t);
+    tl_end(&s.tl, last_t);
+    finish_oom(&s, 1);
+    out->nevents = s.seq;
+    tl_fini(&s.tl);
+    if (rc < 0)
+        goto done;
+
+    out->levels = s.levels_seen;
+    if (!(s.levels_seen & AM_LVL_TENSOR)) {
+        out->tensor_na = strcmp(src->meta.mode, "default") == 0
+                             ? "default-mode trace without TENSOR records (PyTorch's allocator "
+                               "report hook was not called): only the device level is known"
+                             : "no tensor-level allocations in this trace";
+        for (int k = 0; k < 2; k++) {
+            am_peak *p = k ? &out->iter_peak[AM_L_TENSOR] : &out->peak[AM_L_TENSOR];
+            p->known = 0;
+            p->reason = out->tensor_na;
+        }
+    }
+    if (!(s.levels_seen & AM_LVL_DEVICE))
+        for (int k = 0; k < 2; k++) {
+            am_peak *p = k ? &out->iter_peak[AM_L_DEVICE] : &out->peak[AM_L_DEVICE];
+            p->known = 0;
+            p->reason = "no device-level allocations in this source";
+        }
+    if (opts->iteration >= 0)
+        for (int l = 0; l < AM_NLEVELS; l++)
+            if (!out->iter_peak[l].known && !out->iter_peak[l].reason)
+                out->iter_peak[l].reason = "no allocation in the selected iteration";
+
+    /* steady state: optimizer state initialised and >= 2 iterations after */
+    if (out->opt_init_iteration < 0) {
+        out->steady = 0;
+        out->steady_reason = out->niters ? "the trace ends before the first optimizer step"
+                                         : "no iteration found";
+    } else {
+        size_t after = 0;
+        for (size_t i = 0; i < out->niters; i++)
+            if (out->iters[i].number > out->opt_init_iteration)
+                after++;
+        out->steady = after >= 2;
+        out->steady_reason = out->steady ? "optimizer state initialised and two or more "
+                                           "iterations after it"
+                                         : "fewer than two iterations after the optimizer "
+                                           "state was initialised";
+    }
+
+    /* pass 2: replay to the peaks */
+    for (int l = 0; l < AM_NLEVELS; l++) {
+        if (out->peak[l].known)
+            s.snaps[s.nsnaps++] = (snapshot){out->peak[l].event_index, l, &out->peak[l]};
+        if (out->iter_peak[l].known)
+            s.snaps[s.nsnaps++] =
+                (snapshot){out->iter_peak[l].event_index, l, &out->iter_peak[l]};
+    }
+    if (s.nsnaps) {
+        am_rank scratch;
+        memset(&scratch, 0, sizeof scratch);
+        scratch.layer_global = out->layer_global;
+        if (am_rewind(src) < 0) {
+            snprintf(err, errlen, "%s", src->error);
+            rc = -1;
+            goto done;
+        }
+        for (int l = 0; l < AM_NLEVELS; l++)
+            live_clear(&s.live[l]);
+        memset(s.counter, 0, sizeof s.counter);
+        memset(s.by_lib, 0, sizeof s.by_lib);
+        s.seq = 0;
+        s.pass = 2;
+        tl_init(&s.tl, src->meta.pid, &scratch);
+        s.tl.resolve = on_resolve;
+        s.tl.resolve_ctx = &s;
+        rc = run_pass(&s, err, errlen, &last_t);
+        tl_fini(&s.tl);
+        for (size_t i = 0; i < scratch.niters; i++)
+            free(scratch.iters[i].phases);
+        free(scratch.iters);
+        if (rc < 0)
+            goto done;
+        for (size_t i = 0; i < s.nsnaps; i++) {
+            snapshot *sn = &s.snaps[i];
+            if (!sn->ents)
+                continue;
+            const live_ent **v = malloc((sn->n ? sn->n : 1) * sizeof *v);
+            if (!v)
+                continue;
+            uint64_t sum = 0;
+            for (size_t k = 0; k < sn->n; k++) {
+                v[k] = &sn->ents[k];
+                sum += sn->ents[k].size;
+            }
+            group_entries(out, v, sn->n, &sn->peak->groups, &sn->peak->ngroups);
+            free(v);
+            sn->peak->untracked_bytes = sn->peak->bytes > sum ? sn->peak->bytes - sum : 0;
+            /* the setter's boundary may have been resolved after its event */
+            for (size_t k = 0; k < sn->n; k++)
+                if (sn->ents[k].seq == sn->event_index) {
+                    sn->peak->setter.attr.boundary = sn->ents[k].boundary;
+                    sn->peak->setter.attr.layer =
+                        report_layer(out, sn->ents[k].boundary, sn->ents[k].layer);
+                }
+        }
+    }
+    if (s.host_bytes)
+        am_note(out, "%" PRIu64 " bytes of host-pinned/managed allocations are not counted in "
+                     "device peaks",
+                s.host_bytes);
+    if (out->nunmatched_frees)
+        am_note(out, "%" PRIu64 " frees of memory allocated before the trace started",
+                out->nunmatched_frees);
+done:
+    for (size_t i = 0; i < s.nsnaps; i++)
+        free(s.snaps[i].ents);
+    for (int l = 0; l < AM_NLEVELS; l++)
+        live_fini(&s.live[l]);
+    oom_free(s.pending_oom);
+    return rc;
+}

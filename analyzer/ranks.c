@@ -1,0 +1,72 @@
+/* ranks.c: job identity, command-line flags, pipeline stages, hot rank. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis.h"
+
+const char *
+am_argv_value(const am_meta *m, const char *flag)
+{
+    size_t fl = strlen(flag);
+    for (size_t i = 0; i < m->argc; i++) {
+        const char *a = m->argv[i];
+        if (strncmp(a, flag, fl) != 0)
+            continue;
+        if (a[fl] == '=')
+            return a + fl + 1;
+        if (a[fl] == 0)
+            return i + 1 < m->argc && strncmp(m->argv[i + 1], "--", 2) != 0 ? m->argv[i + 1]
+                                                                             : "";
+    }
+    return NULL;
+}
+
+void
+am_job_key(const am_meta *m, char *buf, size_t n)
+{
+    if (m->torchelastic_run_id[0])
+        snprintf(buf, n, "torchelastic_run_id=%s", m->torchelastic_run_id);
+    else if (m->slurm_job_id[0])
+        snprintf(buf, n, "slurm_job_id=%s", m->slurm_job_id);
+    else if (m->master[0])
+        snprintf(buf, n, "master=%s", m->master);
+    else if (m->run_id[0])
+        snprintf(buf, n, "run_id=%s", m->run_id);
+    else if (n)
+        buf[0] = 0;
+}
+
+static uint64_t
+rank_peak(const am_rank *r, int level)
+{
+    return r->peak[level].known ? r->peak[level].bytes : 0;
+}
+
+void
+am_job_finish(am_job *j)
+{
+    j->hot = -1;
+    if (!j->nranks)
+        return;
+    /* compare at the finest level every rank has */
+    int all_tensor = 1;
+    for (size_t i = 0; i < j->nranks; i++)
+        all_tensor &= j->ranks[i].peak[AM_L_TENSOR].known;
+    j->hot_level = all_tensor ? AM_L_TENSOR : AM_L_DEVICE;
+    int any = 0;
+    for (size_t i = 0; i < j->nranks; i++) {
+        const am_rank *r = &j->ranks[i];
+        if (!r->peak[j->hot_level].known)
+            continue;
+        uint64_t b = rank_peak(r, j->hot_level);
+        if (!any || b > j->max_peak) {
+            j->max_peak = b;
+            j->hot = (int)i;
+        }
+        if (!any || b < j->min_peak)
+            j->min_peak = b;
+        any = 1;
+    }
+    am_job_key(&j->ranks[0].src->meta, j->id, sizeof j->id);
+}

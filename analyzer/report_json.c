@@ -1,0 +1,331 @@
+/* report_json.c: the --json document (docs/json-schema.md), with yajl's
+ * generator. stdout carries nothing else. */
+#include <stdio.h>
+#include <string.h>
+#include <yajl/yajl_gen.h>
+
+#include "report.h"
+
+#define S(g, s) str_(g, s)
+
+/* Strings from traces may hold any bytes: emit valid UTF-8 only (other
+ * bytes as '?'), so the generator never rejects a string. */
+static void
+str_(yajl_gen g, const char *s)
+{
+    size_t n = strlen(s);
+    int clean = 1;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] >= 0x80)
+            clean = 0;
+    if (clean) {
+        yajl_gen_string(g, (const unsigned char *)s, n);
+        return;
+    }
+    char buf[1024];
+    if (n >= sizeof buf)
+        n = sizeof buf - 1;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (unsigned char)s[i] >= 0x80 ? '?' : s[i];
+    yajl_gen_string(g, (const unsigned char *)buf, n);
+}
+#define K(g, s) S(g, s)
+#define I(g, v) yajl_gen_integer((g), (long long)(v))
+#define B(g, v) yajl_gen_bool((g), (v))
+#define N(g) yajl_gen_null(g)
+
+static void
+str_or_null(yajl_gen g, const char *s)
+{
+    if (s)
+        S(g, s);
+    else
+        N(g);
+}
+
+static void
+u64(yajl_gen g, uint64_t v)
+{
+    /* bytes fit in int64 for any real device; print as a JSON number */
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    yajl_gen_number(g, buf, (size_t)n);
+}
+
+static void
+iter_or_null(yajl_gen g, int it)
+{
+    if (it >= 0)
+        I(g, it);
+    else
+        N(g);
+}
+
+static void
+groups(yajl_gen g, const am_group *v, size_t n)
+{
+    yajl_gen_array_open(g);
+    for (size_t i = 0; i < n; i++) {
+        yajl_gen_map_open(g);
+        K(g, "phase"); S(g, am_phase_name(v[i].phase));
+        K(g, "boundary"); S(g, am_boundary_name(v[i].boundary));
+        K(g, "layer");
+        if (v[i].layer > 0) I(g, v[i].layer); else N(g);
+        K(g, "bytes"); u64(g, v[i].bytes);
+        K(g, "count"); u64(g, v[i].count);
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+}
+
+static void
+peak(yajl_gen g, const am_rank *r, const am_peak *p, int level)
+{
+    if (!p->known) {
+        N(g);
+        return;
+    }
+    yajl_gen_map_open(g);
+    K(g, "level"); S(g, level == AM_L_TENSOR ? "tensor" : "device");
+    K(g, "bytes"); u64(g, p->bytes);
+    K(g, "time_ns"); u64(g, p->time_ns);
+    K(g, "iteration"); iter_or_null(g, p->iteration);
+    K(g, "phase"); S(g, am_phase_name(p->phase));
+    K(g, "program_phase"); S(g, am_phase_name(p->program_phase));
+    K(g, "set_by");
+    yajl_gen_map_open(g);
+    K(g, "bytes"); u64(g, p->setter.size);
+    K(g, "phase"); S(g, am_phase_name(p->setter.attr.phase));
+    K(g, "boundary"); S(g, am_boundary_name(p->setter.attr.boundary));
+    K(g, "layer");
+    if (p->setter.attr.layer > 0) I(g, p->setter.attr.layer); else N(g);
+    K(g, "library"); S(g, am_lib_name(p->setter.lib));
+    K(g, "thread"); I(g, p->setter.tid);
+    K(g, "ranges"); S(g, p->setter.where);
+    yajl_gen_map_close(g);
+    K(g, "untracked_bytes"); u64(g, p->untracked_bytes);
+    if (level == AM_L_TENSOR && p->reserved_bytes) {
+        K(g, "reserved_bytes"); u64(g, p->reserved_bytes);
+    }
+    if (level == AM_L_DEVICE) {
+        K(g, "by_library");
+        yajl_gen_map_open(g);
+        for (int l = 0; l < AM_LIB_COUNT; l++)
+            if (p->by_lib[l]) {
+                K(g, am_lib_name(l));
+                u64(g, p->by_lib[l]);
+            }
+        yajl_gen_map_close(g);
+    }
+    K(g, "contributors"); groups(g, p->groups, p->ngroups);
+    yajl_gen_map_close(g);
+    (void)r;
+}
+
+static void
+oom(yajl_gen g, const am_rank *r)
+{
+    const am_oom *o = r->oom;
+    if (!o) {
+        N(g);
+        return;
+    }
+    yajl_gen_map_open(g);
+    K(g, "rank"); I(g, r->rank);
+    K(g, "time_ns"); u64(g, o->t_ns);
+    K(g, "iteration"); iter_or_null(g, o->iteration);
+    K(g, "phase"); S(g, am_phase_name(o->phase));
+    K(g, "requested_bytes"); u64(g, o->requested);
+    K(g, "requested_note"); S(g, "at the CUDA API: the allocation the failing call asked for "
+                                 "(a segment for PyTorch's caching allocator), not PyTorch's "
+                                 "'Tried to allocate'");
+    K(g, "free_bytes");
+    if (o->total_bytes) u64(g, o->free_bytes); else N(g);
+    K(g, "total_bytes");
+    if (o->total_bytes) u64(g, o->total_bytes); else N(g);
+    K(g, "library"); S(g, am_lib_name(o->lib));
+    K(g, "status"); I(g, o->status);
+    K(g, "thread"); I(g, o->tid);
+    K(g, "ranges"); S(g, o->where);
+    K(g, "file_offset"); u64(g, o->offset);
+    K(g, "live_device_bytes"); u64(g, o->live[AM_L_DEVICE]);
+    K(g, "live_tensor_bytes");
+    if (r->levels & AM_LVL_TENSOR) u64(g, o->live[AM_L_TENSOR]); else N(g);
+    K(g, "live"); groups(g, o->groups, o->ngroups);
+    K(g, "stack");
+    yajl_gen_array_open(g);
+    for (size_t i = 0; i < o->nframes; i++)
+        S(g, o->frames[i]);
+    yajl_gen_array_close(g);
+    yajl_gen_map_close(g);
+}
+
+static void
+rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
+{
+    const am_meta *m = &r->src->meta;
+    int level = r->peak[AM_L_TENSOR].known ? AM_L_TENSOR : AM_L_DEVICE;
+    yajl_gen_map_open(g);
+    K(g, "rank"); I(g, r->rank);
+    K(g, "path"); S(g, m->path);
+    K(g, "host"); S(g, m->host);
+    K(g, "pid"); I(g, m->pid);
+    K(g, "world_size"); I(g, m->world_size);
+    K(g, "format"); S(g, m->format);
+    K(g, "mode"); S(g, m->mode);
+    K(g, "closed"); B(g, m->closed);
+    K(g, "level"); S(g, level == AM_L_TENSOR ? "tensor" : "device");
+    K(g, "levels");
+    yajl_gen_map_open(g);
+    for (int l = AM_L_TENSOR; l >= AM_L_DEVICE; l--) {
+        K(g, l == AM_L_TENSOR ? "tensor" : "device");
+        yajl_gen_map_open(g);
+        K(g, "available"); B(g, r->peak[l].known);
+        K(g, "reason"); str_or_null(g, r->peak[l].known ? NULL : r->peak[l].reason);
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_map_close(g);
+    K(g, "peak"); peak(g, r, &r->peak[level], level);
+    if (!r->peak[level].known) {
+        K(g, "peak_note");
+        S(g, "the source has no memory events");
+    }
+    K(g, "device_peak");
+    if (level == AM_L_TENSOR) peak(g, r, &r->peak[AM_L_DEVICE], AM_L_DEVICE); else N(g);
+    K(g, "hot"); B(g, j->hot >= 0 && &j->ranks[j->hot] == r);
+    K(g, "device");
+    yajl_gen_map_open(g);
+    K(g, "capacity_bytes");
+    if (m->device_capacity) u64(g, m->device_capacity); else N(g);
+    K(g, "meminfo_samples"); u64(g, r->nmeminfo);
+    K(g, "min_free_bytes");
+    if (r->nmeminfo) u64(g, r->min_free); else N(g);
+    K(g, "context_and_other_bytes");
+    if (r->nmeminfo) u64(g, r->max_other); else N(g);
+    yajl_gen_map_close(g);
+    K(g, "pipeline");
+    yajl_gen_map_open(g);
+    K(g, "stages"); I(g, r->pp);
+    K(g, "stage");
+    if (r->stage >= 0) I(g, r->stage); else N(g);
+    K(g, "source"); str_or_null(g, r->stage_source);
+    yajl_gen_map_close(g);
+    K(g, "layer_numbering"); S(g, r->layer_global ? "global" : "local");
+    K(g, "layer_signal");
+    S(g, r->layer_signal == 1 ? "megatron_ranges" : r->layer_signal == 2 ? "te_attention"
+                                                                          : "none");
+    K(g, "init_end_ns"); u64(g, r->init_end_ns);
+    K(g, "iteration_source"); S(g, r->has_step_markers ? "markers" : "cycle");
+    K(g, "iterations");
+    yajl_gen_array_open(g);
+    for (size_t i = 0; i < r->niters; i++) {
+        const am_iteration *it = &r->iters[i];
+        yajl_gen_map_open(g);
+        K(g, "iteration"); I(g, it->number);
+        K(g, "start_ns"); u64(g, it->start_ns);
+        K(g, "end_ns"); u64(g, it->end_ns);
+        K(g, "microbatches"); I(g, it->microbatches);
+        K(g, "peak_bytes");
+        yajl_gen_map_open(g);
+        for (int l = AM_L_TENSOR; l >= AM_L_DEVICE; l--) {
+            K(g, l == AM_L_TENSOR ? "tensor" : "device");
+            if (r->peak[l].known) u64(g, it->peak[l]); else N(g);
+        }
+        yajl_gen_map_close(g);
+        K(g, "phases");
+        yajl_gen_array_open(g);
+        for (size_t k = 0; k < it->nphases; k++) {
+            yajl_gen_map_open(g);
+            K(g, "phase"); S(g, am_phase_name(it->phases[k].phase));
+            K(g, "start_ns"); u64(g, it->phases[k].start_ns);
+            K(g, "end_ns"); u64(g, it->phases[k].end_ns);
+            yajl_gen_map_close(g);
+        }
+        yajl_gen_array_close(g);
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+    K(g, "steady_state");
+    yajl_gen_map_open(g);
+    K(g, "reached"); B(g, r->steady);
+    K(g, "reason"); S(g, r->steady_reason ? r->steady_reason : "");
+    K(g, "optimizer_state_init_iteration"); iter_or_null(g, r->opt_init_iteration);
+    yajl_gen_map_close(g);
+    K(g, "oom"); oom(g, r);
+    K(g, "oom_count"); u64(g, r->noom_fatal);
+    K(g, "alloc_retries");
+    yajl_gen_array_open(g);
+    for (size_t i = 0; i < r->nretries; i++) {
+        yajl_gen_map_open(g);
+        K(g, "time_ns"); u64(g, r->retries[i].t_ns);
+        K(g, "requested_bytes"); u64(g, r->retries[i].size);
+        K(g, "iteration"); iter_or_null(g, r->retries[i].iteration);
+        K(g, "phase"); S(g, am_phase_name(r->retries[i].phase));
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+    if (o->iteration >= 0) {
+        K(g, "iteration_peak");
+        yajl_gen_map_open(g);
+        K(g, "iteration"); I(g, o->iteration);
+        for (int l = AM_L_TENSOR; l >= AM_L_DEVICE; l--) {
+            K(g, l == AM_L_TENSOR ? "tensor" : "device");
+            peak(g, r, &r->iter_peak[l], l);
+        }
+        yajl_gen_map_close(g);
+    }
+    K(g, "events"); u64(g, r->nevents);
+    K(g, "warnings");
+    yajl_gen_array_open(g);
+    for (size_t i = 0; i < m->nwarnings; i++)
+        S(g, m->warnings[i]);
+    yajl_gen_array_close(g);
+    K(g, "notes");
+    yajl_gen_array_open(g);
+    for (size_t i = 0; i < r->nnotes; i++)
+        S(g, r->notes[i]);
+    yajl_gen_array_close(g);
+    yajl_gen_map_close(g);
+}
+
+int
+am_report_json(FILE *f, const am_job *j, const am_report_opts *o)
+{
+    yajl_gen g = yajl_gen_alloc(NULL);
+    if (!g)
+        return -1;
+    yajl_gen_config(g, yajl_gen_beautify, 1);
+    yajl_gen_config(g, yajl_gen_validate_utf8, 1);
+    yajl_gen_map_open(g);
+    K(g, "schema_version"); S(g, AM_SCHEMA_VERSION);
+    K(g, "tool"); S(g, "recomp-analyze");
+    K(g, "job");
+    yajl_gen_map_open(g);
+    K(g, "id"); S(g, j->id);
+    K(g, "nranks"); u64(g, j->nranks);
+    K(g, "hot_rank");
+    if (j->hot >= 0) I(g, j->ranks[j->hot].rank); else N(g);
+    K(g, "compared_level"); S(g, j->hot_level == AM_L_TENSOR ? "tensor" : "device");
+    K(g, "max_peak_bytes"); u64(g, j->max_peak);
+    K(g, "min_peak_bytes"); u64(g, j->min_peak);
+    K(g, "peak_spread_bytes"); u64(g, j->max_peak - j->min_peak);
+    yajl_gen_map_close(g);
+    K(g, "ranks");
+    yajl_gen_array_open(g);
+    for (size_t i = 0; i < j->nranks; i++)
+        rank(g, j, &j->ranks[i], o);
+    yajl_gen_array_close(g);
+    /* Extension point for the advisor (DESIGN.md §4): null until it exists. */
+    K(g, "verdict"); N(g);
+    K(g, "verdict_note");
+    S(g, "the recompute advisor is not implemented yet: no recompute advice is given");
+    yajl_gen_map_close(g);
+    const unsigned char *buf;
+    size_t len;
+    int rc = -1;
+    if (yajl_gen_get_buf(g, &buf, &len) == yajl_gen_status_ok) {
+        rc = fwrite(buf, 1, len, f) == len ? 0 : -1;
+    }
+    yajl_gen_free(g);
+    return rc;
+}

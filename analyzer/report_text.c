@@ -1,0 +1,185 @@
+/* report_text.c: the terminal report (per rank: peaks at both levels,
+ * phase, top contributors, OOM details; the hot rank). */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "report.h"
+
+const char *
+am_fmt_bytes(uint64_t b, char *buf, size_t n)
+{
+    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int i = 0;
+    while (v >= 1024.0 && i < 4) {
+        v /= 1024.0;
+        i++;
+    }
+    if (i == 0)
+        snprintf(buf, n, "%" PRIu64 " B", b);
+    else
+        snprintf(buf, n, "%.2f %s", v, u[i]);
+    return buf;
+}
+
+static void
+print_groups(FILE *f, const am_group *g, size_t n, int top, const char *indent)
+{
+    char b[32];
+    size_t shown = top > 0 && (size_t)top < n ? (size_t)top : n;
+    fprintf(f, "%s%-12s %-22s %-18s %6s %8s\n", indent, "bytes", "phase", "boundary", "layer",
+            "count");
+    for (size_t i = 0; i < shown; i++) {
+        char layer[16] = "-";
+        if (g[i].layer > 0)
+            snprintf(layer, sizeof layer, "%d", g[i].layer);
+        fprintf(f, "%s%-12s %-22s %-18s %6s %8" PRIu64 "\n", indent,
+                am_fmt_bytes(g[i].bytes, b, sizeof b), am_phase_name(g[i].phase),
+                am_boundary_name(g[i].boundary), layer, g[i].count);
+    }
+    if (shown < n) {
+        uint64_t rest = 0;
+        for (size_t i = shown; i < n; i++)
+            rest += g[i].bytes;
+        fprintf(f, "%s... %zu more groups, %s (--json lists all)\n", indent, n - shown,
+                am_fmt_bytes(rest, b, sizeof b));
+    }
+}
+
+static void
+print_peak(FILE *f, const am_peak *p, const char *label, int top)
+{
+    char b[32], b2[32];
+    if (!p->known) {
+        fprintf(f, "  %s peak: n/a (%s)\n", label, p->reason ? p->reason : "unknown");
+        return;
+    }
+    fprintf(f, "  %s peak: %s (%" PRIu64 " bytes) at %.3f s", label,
+            am_fmt_bytes(p->bytes, b, sizeof b), p->bytes, (double)p->time_ns / 1e9);
+    if (p->iteration >= 0)
+        fprintf(f, ", iteration %d", p->iteration);
+    else
+        fprintf(f, ", before the first iteration");
+    fprintf(f, ", phase %s\n", am_phase_name(p->phase));
+    fprintf(f, "    set by: %s allocation (%s / %s", am_fmt_bytes(p->setter.size, b, sizeof b),
+            am_phase_name(p->setter.attr.phase), am_boundary_name(p->setter.attr.boundary));
+    if (p->setter.attr.layer > 0)
+        fprintf(f, " / layer %d", p->setter.attr.layer);
+    fprintf(f, ") on thread %u, caller %s\n", p->setter.tid, am_lib_name(p->setter.lib));
+    if (p->setter.where[0])
+        fprintf(f, "    ranges: %s\n", p->setter.where);
+    if (p->reserved_bytes)
+        fprintf(f, "    PyTorch reserved then: %s\n", am_fmt_bytes(p->reserved_bytes, b, sizeof b));
+    if (p->untracked_bytes)
+        fprintf(f, "    untracked (allocated before the trace): %s\n",
+                am_fmt_bytes(p->untracked_bytes, b2, sizeof b2));
+    int any = 0;
+    for (int l = 0; l < AM_LIB_COUNT; l++)
+        if (p->by_lib[l]) {
+            fprintf(f, "%s%s %s", any ? ", " : "    by owner: ", am_lib_name(l),
+                    am_fmt_bytes(p->by_lib[l], b, sizeof b));
+            any = 1;
+        }
+    if (any)
+        fputc('\n', f);
+    fprintf(f, "    live at the peak (phase of allocation x boundary x layer):\n");
+    print_groups(f, p->groups, p->ngroups, top, "      ");
+}
+
+static void
+print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o)
+{
+    const am_meta *m = &r->src->meta;
+    char b[32];
+    fprintf(f, "rank %d  (%s, host %s, pid %d, %s mode%s)\n", r->rank, m->path, m->host, m->pid,
+            m->mode, m->closed ? "" : ", NOT CLOSED: read to the last published record");
+    if (r->pp > 1)
+        fprintf(f, "  pipeline stage %d of %d (%s)\n", r->stage, r->pp,
+                r->stage_source ? r->stage_source : "unknown");
+    print_peak(f, &r->peak[AM_L_TENSOR], "tensor-level (PyTorch allocated)", o->top);
+    print_peak(f, &r->peak[AM_L_DEVICE], "device-level (segments + outside PyTorch)", o->top);
+    if (m->device_capacity)
+        fprintf(f, "  device capacity: %s\n", am_fmt_bytes(m->device_capacity, b, sizeof b));
+    if (r->nmeminfo)
+        fprintf(f, "  cudaMemGetInfo: %zu samples, min free %s, context + other processes up "
+                   "to %s\n",
+                r->nmeminfo, am_fmt_bytes(r->min_free, b, sizeof b),
+                am_fmt_bytes(r->max_other, (char[32]){0}, 32));
+    else
+        fprintf(f, "  context + other processes: n/a (no cudaMemGetInfo samples)\n");
+    fprintf(f, "  iterations: %zu (%s); layers: %s; steady state: %s (%s)\n", r->niters,
+            r->has_step_markers ? "from step markers" : "from the forward/backward/optimizer cycle",
+            r->layer_global ? "Megatron global numbers" : "local index in forward order",
+            r->steady ? "reached" : "not reached", r->steady_reason ? r->steady_reason : "");
+    for (size_t i = 0; i < r->niters && i < 20; i++) {
+        const am_iteration *it = &r->iters[i];
+        fprintf(f, "    iteration %d: %d microbatch(es), peak", it->number, it->microbatches);
+        if (r->peak[AM_L_TENSOR].known)
+            fprintf(f, " tensor %s (%s)", am_fmt_bytes(it->peak[AM_L_TENSOR], b, sizeof b),
+                    am_phase_name(it->peak_phase[AM_L_TENSOR]));
+        if (r->peak[AM_L_DEVICE].known)
+            fprintf(f, " device %s (%s)", am_fmt_bytes(it->peak[AM_L_DEVICE], b, sizeof b),
+                    am_phase_name(it->peak_phase[AM_L_DEVICE]));
+        fputc('\n', f);
+    }
+    if (r->niters > 20)
+        fprintf(f, "    ... %zu more iterations\n", r->niters - 20);
+    if (o->iteration >= 0) {
+        fprintf(f, "  iteration %d:\n", o->iteration);
+        print_peak(f, &r->iter_peak[AM_L_TENSOR], "  tensor-level", o->top);
+        print_peak(f, &r->iter_peak[AM_L_DEVICE], "  device-level", o->top);
+    }
+    if (r->nretries)
+        fprintf(f, "  alloc_retry: %zu failed allocation(s) succeeded after the allocator freed "
+                   "its cache (first: %s in iteration %d, %s)\n",
+                r->nretries, am_fmt_bytes(r->retries[0].size, b, sizeof b),
+                r->retries[0].iteration, am_phase_name(r->retries[0].phase));
+    if (r->oom) {
+        const am_oom *x = r->oom;
+        fprintf(f, "  OOM: %s requested at %.3f s", am_fmt_bytes(x->requested, b, sizeof b),
+                (double)x->t_ns / 1e9);
+        if (x->iteration >= 0)
+            fprintf(f, ", iteration %d", x->iteration);
+        fprintf(f, ", phase %s, caller %s", am_phase_name(x->phase), am_lib_name(x->lib));
+        if (x->total_bytes)
+            fprintf(f, ", free %s of %s", am_fmt_bytes(x->free_bytes, b, sizeof b),
+                    am_fmt_bytes(x->total_bytes, (char[32]){0}, 32));
+        fprintf(f, " (%zu fatal OOM(s))\n", r->noom_fatal);
+        fprintf(f, "    live then: device %s", am_fmt_bytes(x->live[AM_L_DEVICE], b, sizeof b));
+        if (r->levels & AM_LVL_TENSOR)
+            fprintf(f, ", tensor %s", am_fmt_bytes(x->live[AM_L_TENSOR], b, sizeof b));
+        fputc('\n', f);
+        if (x->where[0])
+            fprintf(f, "    ranges: %s\n", x->where);
+        for (size_t i = 0; i < x->nframes && i < 16; i++)
+            fprintf(f, "    #%zu %s\n", i, x->frames[i]);
+        print_groups(f, x->groups, x->ngroups, o->top, "      ");
+    }
+    for (size_t i = 0; i < m->nwarnings; i++)
+        fprintf(f, "  warning: %s\n", m->warnings[i]);
+    for (size_t i = 0; i < r->nnotes; i++)
+        fprintf(f, "  note: %s\n", r->notes[i]);
+    (void)j;
+}
+
+void
+am_report_text(FILE *f, const am_job *j, const am_report_opts *o)
+{
+    char b[32], b2[32];
+    fprintf(f, "recomp-analyze: %zu rank(s)%s%s\n\n", j->nranks, j->id[0] ? ", job " : "",
+            j->id);
+    for (size_t i = 0; i < j->nranks; i++) {
+        print_rank(f, j, &j->ranks[i], o);
+        fputc('\n', f);
+    }
+    if (j->hot >= 0 && j->nranks > 1) {
+        const am_rank *h = &j->ranks[j->hot];
+        fprintf(f, "hot rank: %d (%s-level peak %s; lowest rank peak %s, spread %s)\n", h->rank,
+                j->hot_level == AM_L_TENSOR ? "tensor" : "device",
+                am_fmt_bytes(j->max_peak, b, sizeof b), am_fmt_bytes(j->min_peak, b2, sizeof b2),
+                am_fmt_bytes(j->max_peak - j->min_peak, (char[32]){0}, 32));
+        if (h->stage >= 0 && h->pp > 1)
+            fprintf(f, "  on pipeline stage %d of %d\n", h->stage, h->pp);
+    }
+    fprintf(f, "verdict: none (the recompute advisor is not implemented yet)\n");
+}

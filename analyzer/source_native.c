@@ -1,0 +1,506 @@
+/* source_native.c: recompshim trace files (trace_reader.h) as an am_source.
+ *
+ * Record kind -> model event:
+ *   ALLOC (ok, device mem)  ALLOC at DEVICE; also TENSOR in a tensor mode
+ *                           (async: the cudaMalloc*Async family; nocache:
+ *                           cudaMalloc) unless the caller is NCCL/cuBLAS/cuDNN/TE
+ *   ALLOC (host/managed)    ALLOC with mem host/managed (never in peaks)
+ *   FREE (ok)               FREE at DEVICE (+TENSOR in a tensor mode)
+ *   TENSOR (v1.1)           ALLOC/FREE at TENSOR with PyTorch's own totals
+ *   VMM_CREATE/RELEASE      ALLOC/FREE at DEVICE keyed by handle; a failed
+ *                           create is an OOM (expandable segments)
+ *   OOM                     OOM with its native stack
+ *   MEMINFO (ok)            MEMINFO
+ *   THREAD                  THREAD_NAME (renames of unknown tids dropped)
+ *   NVTX_*                  RANGE_PUSH/POP/START/END, MARK
+ *   COLLECTIVE (v1.1)       COLLECTIVE
+ *   GRAPH begin/end capture GRAPH_BEGIN/END
+ * Everything else (strings, domains, meta, modules, limit, window, pool
+ * attributes, set-device, VMM map/unmap, VA reserve/free, ctx) carries no
+ * event: definitions are read at open, VA reservations are never memory.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "catalog.h"
+#include "model.h"
+#include "trace_reader.h"
+
+typedef struct mod_range {
+    uint64_t lo, hi;
+    uint8_t lib;
+} mod_range;
+
+typedef struct native {
+    rs_reader *r;
+    rs_iter *it;
+    int mode;
+    mod_range *mods;
+    size_t nmods;
+    const char **argv;
+    const char **env;
+    const char **warnings;
+    char *argbuf;
+} native;
+
+static int
+mod_cmp(const void *a, const void *b)
+{
+    const mod_range *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static int
+lib_of(const native *n, uint64_t addr)
+{
+    size_t lo = 0, hi = n->nmods;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (addr < n->mods[mid].lo)
+            hi = mid;
+        else if (addr >= n->mods[mid].hi)
+            lo = mid + 1;
+        else
+            return n->mods[mid].lib;
+    }
+    /* overlapping ranges (reloads) are rare: fall back to the reader */
+    return AM_LIB_UNKNOWN;
+}
+
+static uint64_t
+rel(const native *n, uint64_t t)
+{
+    int64_t d = rs_reader_rel_ns(n->r, t);
+    return d < 0 ? 0 : (uint64_t)d;
+}
+
+static void
+nvtx_name(const native *n, const rs_rec_nvtx_name *v, am_event *ev)
+{
+    ev->name = NULL;
+    ev->name_len = 0;
+    if (v->name_id) {
+        const char *t;
+        uint32_t len;
+        if (rs_reader_string(n->r, v->name_id, &t, &len)) {
+            ev->name = t;
+            ev->name_len = len;
+        }
+    } else if (v->text_len) {
+        ev->name = (const char *)(v + 1);
+        ev->name_len = v->text_len;
+    }
+    ev->domain_id = v->domain;
+    ev->domain = NULL;
+    ev->domain_len = 0;
+    if (v->domain) {
+        const char *d;
+        uint32_t len;
+        if (rs_reader_domain(n->r, v->domain, &d, &len)) {
+            ev->domain = d;
+            ev->domain_len = len;
+        }
+    }
+}
+
+static int
+tensor_mode_alloc(const native *n, uint16_t api, int lib)
+{
+    if (lib == AM_LIB_NCCL || lib == AM_LIB_CUBLAS || lib == AM_LIB_CUDNN || lib == AM_LIB_TE)
+        return 0;
+    if (n->mode == RS_MODE_ASYNC)
+        return api == RS_API_cudaMallocAsync || api == RS_API_cudaMallocAsync_ptsz ||
+               api == RS_API_cudaMallocFromPoolAsync ||
+               api == RS_API_cudaMallocFromPoolAsync_ptsz;
+    if (n->mode == RS_MODE_NOCACHE)
+        return api == RS_API_cudaMalloc;
+    return 0;
+}
+
+/* Translate one record into *ev; 1 when it is an event, 0 to skip. */
+static int
+translate(native *n, const rs_event *re, am_event *ev)
+{
+    const rs_record_header *h = re->rec;
+    memset(ev, 0, sizeof *ev);
+    ev->t_ns = rel(n, h->t_ns);
+    ev->tid = re->tid;
+    ev->src_offset = re->offset;
+    ev->device = -1;
+    ev->peer = -1;
+    switch ((enum rs_record_kind)h->kind) {
+    case RS_REC_ALLOC: {
+        const rs_rec_alloc *a = (const void *)h;
+        if (a->status != 0)
+            return 0;
+        ev->kind = AM_EV_ALLOC;
+        ev->addr = a->ptr;
+        ev->size = a->size;
+        ev->caller = a->caller;
+        ev->api = a->api;
+        ev->mem = a->mem;
+        ev->device = a->device;
+        ev->lib = (uint8_t)lib_of(n, a->caller);
+        ev->levels = AM_LVL_DEVICE;
+        if (a->mem == RS_MEM_DEVICE && tensor_mode_alloc(n, a->api, ev->lib))
+            ev->levels |= AM_LVL_TENSOR;
+        return 1;
+    }
+    case RS_REC_FREE: {
+        const rs_rec_free *f = (const void *)h;
+        if (f->status != 0)
+            return 0;
+        ev->kind = AM_EV_FREE;
+        ev->addr = f->ptr;
+        ev->api = f->api;
+        ev->mem = f->mem;
+        ev->device = f->device;
+        ev->caller = f->caller;
+        ev->lib = (uint8_t)lib_of(n, f->caller);
+        ev->levels = AM_LVL_DEVICE | (n->mode != RS_MODE_DEFAULT ? AM_LVL_TENSOR : 0);
+        return 1;
+    }
+    case RS_REC_MEMINFO: {
+        const rs_rec_meminfo *m = (const void *)h;
+        if (m->status != 0)
+            return 0;
+        ev->kind = AM_EV_MEMINFO;
+        ev->free_bytes = m->free_bytes;
+        ev->total_bytes = m->total_bytes;
+        ev->device = m->device;
+        return 1;
+    }
+    case RS_REC_OOM: {
+        const rs_rec_oom *o = (const void *)h;
+        ev->kind = AM_EV_OOM;
+        ev->size = o->size;
+        ev->caller = o->caller;
+        ev->free_bytes = o->meminfo_status == 0 ? o->free_bytes : 0;
+        ev->total_bytes = o->meminfo_status == 0 ? o->total_bytes : 0;
+        ev->api = o->api;
+        ev->mem = o->mem;
+        ev->device = o->device;
+        ev->status = o->status;
+        ev->lib = (uint8_t)lib_of(n, o->caller);
+        ev->nframes = h->aux;
+        ev->frames = (const uint64_t *)(o + 1);
+        return 1;
+    }
+    case RS_REC_THREAD: {
+        const rs_rec_thread *t = (const void *)h;
+        if (h->aux && t->tid == 0)
+            return 0;
+        ev->kind = AM_EV_THREAD_NAME;
+        ev->tid = t->tid ? t->tid : re->tid;
+        ev->name = t->name;
+        ev->name_len = (uint32_t)strnlen(t->name, RS_THREAD_NAME_LEN);
+        return 1;
+    }
+    case RS_REC_NVTX_PUSH:
+        ev->kind = AM_EV_RANGE_PUSH;
+        nvtx_name(n, (const void *)h, ev);
+        return 1;
+    case RS_REC_NVTX_START:
+        ev->kind = AM_EV_RANGE_START;
+        nvtx_name(n, (const void *)h, ev);
+        ev->id = ((const rs_rec_nvtx_name *)(const void *)h)->range_id;
+        return 1;
+    case RS_REC_NVTX_MARK:
+        ev->kind = AM_EV_MARK;
+        nvtx_name(n, (const void *)h, ev);
+        return 1;
+    case RS_REC_NVTX_POP:
+        ev->kind = AM_EV_RANGE_POP;
+        ev->domain_id = ((const rs_rec_nvtx_pop *)(const void *)h)->domain;
+        return 1;
+    case RS_REC_NVTX_END:
+        ev->kind = AM_EV_RANGE_END;
+        ev->id = ((const rs_rec_nvtx_end *)(const void *)h)->range_id;
+        return 1;
+    case RS_REC_SET_DEVICE:
+    case RS_REC_STRING:
+    case RS_REC_NVTX_DOMAIN:
+    case RS_REC_META:
+    case RS_REC_MODULE:
+    case RS_REC_LIMIT:
+    case RS_REC_WINDOW:
+    case RS_REC_POOL_ATTR:
+        return 0;
+#if RS_TRACE_VERSION_MINOR >= 1
+    case RS_REC_VMM_CREATE: {
+        const rs_rec_vmm *v = (const void *)h;
+        ev->caller = v->caller;
+        ev->lib = (uint8_t)lib_of(n, v->caller);
+        ev->device = v->device;
+        ev->api = v->api;
+        if (v->status == 2 /* CUDA_ERROR_OUT_OF_MEMORY */) {
+            ev->kind = AM_EV_OOM;
+            ev->size = v->size;
+            ev->status = v->status;
+            return 1;
+        }
+        if (v->status != 0)
+            return 0;
+        ev->kind = AM_EV_ALLOC;
+        ev->space = AM_SPACE_HANDLE;
+        ev->addr = v->handle;
+        ev->size = v->size;
+        ev->levels = AM_LVL_DEVICE;
+        return 1;
+    }
+    case RS_REC_VMM_RELEASE: {
+        const rs_rec_vmm *v = (const void *)h;
+        if (v->status != 0)
+            return 0;
+        ev->kind = AM_EV_FREE;
+        ev->space = AM_SPACE_HANDLE;
+        ev->addr = v->handle;
+        ev->levels = AM_LVL_DEVICE;
+        ev->api = v->api;
+        return 1;
+    }
+    case RS_REC_VMM_MAP:
+    case RS_REC_VMM_UNMAP:
+    case RS_REC_VA_RESERVE:
+    case RS_REC_VA_FREE:
+    case RS_REC_CTX_SET:
+        return 0;
+    case RS_REC_TENSOR: {
+        const rs_rec_tensor *t = (const void *)h;
+        if (t->device_type != 1 /* CUDA */)
+            return 0;
+        ev->kind = t->size >= 0 ? AM_EV_ALLOC : AM_EV_FREE;
+        ev->addr = t->ptr;
+        ev->size = t->size >= 0 ? (uint64_t)t->size : (uint64_t)(-(t->size + 1)) + 1;
+        ev->levels = AM_LVL_TENSOR;
+        ev->has_totals = 1;
+        ev->total_allocated = t->total_allocated;
+        ev->total_reserved = t->total_reserved;
+        ev->caller = t->caller;
+        ev->lib = AM_LIB_PYTORCH;
+        ev->device = t->device;
+        return 1;
+    }
+    case RS_REC_GRAPH: {
+        const rs_rec_graph *g = (const void *)h;
+        if (g->status != 0)
+            return 0;
+        if (h->aux == RS_GRAPH_BEGIN_CAPTURE)
+            ev->kind = AM_EV_GRAPH_BEGIN;
+        else if (h->aux == RS_GRAPH_END_CAPTURE)
+            ev->kind = AM_EV_GRAPH_END;
+        else
+            return 0;
+        ev->id = g->stream;
+        return 1;
+    }
+    case RS_REC_COLLECTIVE: {
+        const rs_rec_collective *c = (const void *)h;
+        ev->kind = AM_EV_COLLECTIVE;
+        ev->op = h->aux;
+        ev->size = c->bytes;
+        ev->peer = c->peer;
+        ev->id = c->comm;
+        ev->api = c->api;
+        ev->status = c->status;
+        return 1;
+    }
+#endif
+    }
+    return 0;
+}
+
+static int
+native_next(am_source *s, am_event *ev)
+{
+    native *n = s->impl;
+    rs_event re;
+    for (;;) {
+        int rc = rs_iter_next(n->it, &re);
+        if (rc == 0)
+            return 0;
+        if (rc < 0) {
+            snprintf(s->error, sizeof s->error, "%s", rs_reader_error(n->r));
+            return -1;
+        }
+        if (translate(n, &re, ev))
+            return 1;
+    }
+}
+
+static int
+native_rewind(am_source *s)
+{
+    native *n = s->impl;
+    rs_iter_free(n->it);
+    n->it = rs_iter_new(n->r);
+    if (!n->it) {
+        snprintf(s->error, sizeof s->error, "%s: out of memory", s->meta.path);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+native_close(am_source *s)
+{
+    native *n = s->impl;
+    if (n) {
+        rs_iter_free(n->it);
+        rs_reader_close(n->r);
+        free(n->mods);
+        free(n->argv);
+        free(n->env);
+        free(n->warnings);
+        free(n->argbuf);
+        free(n);
+    }
+    free(s);
+}
+
+static int
+native_format_addr(am_source *s, uint64_t addr, char *buf, size_t len)
+{
+    native *n = s->impl;
+    return rs_reader_format_addr(n->r, addr, buf, len);
+}
+
+static const am_source_ops native_ops = {
+    "native", native_next, native_rewind, native_close, native_format_addr,
+};
+
+static int
+native_sniff(const char *path, const unsigned char *head, size_t n)
+{
+    (void)path;
+    return n >= RS_TRACE_MAGIC_LEN && memcmp(head, RS_TRACE_MAGIC, RS_TRACE_MAGIC_LEN) == 0;
+}
+
+/* Split the META values into argv/env arrays (one buffer holds the text). */
+static int
+load_meta(native *n, am_meta *m)
+{
+    size_t nm = rs_reader_meta_count(n->r), total = 0, nargs = 0, nenv = 0;
+    for (size_t i = 0; i < nm; i++) {
+        uint32_t key, len;
+        const char *v;
+        rs_reader_meta(n->r, i, &key, &v, &len);
+        if (key == RS_META_CMDLINE) {
+            total += len + 1;
+            for (uint32_t j = 0; j < len; j++)
+                nargs += v[j] == 0;
+            nargs += 1;
+        } else if (key == RS_META_ENV) {
+            total += len + 1;
+            nenv++;
+        }
+    }
+    n->argbuf = malloc(total + 1);
+    n->argv = calloc(nargs + 1, sizeof *n->argv);
+    n->env = calloc(nenv + 1, sizeof *n->env);
+    if (!n->argbuf || !n->argv || !n->env)
+        return -1;
+    char *p = n->argbuf;
+    size_t ai = 0, ei = 0;
+    for (size_t i = 0; i < nm; i++) {
+        uint32_t key, len;
+        const char *v;
+        rs_reader_meta(n->r, i, &key, &v, &len);
+        if (key == RS_META_CMDLINE && ai == 0) {
+            memcpy(p, v, len);
+            p[len] = 0;
+            for (uint32_t j = 0; j < len;) {
+                n->argv[ai++] = p + j;
+                j += (uint32_t)strlen(p + j) + 1;
+            }
+            p += len + 1;
+        } else if (key == RS_META_ENV) {
+            memcpy(p, v, len);
+            p[len] = 0;
+            n->env[ei++] = p;
+            p += len + 1;
+        }
+    }
+    m->argc = ai;
+    m->argv = n->argv;
+    m->nenv = ei;
+    m->env = n->env;
+    return 0;
+}
+
+static int
+load_modules(native *n)
+{
+    size_t nm = rs_reader_module_count(n->r);
+    n->mods = calloc(nm ? nm : 1, sizeof *n->mods);
+    if (!n->mods)
+        return -1;
+    for (size_t i = 0; i < nm; i++) {
+        const rs_module_info *mi = rs_reader_module(n->r, i);
+        n->mods[i].lo = mi->lo;
+        n->mods[i].hi = mi->hi;
+        n->mods[i].lib = (uint8_t)am_catalog_lib(mi->path, mi->path_len);
+    }
+    n->nmods = nm;
+    qsort(n->mods, nm, sizeof *n->mods, mod_cmp);
+    return 0;
+}
+
+#define COPY_STR(dst, src) snprintf((dst), sizeof(dst), "%.*s", (int)sizeof(src), (src))
+
+static int
+native_open(const char *path, am_source **out, char *err, size_t errlen)
+{
+    am_source *s = calloc(1, sizeof *s);
+    native *n = calloc(1, sizeof *n);
+    if (!s || !n) {
+        free(s);
+        free(n);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    s->ops = &native_ops;
+    s->impl = n;
+    if (rs_reader_open(path, &n->r, err, errlen) != RS_READ_OK) {
+        free(n);
+        free(s);
+        return -1;
+    }
+    const rs_file_header *h = rs_reader_header(n->r);
+    am_meta *m = &s->meta;
+    m->path = rs_reader_path(n->r);
+    m->format = h->version_minor >= 1 ? "recompshim trace v1.1" : "recompshim trace v1.0";
+    m->rank = h->rank;
+    m->local_rank = h->local_rank;
+    m->world_size = h->world_size;
+    m->pid = h->pid;
+    m->device = h->device;
+    COPY_STR(m->host, h->host);
+    COPY_STR(m->torchelastic_run_id, h->torchelastic_run_id);
+    COPY_STR(m->slurm_job_id, h->slurm_job_id);
+    COPY_STR(m->master, h->master);
+    COPY_STR(m->run_id, h->run_id);
+    m->device_capacity = h->device_capacity;
+    n->mode = (int)h->mode;
+    m->mode = rs_mode_name(h->mode) ? rs_mode_name(h->mode) : "unknown";
+    m->closed = rs_reader_closed(n->r);
+    m->record_count = rs_reader_record_count(n->r);
+    size_t nw = rs_reader_warning_count(n->r);
+    n->warnings = calloc(nw + 1, sizeof *n->warnings);
+    if (!n->warnings || load_meta(n, m) < 0 || load_modules(n) < 0 ||
+        !(n->it = rs_iter_new(n->r))) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        native_close(s);
+        return -1;
+    }
+    for (size_t i = 0; i < nw; i++)
+        n->warnings[i] = rs_reader_warning(n->r, i);
+    m->nwarnings = nw;
+    m->warnings = n->warnings;
+    *out = s;
+    return 0;
+}
+
+const am_importer am_native_importer = {"native", native_sniff, native_open};

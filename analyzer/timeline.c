@@ -1,0 +1,581 @@
+/* timeline.c: per-thread NVTX stacks, thread roles, program phase,
+ * iterations, microbatches and layer counters (see timeline.h).
+ *
+ * The program phase moves on signals (catalog.def) and on thread activity:
+ *
+ *   init --FWD on main / STEP / first backward activity--> forward
+ *   forward --activity on pt_autograd_* / BWD range--> backward
+ *   backward --main thread allocates--> other (between backward and the
+ *            next recognised signal)
+ *   backward|other --all_reduce/reduce_scatter on main--> grad_sync
+ *   * --OPT (Optimizer.step#, nvte_multi_tensor_adam)--> optimizer
+ *            (optimizer_state_init in the first iteration with an optimizer)
+ *   optimizer --all_gather--> param_sync
+ *   * --FWD on main--> forward: a new iteration when an optimizer,
+ *            grad sync or param sync ran since the last one (no markers);
+ *            else a new microbatch when a backward ran since.
+ * ProfilerStep#N markers, when present, define the iterations instead.
+ */
+#include "timeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int
+grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap * 2 : 8;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+void
+tl_init(tl *t, int pid, am_rank *out)
+{
+    memset(t, 0, sizeof *t);
+    t->pid = pid;
+    t->out = out;
+    t->phase = AM_PH_init;
+    t->iteration = -1;
+    t->opt_init_iteration = -1;
+    out->opt_init_iteration = -1;
+}
+
+void
+tl_fini(tl *t)
+{
+    for (size_t i = 0; i < t->nthreads; i++) {
+        free(t->threads[i].stack);
+        free(t->threads[i].pending);
+    }
+    free(t->threads);
+    free(t->starts);
+    memset(t, 0, sizeof *t);
+}
+
+tl_thread *
+tl_thread_get(tl *t, uint32_t tid)
+{
+    static __thread size_t last;
+    if (last < t->nthreads && t->threads[last].tid == tid)
+        return &t->threads[last];
+    for (size_t i = 0; i < t->nthreads; i++)
+        if (t->threads[i].tid == tid) {
+            last = i;
+            return &t->threads[i];
+        }
+    if (grow((void **)&t->threads, &t->capthreads, t->nthreads + 1, sizeof *t->threads) < 0)
+        return NULL;
+    tl_thread *th = &t->threads[t->nthreads];
+    memset(th, 0, sizeof *th);
+    th->tid = tid;
+    th->role = (t->pid > 0 && tid == (uint32_t)t->pid) ? AM_ROLE_MAIN : AM_ROLE_OTHER;
+    th->last_nvte_bd = AM_BD_INHERIT;
+    last = t->nthreads++;
+    return th;
+}
+
+/* ---- phases and iterations ---- */
+
+static am_phase_span *
+cur_span(tl *t)
+{
+    if (!t->out->niters)
+        return NULL;
+    am_iteration *it = &t->out->iters[t->out->niters - 1];
+    return it->nphases ? &it->phases[it->nphases - 1] : NULL;
+}
+
+static void
+open_span(tl *t, uint8_t phase)
+{
+    if (!t->out->niters || t->iteration < 0)
+        return;
+    am_iteration *it = &t->out->iters[t->out->niters - 1];
+    if (it->nphases && it->phases[it->nphases - 1].start_ns == t->now) {
+        it->phases[it->nphases - 1].phase = phase; /* zero-length: replace */
+        return;
+    }
+    if (grow((void **)&it->phases, &it->capphases, it->nphases + 1, sizeof *it->phases) < 0)
+        return; /* spans are informative: drop on out of memory */
+    it->phases[it->nphases++] = (am_phase_span){phase, t->now, t->now};
+}
+
+static void
+set_phase(tl *t, uint8_t phase)
+{
+    if (phase == t->phase)
+        return;
+    if (t->phase == AM_PH_init && !t->out->init_end_ns)
+        t->out->init_end_ns = t->now;
+    am_phase_span *s = cur_span(t);
+    if (s && t->iteration >= 0)
+        s->end_ns = t->now;
+    t->phase = phase;
+    open_span(t, phase);
+    /* pending TE allocations never cross a phase change */
+    for (size_t i = 0; i < t->nthreads; i++) {
+        t->npending_total -= t->threads[i].npending;
+        t->threads[i].npending = 0;
+    }
+}
+
+static void
+new_iteration(tl *t, int number)
+{
+    am_rank *o = t->out;
+    if (o->niters) {
+        am_iteration *prev = &o->iters[o->niters - 1];
+        prev->end_ns = t->now;
+        am_phase_span *s = cur_span(t);
+        if (s)
+            s->end_ns = t->now;
+    }
+    if (t->opt_in_iter && !t->opt_init_done)
+        t->opt_init_done = 1;
+    size_t cap = o->niters; /* iters grow by doubling: track capacity in nphases trick */
+    static const size_t chunk = 64;
+    if (o->niters % chunk == 0) {
+        am_iteration *q = realloc(o->iters, (cap + chunk) * sizeof *q);
+        if (!q)
+            return;
+        o->iters = q;
+    }
+    am_iteration *it = &o->iters[o->niters++];
+    memset(it, 0, sizeof *it);
+    it->number = number;
+    it->start_ns = t->now;
+    it->end_ns = t->now;
+    it->microbatches = 0;
+    t->iteration = number;
+    t->next_iteration = number + 1;
+    t->opt_in_iter = 0;
+    t->bwd_in_iter = 0;
+    t->fwd_layer = 0;
+    if (t->phase == AM_PH_init && !o->init_end_ns)
+        o->init_end_ns = t->now;
+    if (t->phase != AM_PH_init)
+        open_span(t, t->phase);
+}
+
+static am_iteration *
+cur_iter(tl *t)
+{
+    return t->iteration >= 0 && t->out->niters ? &t->out->iters[t->out->niters - 1] : NULL;
+}
+
+static void
+begin_forward(tl *t)
+{
+    int newit = 0;
+    if (!t->markers) {
+        if (t->iteration < 0 || t->opt_in_iter || t->phase == AM_PH_grad_sync ||
+            t->phase == AM_PH_param_sync)
+            newit = 1;
+        if (newit)
+            new_iteration(t, t->next_iteration);
+    }
+    am_iteration *it = cur_iter(t);
+    if (t->phase != AM_PH_forward) {
+        if (newit || (it && it->microbatches == 0) || t->bwd_in_iter ||
+            t->phase == AM_PH_init) {
+            if (it)
+                it->microbatches++;
+            t->fwd_layer = 0;
+            t->bwd_in_iter = 0;
+        }
+        set_phase(t, AM_PH_forward);
+    }
+}
+
+static void
+begin_backward(tl *t)
+{
+    if (t->phase == AM_PH_backward)
+        return;
+    if (t->phase != AM_PH_forward && t->phase != AM_PH_init && t->phase != AM_PH_other)
+        return; /* activity of the autograd thread during grad sync etc. */
+    if (t->iteration < 0 && !t->markers)
+        new_iteration(t, t->next_iteration);
+    am_iteration *it = cur_iter(t);
+    if (it && it->microbatches == 0)
+        it->microbatches = 1;
+    t->bwd_in_iter = 1;
+    for (size_t i = 0; i < t->nthreads; i++)
+        t->threads[i].bwd_layer = t->fwd_layer;
+    set_phase(t, AM_PH_backward);
+}
+
+static void
+begin_optimizer(tl *t)
+{
+    if (t->iteration < 0 && !t->markers)
+        new_iteration(t, t->next_iteration);
+    uint8_t ph = t->opt_init_done ? AM_PH_optimizer : AM_PH_optimizer_state_init;
+    if (ph == AM_PH_optimizer_state_init && t->out->opt_init_iteration < 0)
+        t->out->opt_init_iteration = t->iteration;
+    t->opt_in_iter = 1;
+    set_phase(t, ph);
+}
+
+static int
+parse_step(const char *s, uint32_t len)
+{
+    const char *h = memchr(s, '#', len);
+    if (!h)
+        return -1;
+    long v = 0;
+    int any = 0;
+    for (const char *p = h + 1; p < s + len && *p >= '0' && *p <= '9'; p++) {
+        v = v * 10 + (*p - '0');
+        any = 1;
+        if (v > 1000000000)
+            return -1;
+    }
+    return any ? (int)v : -1;
+}
+
+static void
+apply_signal(tl *t, uint8_t role, am_cat_match m, const am_event *ev)
+{
+    switch ((am_signal)m.signal) {
+    case AM_SIG_STEP: {
+        int n = ev->name ? parse_step(ev->name, ev->name_len) : -1;
+        t->markers = 1;
+        t->out->has_step_markers = 1;
+        new_iteration(t, n >= 0 ? n : t->next_iteration);
+        am_iteration *it = cur_iter(t);
+        if (it)
+            it->microbatches = 1;
+        set_phase(t, AM_PH_forward);
+        break;
+    }
+    case AM_SIG_ZERO:
+        if (!t->markers && t->iteration >= 0 &&
+            (t->opt_in_iter || t->phase == AM_PH_grad_sync || t->phase == AM_PH_param_sync)) {
+            new_iteration(t, t->next_iteration);
+            set_phase(t, AM_PH_other);
+        }
+        break;
+    case AM_SIG_FWD:
+        if (role == AM_ROLE_BACKWARD) {
+            begin_backward(t);
+            break;
+        }
+        begin_forward(t);
+        if (m.flags & AM_CF_LAYER) {
+            t->layer_ranges_seen = 1;
+            t->out->layer_signal = 1;
+            t->fwd_layer++;
+        } else if ((m.flags & AM_CF_LAYER_FALLBACK) && !t->layer_ranges_seen) {
+            t->te_layers_seen = 1;
+            if (!t->out->layer_signal)
+                t->out->layer_signal = 2;
+            t->fwd_layer++;
+        }
+        if (t->fwd_layer > t->fwd_max_layer)
+            t->fwd_max_layer = t->fwd_layer;
+        break;
+    case AM_SIG_BWD:
+        begin_backward(t);
+        break;
+    case AM_SIG_OPT:
+        begin_optimizer(t);
+        break;
+    case AM_SIG_EVAL:
+        set_phase(t, AM_PH_eval);
+        break;
+    case AM_SIG_NONE:
+    case AM_SIG_PIPE:
+    case AM_SIG_P2P:
+    case AM_SIG_NCCL:
+        break;
+    }
+}
+
+/* ---- the TE nearest-range rule ---- */
+
+static void
+resolve_pending(tl *t, tl_thread *th, uint8_t boundary)
+{
+    if (boundary != AM_BD_INHERIT && t->resolve)
+        for (size_t i = 0; i < th->npending; i++)
+            t->resolve(t->resolve_ctx, &th->pending[i], boundary);
+    t->npending_total -= th->npending;
+    th->npending = 0;
+}
+
+/* ---- stacks ---- */
+
+static uint8_t
+frame_role_boundary(const tl_thread *th)
+{
+    return th->depth ? th->stack[th->depth - 1].boundary : AM_BD_INHERIT;
+}
+
+static int
+push(tl *t, tl_thread *th, const am_event *ev)
+{
+    am_cat_match m = am_catalog_range(ev->name, ev->name_len, ev->domain, ev->domain_len);
+    if (grow((void **)&th->stack, &th->cap, th->depth + 1, sizeof *th->stack) < 0)
+        return -1;
+    const tl_frame *parent = th->depth ? &th->stack[th->depth - 1] : NULL;
+    tl_frame f = {ev->name, ev->name_len, ev->domain_id, m, m.boundary, 0, 0, 0};
+    if (f.boundary == AM_BD_INHERIT)
+        f.boundary = frame_role_boundary(th);
+    f.replay = (m.signal == AM_SIG_FWD && th->role == AM_ROLE_BACKWARD) ||
+               (parent && parent->replay);
+    f.eval = m.signal == AM_SIG_EVAL || (parent && parent->eval);
+    if (m.flags & AM_CF_NVTE) {
+        f.call_id = th->module_call;
+        if (th->npending && th->pending_call == th->module_call)
+            resolve_pending(t, th, f.boundary);
+        th->last_nvte_bd = f.boundary;
+        th->last_nvte_call = th->module_call;
+    } else {
+        /* pending allocations of the outer call keep what they have */
+        t->npending_total -= th->npending;
+        th->npending = 0;
+        f.call_id = ++t->next_call;
+        th->module_call = f.call_id;
+    }
+    th->stack[th->depth++] = f;
+    apply_signal(t, th->role, m, ev);
+    return 0;
+}
+
+static void
+pop(tl *t, tl_thread *th, uint32_t domain)
+{
+    if (!th->depth)
+        return;
+    size_t i = th->depth;
+    while (i > 0 && th->stack[i - 1].domain_id != domain)
+        i--;
+    if (i == 0)
+        return; /* unmatched pop: ignore */
+    tl_frame f = th->stack[i - 1];
+    memmove(&th->stack[i - 1], &th->stack[i], (th->depth - i) * sizeof *th->stack);
+    th->depth--;
+    if (!(f.m.flags & AM_CF_NVTE)) {
+        t->npending_total -= th->npending;
+        th->npending = 0;
+        th->module_call = 0;
+        for (size_t k = th->depth; k > 0; k--)
+            if (!(th->stack[k - 1].m.flags & AM_CF_NVTE)) {
+                th->module_call = th->stack[k - 1].call_id;
+                break;
+            }
+        th->last_nvte_call = (uint32_t)-1;
+    }
+    if ((f.m.flags & AM_CF_ATTN_BWD) && th->role == AM_ROLE_BACKWARD && th->bwd_layer > 1)
+        th->bwd_layer--;
+    if (f.m.signal == AM_SIG_EVAL && t->phase == AM_PH_eval)
+        set_phase(t, AM_PH_other);
+}
+
+int
+tl_event(tl *t, const am_event *ev)
+{
+    t->now = ev->t_ns;
+    tl_thread *th = tl_thread_get(t, ev->tid);
+    if (!th)
+        return -1;
+    switch ((am_ev_kind)ev->kind) {
+    case AM_EV_THREAD_NAME:
+        snprintf(th->name, sizeof th->name, "%.*s", (int)ev->name_len, ev->name);
+        if (th->role != AM_ROLE_MAIN)
+            th->role = (uint8_t)am_catalog_thread(th->name);
+        break;
+    case AM_EV_RANGE_PUSH:
+        if (th->role == AM_ROLE_BACKWARD)
+            begin_backward(t);
+        return push(t, th, ev);
+    case AM_EV_RANGE_POP:
+        pop(t, th, ev->domain_id);
+        break;
+    case AM_EV_MARK: {
+        am_cat_match m = am_catalog_range(ev->name, ev->name_len, ev->domain, ev->domain_len);
+        if (m.signal == AM_SIG_STEP || m.signal == AM_SIG_OPT || m.signal == AM_SIG_ZERO)
+            apply_signal(t, th->role, m, ev);
+        break;
+    }
+    case AM_EV_RANGE_START: {
+        am_cat_match m = am_catalog_range(ev->name, ev->name_len, ev->domain, ev->domain_len);
+        apply_signal(t, th->role, m, ev);
+        if (grow((void **)&t->starts, &t->capstarts, t->nstarts + 1, sizeof *t->starts) == 0)
+            t->starts[t->nstarts++] = (typeof(*t->starts)){ev->id, m.signal};
+        break;
+    }
+    case AM_EV_RANGE_END:
+        for (size_t i = 0; i < t->nstarts; i++)
+            if (t->starts[i].id == ev->id) {
+                if (t->starts[i].signal == AM_SIG_EVAL && t->phase == AM_PH_eval)
+                    set_phase(t, AM_PH_other);
+                t->starts[i] = t->starts[--t->nstarts];
+                break;
+            }
+        break;
+    case AM_EV_ALLOC:
+        if (th->role == AM_ROLE_BACKWARD)
+            begin_backward(t);
+        else if (th->role == AM_ROLE_MAIN && t->phase == AM_PH_backward &&
+                 ev->lib != AM_LIB_NCCL)
+            set_phase(t, AM_PH_other);
+        break;
+    case AM_EV_FREE:
+    case AM_EV_OOM:
+    case AM_EV_MEMINFO:
+        break;
+    case AM_EV_COLLECTIVE:
+        t->out->ncollectives++;
+        switch (ev->op) {
+        case AM_COLL_ALL_REDUCE:
+        case AM_COLL_REDUCE_SCATTER:
+            if (th->role == AM_ROLE_MAIN &&
+                (t->phase == AM_PH_backward || t->phase == AM_PH_other))
+                set_phase(t, AM_PH_grad_sync);
+            break;
+        case AM_COLL_ALL_GATHER:
+            if (t->phase == AM_PH_optimizer || t->phase == AM_PH_optimizer_state_init)
+                set_phase(t, AM_PH_param_sync);
+            break;
+        default:
+            break;
+        }
+        break;
+    case AM_EV_GRAPH_BEGIN:
+        t->capture_depth++;
+        break;
+    case AM_EV_GRAPH_END:
+        if (t->capture_depth > 0)
+            t->capture_depth--;
+        break;
+    }
+    return 0;
+}
+
+int
+tl_layer_boundary(uint8_t b)
+{
+    switch ((am_boundary)b) {
+    case AM_BD_core_attn: case AM_BD_mla_up_proj: case AM_BD_layernorm: case AM_BD_moe_act:
+    case AM_BD_mlp: case AM_BD_moe: case AM_BD_shared_experts: case AM_BD_gdn_norm_out:
+    case AM_BD_gdp_in_proj: case AM_BD_gdp_qkv: case AM_BD_mhc: case AM_BD_attention_other:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static uint8_t
+phase_fallback_boundary(uint8_t phase)
+{
+    switch ((am_phase)phase) {
+    case AM_PH_init: return AM_BD_params;
+    case AM_PH_optimizer:
+    case AM_PH_optimizer_state_init: return AM_BD_optimizer_state;
+    case AM_PH_grad_sync: return AM_BD_grads;
+    case AM_PH_param_sync: return AM_BD_params;
+    default: return AM_BD_unknown;
+    }
+}
+
+am_attr
+tl_attr(tl *t, const am_event *ev, uint64_t seq)
+{
+    am_attr a = {t->phase, AM_BD_unknown, 0};
+    tl_thread *th = tl_thread_get(t, ev->tid);
+    if (!th)
+        return a;
+    const tl_frame *top = th->depth ? &th->stack[th->depth - 1] : NULL;
+    if (top && top->eval)
+        a.phase = AM_PH_eval;
+    else if (th->role == AM_ROLE_BACKWARD)
+        a.phase = (top && top->replay) ? AM_PH_backward_replay : AM_PH_backward;
+    else if (th->role == AM_ROLE_MAIN && t->phase == AM_PH_backward)
+        a.phase = AM_PH_backward;
+
+    a.layer = th->role == AM_ROLE_BACKWARD ? th->bwd_layer : t->fwd_layer;
+
+    if (ev->lib == AM_LIB_NCCL) {
+        a.boundary = AM_BD_nccl;
+    } else if (ev->lib == AM_LIB_CUBLAS || ev->lib == AM_LIB_CUDNN) {
+        a.boundary = AM_BD_workspace;
+    } else if (t->capture_depth > 0) {
+        a.boundary = AM_BD_cuda_graph_pool;
+    } else if (top && (top->m.flags & AM_CF_NVTE) && top->boundary != AM_BD_INHERIT) {
+        a.boundary = top->boundary;          /* inside a TE call */
+    } else {
+        uint8_t b = top ? top->boundary : AM_BD_INHERIT;
+        int in_nvte = 0;
+        for (size_t k = th->depth; k > 0; k--)
+            if (th->stack[k - 1].m.flags & AM_CF_NVTE) {
+                in_nvte = 1;
+                break;
+            }
+        if (!in_nvte && (a.phase == AM_PH_forward || a.phase == AM_PH_backward ||
+                         a.phase == AM_PH_backward_replay)) {
+            /* nearest TE range: previous one in this module call for now,
+             * the next one (if any) wins when it is pushed */
+            if (th->last_nvte_call == th->module_call && th->last_nvte_bd != AM_BD_INHERIT)
+                b = th->last_nvte_bd;
+            if (th->npending && th->pending_call != th->module_call) {
+                t->npending_total -= th->npending;
+                th->npending = 0;
+            }
+            if (th->npending < 4096 &&
+                grow((void **)&th->pending, &th->cappending, th->npending + 1,
+                     sizeof *th->pending) == 0) {
+                th->pending_call = th->module_call;
+                th->pending[th->npending++] =
+                    (tl_pending){ev->addr, seq, ev->space, ev->levels};
+                t->npending_total++;
+            }
+        }
+        a.boundary = b != AM_BD_INHERIT ? b : phase_fallback_boundary(a.phase);
+    }
+    return a; /* layer is kept raw: reports drop it for non-layer boundaries */
+}
+
+void
+tl_where(tl *t, uint32_t tid, char *buf, size_t n)
+{
+    tl_thread *th = tl_thread_get(t, tid);
+    size_t off = 0;
+    if (n)
+        buf[0] = 0;
+    if (!th)
+        return;
+    for (size_t i = 0; i < th->depth && off + 1 < n; i++) {
+        int w = snprintf(buf + off, n - off, "%s%.*s", i ? " > " : "",
+                         (int)(th->stack[i].len > 120 ? 120 : th->stack[i].len),
+                         th->stack[i].name ? th->stack[i].name : "?");
+        if (w < 0)
+            break;
+        off += (size_t)w;
+    }
+}
+
+void
+tl_end(tl *t, uint64_t end_ns)
+{
+    t->now = end_ns;
+    if (t->out->niters) {
+        am_iteration *it = &t->out->iters[t->out->niters - 1];
+        it->end_ns = end_ns;
+        if (it->nphases)
+            it->phases[it->nphases - 1].end_ns = end_ns;
+    }
+    if (t->phase == AM_PH_init && !t->out->init_end_ns)
+        t->out->init_end_ns = end_ns;
+}

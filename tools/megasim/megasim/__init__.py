@@ -1,0 +1,1 @@
+"""megasim: a simulated Megatron-LM training job for recompshim (docs/megasim.md)."""

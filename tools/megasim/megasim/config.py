@@ -1,0 +1,360 @@
+"""Command line with Megatron-LM's exact flag spellings (megatron.md §4), the
+validation errors of megatron.md §3, presets, and megasim's own --sim-* flags.
+
+allow_abbrev=False as in Megatron: prefixes are not accepted.
+"""
+import argparse
+import re
+
+PRESETS = {
+    # examples/llama/train_llama3_8b_h100_fp8.sh shapes (activation-model.md §4 (b))
+    "llama3-8b": [
+        "--num-layers", "32", "--hidden-size", "4096", "--ffn-hidden-size", "14336",
+        "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",
+        "--kv-channels", "128", "--seq-length", "8192", "--max-position-embeddings", "8192",
+        "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+        "--untie-embeddings-and-output-weights", "--vocab-size", "128256",
+        "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--bf16",
+        "--transformer-impl", "transformer_engine", "--micro-batch-size", "1"],
+    # GPT-3 175B (activation-model.md §4 (a), Korthikanti et al. Table 3)
+    "gpt3-175b": [
+        "--num-layers", "96", "--hidden-size", "12288", "--ffn-hidden-size", "49152",
+        "--num-attention-heads", "96", "--seq-length", "2048", "--max-position-embeddings", "2048",
+        "--normalization", "LayerNorm", "--position-embedding-type", "learned_absolute",
+        "--vocab-size", "51200", "--attention-dropout", "0.1", "--hidden-dropout", "0.1",
+        "--fp16", "--transformer-impl", "transformer_engine", "--micro-batch-size", "1",
+        "--tensor-model-parallel-size", "8", "--sequence-parallel",
+        "--pipeline-model-parallel-size", "8"],
+    # Moonlight-16B-A3B-like: 1 dense + 26 MLA+MoE layers (activation-model.md §4 (c))
+    "moonlight-16b": [
+        "--num-layers", "27", "--hidden-size", "2048", "--ffn-hidden-size", "11264",
+        "--num-attention-heads", "16", "--multi-latent-attention", "--kv-lora-rank", "512",
+        "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128",
+        "--qk-layernorm", "--num-experts", "64", "--moe-router-topk", "6",
+        "--moe-ffn-hidden-size", "1408", "--moe-shared-expert-intermediate-size", "2816",
+        "--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall",
+        "--moe-layer-freq", "([0]+[1]*26)", "--swiglu", "--normalization", "RMSNorm",
+        "--position-embedding-type", "rope", "--seq-length", "4096",
+        "--max-position-embeddings", "4096", "--vocab-size", "163840",
+        "--untie-embeddings-and-output-weights", "--attention-dropout", "0.0",
+        "--hidden-dropout", "0.0", "--bf16", "--transformer-impl", "transformer_engine",
+        "--micro-batch-size", "1", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+        "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1"],
+    # DeepSeek-V2-Lite-like (Megatron DeepSeek-V2-Lite.sh)
+    "deepseek-v2-lite": [
+        "--num-layers", "27", "--hidden-size", "2048", "--ffn-hidden-size", "10944",
+        "--num-attention-heads", "16", "--multi-latent-attention", "--kv-lora-rank", "512",
+        "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128",
+        "--qk-layernorm", "--no-rope-fusion", "--num-experts", "64", "--moe-router-topk", "6",
+        "--moe-ffn-hidden-size", "1408", "--moe-shared-expert-intermediate-size", "2816",
+        "--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall",
+        "--moe-layer-freq", "([0]+[1]*26)", "--swiglu", "--normalization", "RMSNorm",
+        "--position-embedding-type", "rope", "--seq-length", "4096",
+        "--max-position-embeddings", "4096", "--vocab-size", "102400",
+        "--untie-embeddings-and-output-weights", "--attention-dropout", "0.0",
+        "--hidden-dropout", "0.0", "--bf16", "--transformer-impl", "transformer_engine",
+        "--micro-batch-size", "1", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+        "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1"],
+}
+
+VALID_RECOMPUTE = ["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                   "shared_experts", "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc"]
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="pretrain_gpt.py", allow_abbrev=False,
+                                description="megasim: a simulated Megatron-LM GPT job")
+    a = p.add_argument
+    # network size
+    a("--num-layers", type=int, default=None)
+    a("--hidden-size", type=int, default=None)
+    a("--ffn-hidden-size", type=int, default=None)
+    a("--num-attention-heads", type=int, default=None)
+    a("--group-query-attention", action="store_true")
+    a("--num-query-groups", type=int, default=1)
+    a("--kv-channels", type=int, default=None)
+    a("--seq-length", type=int, default=None)
+    a("--max-position-embeddings", type=int, default=None)
+    a("--vocab-size", type=int, default=None)
+    a("--make-vocab-size-divisible-by", type=int, default=128)
+    a("--swiglu", action="store_true")
+    a("--normalization", default="LayerNorm", choices=["LayerNorm", "RMSNorm"])
+    a("--position-embedding-type", default="learned_absolute",
+      choices=["learned_absolute", "rope", "relative", "none"])
+    a("--untie-embeddings-and-output-weights", action="store_true")
+    a("--attention-dropout", type=float, default=0.1)
+    a("--hidden-dropout", type=float, default=0.1)
+    a("--no-rope-fusion", action="store_false", dest="apply_rope_fusion")
+    a("--qk-layernorm", action="store_true")
+    a("--transformer-impl", default="transformer_engine",
+      choices=["local", "transformer_engine", "inference_optimized"])
+    a("--attention-backend", default="auto", choices=["flash", "fused", "unfused", "local", "auto"])
+    a("--bf16", action="store_true")
+    a("--fp16", action="store_true")
+    a("--fp8-format", dest="fp8", default=None, choices=["e4m3", "hybrid"])
+    a("--fp8-recipe", default="delayed",
+      choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"])
+    # MLA
+    a("--multi-latent-attention", action="store_true")
+    a("--q-lora-rank", type=int, default=None)
+    a("--kv-lora-rank", type=int, default=32)
+    a("--qk-head-dim", type=int, default=128)
+    a("--qk-pos-emb-head-dim", type=int, default=64)
+    a("--v-head-dim", type=int, default=128)
+    # MoE
+    a("--num-experts", type=int, default=None)
+    a("--moe-router-topk", type=int, default=2)
+    a("--moe-ffn-hidden-size", type=int, default=None)
+    a("--moe-shared-expert-intermediate-size", type=int, default=None)
+    a("--moe-grouped-gemm", action="store_true")
+    a("--moe-token-dispatcher-type", default="allgather", choices=["allgather", "alltoall", "flex"])
+    a("--moe-layer-freq", default="1")
+    a("--moe-shared-expert-overlap", action="store_true")
+    a("--moe-expert-capacity-factor", type=float, default=None)
+    a("--moe-pad-expert-input-to-capacity", action="store_true")
+    a("--overlap-moe-expert-parallel-comm", action="store_true")
+    a("--moe-layer-recompute", action="store_true")
+    # parallelism
+    a("--tensor-model-parallel-size", type=int, default=1)
+    a("--pipeline-model-parallel-size", type=int, default=1)
+    a("--num-layers-per-virtual-pipeline-stage", type=int, default=None)
+    a("--num-virtual-stages-per-pipeline-rank", type=int, default=None)
+    a("--decoder-first-pipeline-num-layers", type=int, default=None)
+    a("--decoder-last-pipeline-num-layers", type=int, default=None)
+    a("--expert-model-parallel-size", type=int, default=1)
+    a("--expert-tensor-parallel-size", type=int, default=None)
+    a("--context-parallel-size", type=int, default=1)
+    a("--sequence-parallel", action="store_true")
+    a("--use-distributed-optimizer", action="store_true")
+    a("--overlap-grad-reduce", action="store_true")
+    a("--overlap-param-gather", action="store_true")
+    # recompute
+    a("--recompute-granularity", default=None)
+    a("--recompute-method", default=None)
+    a("--recompute-num-layers", type=int, default=None)
+    a("--recompute-modules", nargs="+", default=None)
+    a("--recompute-activations", action="store_true")
+    a("--distribute-saved-activations", action="store_true")
+    a("--cpu-offloading-num-layers", type=int, default=0)
+    # CUDA graphs
+    a("--cuda-graph-impl", default="none", choices=["none", "local", "transformer_engine",
+                                                    "full_iteration"])
+    a("--cuda-graph-modules", nargs="+", default=[])
+    a("--cuda-graph-warmup-steps", type=int, default=3)
+    a("--enable-cuda-graph", action="store_true")
+    a("--external-cuda-graph", action="store_true")
+    # training
+    a("--micro-batch-size", type=int, default=None)
+    a("--global-batch-size", type=int, default=None)
+    a("--train-iters", type=int, default=None)
+    a("--log-interval", type=int, default=100)
+    a("--empty-unused-memory-level", type=int, default=0, choices=[0, 1, 2])
+    # profiling
+    a("--profile", action="store_true")
+    a("--profile-step-start", type=int, default=10)
+    a("--profile-step-end", type=int, default=12)
+    a("--profile-ranks", type=int, nargs="+", default=[])
+    a("--nvtx-ranges", action="store_true")
+    a("--record-memory-history", action="store_true")
+    # megasim's own (a real job has none of these)
+    g = p.add_argument_group("megasim")
+    g.add_argument("--sim-preset", choices=sorted(PRESETS), default=None)
+    g.add_argument("--sim-world-size", type=int, default=None,
+                   help="ranks in the job (default TP*PP*CP, times DP from --sim-dp)")
+    g.add_argument("--sim-dp", type=int, default=1, help="data-parallel size when world size is not given")
+    g.add_argument("--sim-only-ranks", default=None,
+                   help="launch only these ranks of the job (comma list), e.g. 0")
+    g.add_argument("--sim-capacity-gib", type=float, default=None,
+                   help="simulated device capacity (MOCK_CUDA_CAPACITY; default 80 GiB)")
+    g.add_argument("--sim-foreign-gib", type=float, default=0.0,
+                   help="fault: another process holds this much memory on each device")
+    g.add_argument("--sim-resume-optimizer", action="store_true",
+                   help="fault: resume from a checkpoint: optimizer state allocated before the first "
+                        "forward, with the transient duplicate made while loading")
+    g.add_argument("--sim-retain-replay", action="store_true",
+                   help="fault: tensors created by recompute replays stay alive into the next iteration")
+    g.add_argument("--sim-nccl-buffers-mib", type=float, default=0.0,
+                   help="fault: NCCL buffers (outside PyTorch) per communicator, growing with each "
+                        "communicator created")
+    g.add_argument("--sim-nccl-communicators", type=int, default=4)
+    g.add_argument("--sim-fragment", action="store_true",
+                   help="fault: short-lived, variably sized cast/transpose buffers between saved "
+                        "activations (fragments the caching allocator, R09)")
+    g.add_argument("--sim-fragment-max-mib", type=float, default=900.0)
+    g.add_argument("--sim-graph-pool-gib", type=float, default=None,
+                   help="with --cuda-graph-impl: private-pool bytes per captured layer and scope")
+    g.add_argument("--sim-print-layer-bytes", action="store_true",
+                   help="print saved activation bytes per layer of microbatch 0 (size-model check)")
+    g.add_argument("--sim-quiet", action="store_true")
+    return p
+
+
+def parse_layer_freq(s, n):
+    s = str(s).strip()
+    if re.fullmatch(r"\d+", s):
+        k = int(s)
+        return [1 if i % k == 0 else 0 for i in range(n)]
+    if not re.fullmatch(r"[\[\]\(\)\d\s,+*]+", s):
+        raise ValueError("Invalid --moe-layer-freq: %r" % s)
+    pattern = eval(s, {"__builtins__": {}}, {})  # digits, lists, + and * only
+    if len(pattern) != n:
+        raise ValueError("Invalid length of moe_layer_pattern: %d, expected %d, current moe layer "
+                         "pattern: %s" % (len(pattern), n, s))
+    return list(pattern)
+
+
+class ConfigError(Exception):
+    pass
+
+
+def _check(cond, msg, exc=AssertionError):
+    if not cond:
+        raise exc(msg)
+
+
+def finalize(args):
+    """Defaults and validation in Megatron's order (arguments.py validate_args,
+    TransformerConfig/ModelParallelConfig.__post_init__)."""
+    if args.recompute_activations:
+        args.recompute_granularity = "selective"
+    if args.moe_layer_recompute:
+        print("WARNING: --moe-layer-recompute is deprecated. Use --recompute-granularity selective "
+              "--recompute-modules moe_layer instead.")
+        _check(args.recompute_granularity != "full",
+               "Do not set --moe-layer-recompute with full recompute granularity. ")
+        args.recompute_granularity = "selective"
+        args.recompute_modules = list(args.recompute_modules or []) + ["moe"]
+    for f in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size"):
+        if getattr(args, f) is None:
+            raise ConfigError("megasim: --%s is required (or use --sim-preset)" % f.replace("_", "-"))
+    if args.ffn_hidden_size is None:
+        args.ffn_hidden_size = 4 * args.hidden_size if not args.swiglu else \
+            int(4 * args.hidden_size * 2 / 3 / 64) * 64
+    if args.kv_channels is None:
+        args.kv_channels = args.hidden_size // args.num_attention_heads
+    if not args.group_query_attention:
+        args.num_query_groups = args.num_attention_heads
+    if args.vocab_size is None:
+        args.vocab_size = 50257
+    if args.max_position_embeddings is None:
+        args.max_position_embeddings = args.seq_length
+    if args.enable_cuda_graph or args.external_cuda_graph:
+        _check(args.cuda_graph_impl == "none",
+               "Do not use enable_cuda_graph or external_cuda_graph with cuda_graph_impl.")
+        _check(not (args.enable_cuda_graph and args.external_cuda_graph),
+               "enable_cuda_graph and external_cuda_graph cannot be enabled at the same time.")
+        args.cuda_graph_impl = "local" if args.enable_cuda_graph else "transformer_engine"
+    tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
+    if args.sequence_parallel and tp == 1:
+        print("WARNING: Disabling sequence parallelism because tensor model parallelism is disabled")
+        args.sequence_parallel = False
+    if args.expert_tensor_parallel_size is None:
+        args.expert_tensor_parallel_size = tp
+    _check(not (args.bf16 and args.fp16), "cannot have both bf16 and fp16 enabled.")
+    if args.overlap_param_gather:
+        _check(args.use_distributed_optimizer,
+               "--overlap-param-gather only supported with distributed optimizer, megatron fsdp, "
+               "or dist_muon")
+        _check(args.overlap_grad_reduce, "Must use --overlap-param-gather with --overlap-grad-reduce")
+    if args.distribute_saved_activations:
+        _check(tp > 1, "can distribute recomputed activations only across tensor model parallel groups")
+        _check(args.recompute_granularity == "full",
+               "distributed recompute activations is only application to full recompute granularity")
+        _check(args.recompute_method is not None,
+               "for distributed recompute activations to work you need to use a recompute method ")
+    if args.recompute_granularity == "selective":
+        _check(args.recompute_method is None,
+               "recompute method is not yet supported for selective recomputing granularity")
+    # ModelParallelConfig.__post_init__
+    if args.sequence_parallel and tp <= 1:
+        raise ValueError("Cannot use sequence parallelism without tensor parallelism")
+    # TransformerConfig.__post_init__ (L1884+)
+    cpu_off = args.cpu_offloading_num_layers > 0
+    if cpu_off:
+        _check(args.cpu_offloading_num_layers < args.num_layers,
+               "CPU offloading can be done only for layers less than %d" % args.num_layers, ValueError)
+        _check(pp == 1, "Currently there is no support for Pipeline parallelism with CPU offloading",
+               ValueError)
+        _check(args.recompute_granularity is None,
+               "CPU offloading does not work when activation recomputation is enabled", ValueError)
+    g = args.recompute_granularity
+    if g is not None:
+        if g not in ("full", "selective"):
+            raise ValueError('When using recompute_granuarlity: %s must be "full"or "selective".' % g)
+        if args.recompute_method is not None and args.recompute_method not in ("block", "uniform"):
+            raise ValueError('recompute_method: %s must be "block" or "uniform".' % args.recompute_method)
+        elif args.recompute_method is None and g != "selective":
+            raise ValueError('Using recompute_granularity: %s so recompute_method must be "block" or '
+                             '"uniform"' % g)
+        if g != "selective" and args.recompute_num_layers is None:
+            raise ValueError("When using recompute_granularity: %s recompute_num_layers must be between "
+                             "1 and num_layers_per_pipeline_rank: %d" % (g, args.num_layers // pp))
+        elif g == "selective" and args.recompute_num_layers is not None:
+            raise ValueError("When using recompute_granularity: %s recompute_num_layers must be None." % g)
+        if args.distribute_saved_activations and args.sequence_parallel:
+            raise ValueError("distribute_saved_activations: %s must be false when sequence parallel "
+                             "is enabled: %s" % (args.distribute_saved_activations, args.sequence_parallel))
+    if args.recompute_modules is None:
+        args.recompute_modules = ["core_attn"]
+    if g == "selective":
+        invalid = set(args.recompute_modules) - set(VALID_RECOMPUTE)
+        _check(not invalid, "Invalid choices for recompute_modules: %s. Allowed modules are: %s"
+               % (invalid, set(VALID_RECOMPUTE)))
+        mods = args.recompute_modules
+        if "moe_act" in mods and not args.moe_grouped_gemm:
+            raise ValueError("moe_act in recompute_modules is only supported with moe_grouped_gemm.")
+        if "mla_up_proj" in mods and not args.multi_latent_attention:
+            raise ValueError("mla_up_proj in recompute_modules is only supported with "
+                             "multi_latent_attention.")
+        if "gdn_norm_out" in mods:
+            raise ValueError("gdn_norm_out in recompute_modules is only supported with "
+                             "experimental_attention_variant='gdn' or 'gdn2'.")
+        if "mhc" in mods:
+            raise ValueError("'mhc' in recompute_modules requires enable_mhc_connections=True.")
+        if "core_attn" in mods and args.transformer_impl == "transformer_engine":
+            print("WARNING: If you are using transformer_engine as the transformer implementation, the "
+                  "core_attn is from transformer_engine and may be the fused version. For fused "
+                  "attention, you have no need to set 'core_attn' to recompute. Please check that "
+                  "the core_attn recompute is really needed.")
+        if "shared_experts" in mods and args.moe_shared_expert_intermediate_size and \
+                args.moe_shared_expert_overlap:
+            raise ValueError("shared_experts recompute cannot work with --moe-shared-expert-overlap.")
+        if args.fp8 and ("moe_act" in mods or "layernorm" in mods):
+            if args.fp8_recipe == "delayed":
+                raise ValueError("Delayed scaling does not support moe_act and layernorm recompute "
+                                 "for fp8.")
+    if args.moe_shared_expert_overlap and args.moe_token_dispatcher_type not in ("alltoall", "flex"):
+        raise ValueError("moe_shared_expert_overlap only works with alltoall or flex token dispatcher.")
+    if args.cuda_graph_impl != "none":
+        if g == "full" and args.cuda_graph_impl != "full_iteration":
+            raise ValueError("full recompute is only supported with full iteration CUDA graph.")
+        if args.cuda_graph_impl == "full_iteration" and args.cuda_graph_modules:
+            raise ValueError('cuda_graph_modules must be empty when cuda_graph_impl="full_iteration".')
+        if cpu_off and args.cuda_graph_impl != "full_iteration":
+            raise ValueError("CUDA graphs not supported with CPU offloading.")
+        mods = args.cuda_graph_modules
+        _check(not ("moe" in mods and "moe_router" in mods),
+               "cuda_graph_modules must not contain both moe and moe_router.")
+        if "moe" in mods and not args.num_experts:
+            raise ValueError("moe cuda graph is only supported for MoE.")
+    if args.overlap_moe_expert_parallel_comm:
+        _check(args.expert_model_parallel_size > 1,
+               "overlap_moe_expert_parallel_comm is only supported with expert model parallelism")
+        _check(g != "full", "disable full recomputation when enabling overlap_moe_expert_parallel_comm")
+        _check(args.recompute_method is None,
+               "disable recomputation method when enabling overlap_moe_expert_parallel_comm")
+        _check(args.recompute_num_layers is None,
+               "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm")
+        _check(not (g == "selective" and "moe" in args.recompute_modules),
+               "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm")
+    # derived
+    n = args.num_layers
+    args.moe_pattern = parse_layer_freq(args.moe_layer_freq, n) if args.num_experts else [0] * n
+    if args.num_experts and args.moe_ffn_hidden_size is None:
+        args.moe_ffn_hidden_size = args.ffn_hidden_size
+    if args.num_experts and tp > 1 and not args.sequence_parallel:
+        raise ValueError("During training, performance may degrade if MoE and tensor parallelism "
+                         "are enabled without also enabling sequence parallelism.")
+    v, div = args.vocab_size, args.make_vocab_size_divisible_by * tp
+    args.padded_vocab_size = (v + div - 1) // div * div
+    return args

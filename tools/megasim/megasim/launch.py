@@ -1,0 +1,93 @@
+"""The torchrun stand-in: expands a preset into Megatron flags, then starts
+one process per rank (python3 pretrain_gpt.py <flags>) with torchrun's
+environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT), each on its own
+simulated device. The launcher itself never touches CUDA (no trace)."""
+import os
+import subprocess
+import sys
+
+from .config import PRESETS, build_parser, finalize, ConfigError
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GIB = 1 << 30
+
+
+def expand(argv):
+    argv = list(argv)
+    out = []
+    i = 0
+    preset = []
+    while i < len(argv):
+        if argv[i] == "--sim-preset":
+            preset = PRESETS[argv[i + 1]]
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    # drop preset flags the user sets again (the recorded command line stays unambiguous)
+    user = {a for a in out if a.startswith("--")}
+    kept, i = [], 0
+    while i < len(preset):
+        j = i + 1
+        while j < len(preset) and not preset[j].startswith("--"):
+            j += 1
+        if preset[i] not in user:
+            kept += preset[i:j]
+        i = j
+    return kept + out
+
+
+def main(argv):
+    if argv and argv[0] in ("-h", "--help"):
+        build_parser().print_help()
+        print("\npresets: " + ", ".join(sorted(PRESETS)))
+        return 0
+    flags = expand(argv)
+    try:
+        args = finalize(build_parser().parse_args(flags))
+    except (ConfigError, AssertionError, ValueError) as e:
+        print("%s: %s" % (type(e).__name__, e), file=sys.stderr)
+        return 1
+    tp, pp, cp = (args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
+                  args.context_parallel_size)
+    world = args.sim_world_size or tp * pp * cp * args.sim_dp
+    per_node = min(world, 8)
+    only = None
+    if args.sim_only_ranks:
+        only = [int(x) for x in args.sim_only_ranks.split(",")]
+    env0 = dict(os.environ)
+    env0.update({
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(per_node),
+        "MASTER_ADDR": env0.get("MASTER_ADDR", "127.0.0.1"),
+        "MASTER_PORT": env0.get("MASTER_PORT", "29500"),
+        "TORCHELASTIC_RUN_ID": env0.get("TORCHELASTIC_RUN_ID", "megasim"),
+        "TORCHELASTIC_RESTART_COUNT": env0.get("TORCHELASTIC_RESTART_COUNT", "0"),
+        "MOCK_CUDA_DEVICES": str(max(8, per_node)),
+        "PYTHONUNBUFFERED": "1",
+    })
+    if args.sim_capacity_gib:
+        env0["MOCK_CUDA_CAPACITY"] = str(int(args.sim_capacity_gib * GIB))
+    if args.sim_foreign_gib:
+        ctx = int(env0.get("MOCK_CUDA_CONTEXT_BYTES", str(512 << 20)))
+        env0["MOCK_CUDA_CONTEXT_BYTES"] = str(ctx + int(args.sim_foreign_gib * GIB))
+    script = os.path.join(HERE, "pretrain_gpt.py")
+    procs = []
+    for r in range(world):
+        if only is not None and r not in only:
+            continue
+        env = dict(env0, RANK=str(r), LOCAL_RANK=str(r % per_node), GROUP_RANK=str(r // per_node))
+        procs.append((r, subprocess.Popen([sys.executable, script] + flags, env=env)))
+    failed = []
+    for r, p in procs:
+        rc = p.wait()
+        if rc:
+            failed.append((r, rc))
+    if failed:
+        print("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", file=sys.stderr)
+        print("%s FAILED" % os.path.basename(script), file=sys.stderr)
+        for r, rc in failed:
+            print("  rank: %d (local_rank: %d) exitcode: %d" % (r, r % per_node, rc), file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,816 @@
+"""The simulated Megatron-Core GPT model: classes and methods named like
+MCore's (so Python frames match), Megatron's NVTX ranges (megatron.md §1.2,
+gated like --profile --nvtx-ranges), TE's nvte_* ranges (te.py), tensors
+sized by sizes.Shapes, and recompute by executing its mechanism
+(autograd.py). One instance per model chunk (virtual pipeline stage).
+"""
+from . import autograd as ag
+from . import te
+from .cuda import Tensor, DEV_REF
+from .sizes import Shapes, layer_kind
+
+TL = "megatron.core.transformer.transformer_layer."
+ATT = "megatron.core.transformer.attention.forward."
+MLPN = "megatron.core.transformer.mlp.forward."
+SWIGLU = "megatron.core.fusions.fused_bias_swiglu."
+EMB = "megatron.core.models.common.embeddings.language_model_embedding.forward"
+
+
+class _NV:
+    enabled = False     # megatron.core.utils._nvtx_enabled
+
+
+NV = _NV()
+
+
+class nvtx_range:
+    """megatron.core.utils.nvtx_range_push/pop: nothing unless enabled."""
+    __slots__ = ("name", "on")
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        self.on = NV.enabled
+        if self.on:
+            DEV_REF[0].push(self.name)
+
+    def __exit__(self, *a):
+        if self.on:
+            DEV_REF[0].pop()
+        return False
+
+
+RESIDUAL = []   # grads stashed by BDA backward for the residual add
+
+
+def _nccl(fn, nbytes):
+    DEV_REF[0].collective(fn, nbytes)
+
+
+# ---------------------------------------------------------------- TE modules
+class TELayerNormColumnParallelLinear:
+    def __init__(self, S, out_bytes, rms, name, owns_residual=False):
+        self.S, self.out_bytes, self.rms, self.name = S, out_bytes, rms, name
+        self.owns_residual = owns_residual   # first op of a sub-block: adds the residual grad
+
+    def forward(self, x, ln_bytes=None, full_bytes=None):
+        S = self.S
+        ln_bytes = ln_bytes or S.x
+        full_bytes = full_bytes or S.x_full
+        ln_out = te.norm_fwd(self.rms, ln_bytes, self.name + ".ln_out")
+        total = Tensor(full_bytes, "ag_input") if S.ts > 1 else None   # SP all-gather
+        out = te.gemm(self.out_bytes, self.name + ".out")
+        del total
+        ag.record("_LayerNormLinearBackward", [x, ln_out],
+                  lambda node, g: self.backward(node, g, ln_bytes, full_bytes))
+        return out
+
+    def backward(self, node, g, ln_bytes, full_bytes):
+        S = self.S
+        total = Tensor(full_bytes, "ag_ln_out", "grad") if S.ts > 1 else None
+        dgrad = te.gemm(full_bytes, "dgrad", "grad")
+        te.wgrad_gemm()
+        del total, g
+        if S.ts > 1:
+            d = Tensor(ln_bytes, "dgrad_rs", "grad")
+            del dgrad
+            dgrad = d
+        dx = te.norm_bwd(self.rms, ln_bytes)
+        del dgrad
+        return _add_residual(dx, ln_bytes) if self.owns_residual else dx
+
+
+class TEColumnParallelLinear:
+    def __init__(self, S, out_bytes, in_local, in_full, name, grouped=False):
+        self.S, self.out_bytes, self.in_local, self.in_full = S, out_bytes, in_local, in_full
+        self.name, self.grouped = name, grouped
+
+    def forward(self, x):
+        gathered = self.in_full != self.in_local
+        total = Tensor(self.in_full, "ag_input") if gathered else None
+        out = (te.grouped_gemm if self.grouped else te.gemm)(self.out_bytes, self.name + ".out")
+        del total
+        ag.record("_LinearBackward", [x], self.backward)
+        return out
+
+    def backward(self, node, g):
+        gathered = self.in_full != self.in_local
+        total = Tensor(self.in_full, "ag_input", "grad") if gathered else None
+        dgrad = (te.grouped_gemm if self.grouped else te.gemm)(self.in_full, "dgrad")
+        if self.grouped:
+            te.multi_tensor("nvte_multi_stream_cublas_gemm")
+        else:
+            te.wgrad_gemm()
+        del total, g
+        if gathered:
+            d = Tensor(self.in_local, "dgrad_rs", "grad")
+            del dgrad
+            return d
+        return dgrad
+
+
+class TERowParallelLinear:
+    def __init__(self, S, in_bytes, out_full, out_local, name, grouped=False):
+        self.S, self.in_bytes, self.out_full, self.out_local = S, in_bytes, out_full, out_local
+        self.name, self.grouped = name, grouped
+
+    def forward(self, x):
+        g = te.grouped_gemm if self.grouped else te.gemm
+        out = g(self.out_full, self.name + ".out")
+        if self.out_local != self.out_full:        # SP reduce-scatter
+            o = Tensor(self.out_local, self.name + ".out_rs")
+            del out
+            out = o
+        ag.record("_LinearBackward", [x], self.backward)
+        return out
+
+    def backward(self, node, g):
+        gathered = self.out_local != self.out_full
+        gfull = Tensor(self.out_full, "ag_grad", "grad") if gathered else None
+        dgrad = (te.grouped_gemm if self.grouped else te.gemm)(self.in_bytes, "dgrad")
+        if self.grouped:
+            te.multi_tensor("nvte_multi_stream_cublas_gemm")
+        else:
+            te.wgrad_gemm()
+        del gfull, g
+        return dgrad
+
+
+def _add_residual(dx, nbytes):
+    res = RESIDUAL.pop() if RESIDUAL else None
+    if res is None:
+        return dx
+    out = Tensor(nbytes, "dx_plus_residual", "grad")
+    del dx, res
+    return out
+
+
+class TENorm:
+    def __init__(self, S, rms, name, owns_residual=False):
+        self.S, self.rms, self.name = S, rms, name
+        self.owns_residual = owns_residual
+
+    def forward(self, x):
+        out = te.norm_fwd(self.rms, self.S.x, self.name)
+        ag.record("TENormBackward", [x], self.backward)
+        return out
+
+    def backward(self, node, g):
+        dx = te.norm_bwd(self.rms, self.S.x)
+        del g
+        return _add_residual(dx, self.S.x) if self.owns_residual else dx
+
+
+# ------------------------------------------------------------------ attention
+class TEDotProductAttention:
+    def __init__(self, S, q_bytes, k_bytes, v_bytes):
+        self.S, self.qb, self.kb, self.vb = S, q_bytes, k_bytes, v_bytes
+
+    def forward(self, q, k, v):
+        S = self.S
+        if S.unfused:
+            return self._unfused(q, k, v)
+        v_c = Tensor(self.vb, "v_contiguous") if v.name == "qkv_view" else v
+        o, lse = te.fused_attn_fwd(S.o, S.lse)
+        ag.record("FusedAttnFuncBackward", [q, k, v_c, o, lse], self.backward)
+        return o
+
+    def _unfused(self, q, k, v):
+        S = self.S
+        v_c = Tensor(self.vb, "v_contiguous") if v.name == "qkv_view" else v
+        k_rep = Tensor(S.kv_repeat, "k_repeat") if S.kv_repeat else None
+        v_rep = Tensor(S.kv_repeat, "v_repeat") if S.kv_repeat else None
+        scores = Tensor(S.probs, "attention_scores")
+        probs = Tensor(S.probs, "attention_probs")
+        del scores
+        mask = Tensor(S.probs_mask, "attention_dropout_mask") if S.probs_mask else None
+        dropped = Tensor(S.probs, "attention_probs_dropped") if S.probs_mask else None
+        o = Tensor(S.o, "context")
+        ag.record("UnfusedAttentionBackward", [q, k, v_c, k_rep, v_rep, probs, mask, dropped],
+                  self.backward_unfused)
+        return o
+
+    def backward(self, node, g):
+        dq, dk, dv = te.fused_attn_bwd(self.qb, self.kb, self.vb)
+        del g
+        return (dq, dk, dv)
+
+    def backward_unfused(self, node, g):
+        S = self.S
+        dprobs = Tensor(S.probs, "dprobs", "grad")
+        dscores = Tensor(S.probs, "dscores", "grad")
+        del dprobs
+        dq = Tensor(self.qb, "dq", "grad")
+        dk = Tensor(self.kb, "dk", "grad")
+        dv = Tensor(self.vb, "dv", "grad")
+        del dscores, g
+        return (dq, dk, dv)
+
+
+class Attention:
+    """megatron/core/transformer/attention.py (SelfAttention, TE spec)."""
+
+    def __init__(self, args, S, recompute):
+        self.args, self.S = args, S
+        self.rms = args.normalization == "RMSNorm"
+        self.checkpoint_core_attention = "core_attn" in recompute
+        fused_ln = S.te
+        self.linear_qkv = TELayerNormColumnParallelLinear(S, S.qkv_buf, self.rms, "linear_qkv", True) \
+            if fused_ln else TEColumnParallelLinear(S, S.qkv_buf, S.x, S.x_full, "linear_qkv")
+        self.core_attention = TEDotProductAttention(S, S.q, S.kv, S.kv)
+        self.linear_proj = TERowParallelLinear(S, S.o, S.x_full, S.x, "linear_proj")
+        self.rope = args.position_embedding_type == "rope"
+
+    def _checkpointed_attention_forward(self, q, k, v):
+        # The V view of the fused QKV buffer would pin the whole buffer
+        # (activation-model.md §2.7 caveat 1). Not modelled until a GPU run
+        # confirms it: the checkpoint keeps a contiguous V instead.
+        if getattr(v, "name", "") == "qkv_view":
+            v = Tensor(self.S.kv, "v_contiguous")
+
+        def custom_forward(q, k, v):
+            return self.core_attention.forward(q, k, v)
+        return ag.checkpoint(custom_forward, False, q, k, v)
+
+    def forward(self, hidden_states):
+        S = self.S
+        with nvtx_range(ATT + "qkv"):
+            qkv = self.linear_qkv.forward(hidden_states)
+        with nvtx_range(ATT + "adjust_key_value"):
+            pass
+        with nvtx_range(ATT + "rotary_pos_emb"):
+            if self.rope:
+                q = self.apply_rotary_pos_emb(S.q, "query")
+                k = self.apply_rotary_pos_emb(S.kv, "key")
+            else:
+                q = Tensor(S.q, "query")
+                k = Tensor(S.kv, "key")
+            ag.record("RotaryBackward", [], self._rope_backward)
+        v = _View(qkv, "qkv_view")
+        with nvtx_range(ATT + "core_attention"):
+            if self.checkpoint_core_attention:
+                core_attn_out = self._checkpointed_attention_forward(q, k, v)
+            else:
+                core_attn_out = self.core_attention.forward(q, k, v)
+        del q, k, v, qkv
+        with nvtx_range(ATT + "linear_proj"):
+            output = self.linear_proj.forward(core_attn_out)
+        return output
+
+    def apply_rotary_pos_emb(self, nbytes, name):
+        if self.args.apply_rope_fusion:
+            return te.fused_rope(nbytes, name)
+        return Tensor(nbytes, name)
+
+    def _rope_backward(self, node, g):
+        S = self.S
+        dq, dk, dv = g
+        if self.rope and self.args.apply_rope_fusion:
+            dq2 = te.fused_rope(S.q, "dq_rope", backward=True)
+            dk2 = te.fused_rope(S.kv, "dk_rope", backward=True)
+            del dq, dk
+            dq, dk = dq2, dk2
+        dqkv = Tensor(S.qkv_buf, "dqkv", "grad")
+        del dq, dk, dv, g
+        return dqkv
+
+
+class _View(Tensor):
+    """a view: no storage of its own, keeps its base alive"""
+    __slots__ = ("base",)
+
+    def __init__(self, base, name):
+        self.base = base
+        self.nbytes = 0
+        self.ptr = 0
+        self.name = name
+        self.kind = "view"
+
+
+class MLASelfAttention:
+    """multi_latent_attention.py (no Megatron NVTX ranges of its own)."""
+
+    def __init__(self, args, S, recompute):
+        self.args, self.S = args, S
+        rms = args.normalization == "RMSNorm"
+        self.rms = rms
+        self.recompute_up_proj = "mla_up_proj" in recompute
+        self.checkpoint_core_attention = "core_attn" in recompute
+        s, b, ts = S.s, S.b, S.ts
+        if S.rq:
+            self.linear_q_down_proj = TEColumnParallelLinear(S, S.q_latent, S.x, S.x, "linear_q_down_proj")
+            self.linear_q_up_proj = TELayerNormColumnParallelLinear(S, S.mla_q_proj_out, rms,
+                                                                    "linear_q_up_proj")
+        else:
+            self.linear_q_proj = TEColumnParallelLinear(S, S.mla_q_proj_out, S.x, S.x_full,
+                                                        "linear_q_proj")
+        self.linear_kv_down_proj = TEColumnParallelLinear(S, S.kv_latent, S.x, S.x, "linear_kv_down_proj")
+        self.linear_kv_up_proj = TELayerNormColumnParallelLinear(S, S.mla_kv_up_out, rms,
+                                                                 "linear_kv_up_proj")
+        self.core_attention = TEDotProductAttention(S, S.mla_q, S.mla_q, S.mla_v)
+        self.linear_proj = TERowParallelLinear(S, S.o, S.x_full, S.x, "linear_proj")
+
+    def qkv_up_proj_and_rope_apply(self, q_in, kv_compressed, k_pos_emb):
+        S = self.S
+        if S.rq:
+            q = self.linear_q_up_proj.forward(q_in, S.q_ln_out, S.q_ln_out * S.ts)
+        else:
+            q = q_in
+        kv = self.linear_kv_up_proj.forward(kv_compressed, S.kv_ln_out, S.kv_ln_out * S.ts)
+        k_pos_full = Tensor(S.beta * S.s * S.b * S.dr, "k_pos_emb_gathered") if S.ts > 1 else None
+        rope = te.fused_rope if self.args.apply_rope_fusion else (lambda n, name: Tensor(n, name))
+        q_pe = rope(S.beta * S.s * S.b * (S.a // S.t) * S.dr, "q_pos_emb")
+        k_pe = rope(S.beta * S.s * S.b * S.dr, "k_pos_emb")
+        query = Tensor(S.mla_q, "query")
+        key = Tensor(S.mla_q, "key")
+        value = Tensor(S.mla_v, "value")
+        del q_pe, k_pe, kv, q, k_pos_full
+        ag.record("MLAUpProjRopeBackward", [], self._up_backward)
+        return [query, key, value]
+
+    def _up_backward(self, node, g):
+        S = self.S
+        dq, dk, dv = g
+        dkv = Tensor(S.mla_kv_up_out, "dkv_up", "grad")
+        del dk, dv, g
+        return (dq, dkv)
+
+    def forward(self, hidden_states):
+        S = self.S
+        if S.rq:
+            q_in = self.linear_q_down_proj.forward(hidden_states)
+        else:
+            q_in = self.linear_q_proj.forward(hidden_states)
+        kv_latent = self.linear_kv_down_proj.forward(hidden_states)
+        kv_compressed = _View(kv_latent, "kv_compressed")
+        k_pos_emb = _View(kv_latent, "k_pos_emb")
+        if self.recompute_up_proj:
+            self.qkv_up_checkpoint = ag.CheckpointWithoutOutput()
+            q, k, v = self.qkv_up_checkpoint.checkpoint(self.qkv_up_proj_and_rope_apply,
+                                                        q_in, kv_compressed, k_pos_emb)
+        else:
+            q, k, v = self.qkv_up_proj_and_rope_apply(q_in, kv_compressed, k_pos_emb)
+        del q_in, kv_latent, kv_compressed, k_pos_emb
+        if self.checkpoint_core_attention:
+            core_attn_out = ag.checkpoint(lambda q, k, v: self.core_attention.forward(q, k, v),
+                                          False, q, k, v)
+        else:
+            core_attn_out = self.core_attention.forward(q, k, v)
+        if self.recompute_up_proj:
+            self.qkv_up_checkpoint.discard_output_and_register_recompute(core_attn_out)
+        del q, k, v
+        ag.record("MLAQKVBackward", [], self._qkv_split_backward)
+        output = self.linear_proj.forward(core_attn_out)
+        return output
+
+    def _qkv_split_backward(self, node, g):
+        return g
+
+    # backward of the q/kv projections: the two grads of the up-projection
+    # are merged into the hidden-state grad by the linears' backward
+
+
+# ------------------------------------------------------------------ MLP / MoE
+class MLP:
+    """megatron/core/transformer/mlp.py (dense; SharedExpertMLP subclasses it)."""
+
+    def __init__(self, args, S, f, fused_ln, name="mlp"):
+        self.args, self.S, self.f = args, S, f
+        rms = args.normalization == "RMSNorm"
+        if fused_ln:
+            self.linear_fc1 = TELayerNormColumnParallelLinear(S, S.fc1_out(f), rms, name + ".linear_fc1",
+                                                              True)
+        else:
+            self.linear_fc1 = TEColumnParallelLinear(S, S.fc1_out(f), S.x, S.x_full, name + ".linear_fc1")
+        self.linear_fc2 = TERowParallelLinear(S, S.act_out(f), S.x_full, S.x, name + ".linear_fc2")
+        self.swiglu = args.swiglu
+
+    def forward(self, hidden_states):
+        S = self.S
+        with nvtx_range(MLPN + "linear_fc1"):
+            fc1 = self.linear_fc1.forward(hidden_states)
+        with nvtx_range(MLPN + "activation"):
+            if self.swiglu:
+                with nvtx_range(SWIGLU + "forward"):
+                    act = Tensor(S.act_out(self.f), "swiglu_out")
+            else:
+                act = Tensor(S.act_out(self.f), "gelu_out")
+            ag.record("SwiGLUFunctionBackward" if self.swiglu else "GeLUFunctionBackward",
+                      [fc1], self._act_backward)
+        del fc1
+        with nvtx_range(MLPN + "linear_fc2"):
+            out = self.linear_fc2.forward(act)
+        return out
+
+    def _act_backward(self, node, g):
+        if self.swiglu:
+            with nvtx_range(SWIGLU + "backward"):
+                d = Tensor(self.S.fc1_out(self.f), "dswiglu", "grad")
+        else:
+            d = Tensor(self.S.fc1_out(self.f), "dgelu", "grad")
+        del g
+        return d
+
+
+class SharedExpertMLP(MLP):
+    pass
+
+
+class TopKRouter:
+    def __init__(self, S):
+        self.S = S
+
+    def forward(self, hidden_states):
+        S = self.S
+        logits = Tensor(S.router_logits, "router_logits")      # gating GEMM (fp32 out)
+        probs = Tensor(S.router_logits, "router_probs")
+        routing_map = Tensor(S.routing_map, "routing_map")
+        ag.record("TopKRouterBackward", [hidden_states, logits, probs, routing_map], self.backward)
+        return probs, routing_map
+
+    def backward(self, node, g):
+        d = Tensor(self.S.router_logits, "dlogits", "grad")
+        del d
+        return g
+
+
+class MoEAlltoAllTokenDispatcher:
+    def __init__(self, S):
+        self.S = S
+
+    def token_dispatch(self, hidden_states, probs):
+        S = self.S
+        permuted = Tensor(S.permuted, "permuted_tokens")
+        permuted_probs = Tensor(4 * S.n * S.k, "permuted_probs")
+        a2a = Tensor(S.beta * S.Nr // S.etp * S.h, "a2a_out")
+        _nccl("ncclSend", S.permuted)
+        _nccl("ncclRecv", S.permuted)
+        del permuted
+        probs_a2a = Tensor(4 * S.Nr // S.etp, "a2a_probs")
+        del permuted_probs
+        if S.etp > 1:
+            g = Tensor(S.expert_in, "etp_allgather")
+            _nccl("ncclAllGather", S.expert_in)
+            del a2a
+            a2a = g
+        expert_in = Tensor(S.expert_in, "sorted_tokens")       # sort_chunks_by_idxs
+        expert_probs = Tensor(S.expert_probs, "sorted_probs")
+        del a2a, probs_a2a
+        ag.record("DispatchBackward", [], self._dispatch_backward)
+        return expert_in, expert_probs
+
+    def _dispatch_backward(self, node, g):
+        S = self.S
+        t = Tensor(S.beta * S.Nr // S.etp * S.h, "a2a_grad", "grad")
+        _nccl("ncclSend", S.permuted)
+        _nccl("ncclRecv", S.permuted)
+        del g
+        d = Tensor(S.x, "dunpermute", "grad")
+        del t
+        return d
+
+    def token_combine(self, expert_out):
+        S = self.S
+        unsorted = Tensor(S.beta * S.Nr * S.h, "unsorted")
+        del expert_out
+        if S.etp > 1:
+            rs = Tensor(S.beta * S.Nr // S.etp * S.h, "etp_rs")
+            _nccl("ncclReduceScatter", S.beta * S.Nr * S.h)
+            del unsorted
+            unsorted = rs
+        back = Tensor(S.permuted, "a2a_back")
+        _nccl("ncclSend", S.permuted)
+        _nccl("ncclRecv", S.permuted)
+        del unsorted
+        out = Tensor(S.x, "moe_out")
+        del back
+        ag.record("CombineBackward", [], self._combine_backward)
+        return out
+
+    def _combine_backward(self, node, g):
+        S = self.S
+        back = Tensor(S.permuted, "a2a_back_grad", "grad")
+        _nccl("ncclSend", S.permuted)
+        _nccl("ncclRecv", S.permuted)
+        del g
+        d = Tensor(S.beta * S.Nr * S.h, "dexpert_out", "grad")
+        del back
+        return d
+
+
+class TEGroupedMLP:
+    """moe/experts.py TEGroupedMLP (no Megatron ranges)."""
+
+    def __init__(self, args, S, recompute):
+        self.S = S
+        self.activation_recompute = "moe_act" in recompute
+        self.linear_fc1 = TEColumnParallelLinear(S, S.expert_fc1_out, S.expert_in, S.expert_in,
+                                                 "experts.linear_fc1", grouped=True)
+        self.linear_fc2 = TERowParallelLinear(S, S.expert_act_out, S.beta * S.Nr * S.h,
+                                              S.beta * S.Nr * S.h, "experts.linear_fc2", grouped=True)
+
+    def bias_act_func(self, fc1_output, probs):
+        out = Tensor(self.S.expert_act_out, "moe_act_out")
+        ag.record("WeightedSwiGLUFunctionBackward", [fc1_output, probs], self._act_backward)
+        return out
+
+    def _act_backward(self, node, g):
+        d = Tensor(self.S.expert_fc1_out, "dmoe_act", "grad")
+        del g
+        return d
+
+    def forward(self, permuted_local_hidden_states, tokens_per_expert, permuted_probs):
+        fc1_output = self.linear_fc1.forward(permuted_local_hidden_states)
+        if self.activation_recompute:
+            self.activation_checkpoint = ag.CheckpointWithoutOutput()
+            intermediate = self.activation_checkpoint.checkpoint(self.bias_act_func, fc1_output,
+                                                                 permuted_probs)
+            output = self.linear_fc2.forward(intermediate)
+            self.activation_checkpoint.discard_output_and_register_recompute(output)
+        else:
+            intermediate = self.bias_act_func(fc1_output, permuted_probs)
+            output = self.linear_fc2.forward(intermediate)
+        return output
+
+
+class MoELayer:
+    def __init__(self, args, S, recompute):
+        self.args, self.S = args, S
+        self.moe_layer_recompute = "moe" in recompute
+        self.shared_expert_recompute = "shared_experts" in recompute and not args.moe_shared_expert_overlap
+        self.router = TopKRouter(S)
+        self.token_dispatcher = MoEAlltoAllTokenDispatcher(S)
+        self.experts = TEGroupedMLP(args, S, recompute)
+        self.shared_experts = SharedExpertMLP(args, S, S.fsh, False, "shared_experts") if S.fsh else None
+
+    def shared_experts_compute(self, hidden_states):
+        if self.shared_experts is None:
+            return None
+        if self.shared_expert_recompute:
+            return ag.checkpoint(self.shared_experts.forward, False, hidden_states)
+        return self.shared_experts.forward(hidden_states)
+
+    def forward(self, hidden_states):
+        def custom_forward(hidden_states):
+            shared = self.shared_experts_compute(hidden_states)
+            probs, routing_map = self.router.forward(hidden_states)
+            dispatched, dprobs = self.token_dispatcher.token_dispatch(hidden_states, probs)
+            expert_out = self.experts.forward(dispatched, None, dprobs)
+            del dispatched, dprobs
+            out = self.token_dispatcher.token_combine(expert_out)
+            del expert_out
+            if shared is not None:
+                o = Tensor(self.S.x, "moe_plus_shared")
+                del out, shared
+                out = o
+            ag.record("MoEOutputBackward", [], self._split_grad)
+            return out
+
+        if self.moe_layer_recompute:
+            return ag.checkpoint(custom_forward, False, hidden_states)
+        return custom_forward(hidden_states)
+
+    def _split_grad(self, node, g):
+        return g
+
+
+# ---------------------------------------------------------------------- layer
+class TransformerLayer:
+    def __init__(self, args, layer_number):
+        self.args = args
+        self.layer_number = layer_number
+        self.S = S = Shapes(args)
+        g = args.recompute_granularity
+        recompute = args.recompute_modules if g == "selective" else []
+        self.kind = layer_kind(args, layer_number)
+        rms = args.normalization == "RMSNorm"
+        self.rms = rms
+        # TE spec: input LN fused into linear_qkv (IdentityOp) unless MLA or local spec
+        self.standalone_input_ln = S.mla or not S.te
+        self.standalone_pre_mlp_ln = self.kind == "moe" or not S.te
+        self.input_layernorm = TENorm(S, rms, "input_layernorm", True) if self.standalone_input_ln else None
+        self.pre_mlp_layernorm = TENorm(S, rms, "pre_mlp_layernorm", True) \
+            if self.standalone_pre_mlp_ln else None
+        self.recompute_input_layernorm = "layernorm" in recompute and self.standalone_input_ln
+        self.recompute_pre_mlp_layernorm = "layernorm" in recompute and self.standalone_pre_mlp_ln
+        self.self_attention = MLASelfAttention(args, S, recompute) if S.mla else Attention(args, S, recompute)
+        if self.kind == "moe":
+            self.mlp = MoELayer(args, S, recompute)
+            self.recompute_mlp = False
+        else:
+            self.mlp = MLP(args, S, args.ffn_hidden_size, fused_ln=not self.standalone_pre_mlp_ln)
+            self.recompute_mlp = "mlp" in recompute
+
+    def forward(self, hidden_states):
+        hidden_states = self._forward_attention(hidden_states)
+        return self._forward_mlp(hidden_states)
+
+    def _forward_attention(self, hidden_states):
+        residual = hidden_states
+        if self.input_layernorm is not None:
+            if self.recompute_input_layernorm:
+                self.input_layernorm_checkpoint = ag.CheckpointWithoutOutput()
+                input_layernorm_output = self.input_layernorm_checkpoint.checkpoint(
+                    self.input_layernorm.forward, hidden_states)
+            else:
+                input_layernorm_output = self.input_layernorm.forward(hidden_states)
+        else:
+            input_layernorm_output = hidden_states
+        with nvtx_range(TL + "_forward_attention.self_attention"):
+            attention_output = self.self_attention.forward(input_layernorm_output)
+        if self.recompute_input_layernorm:
+            self.input_layernorm_checkpoint.discard_output_and_register_recompute(attention_output)
+        del input_layernorm_output
+        return self._apply_self_attn_bda_step(attention_output, residual)
+
+    def _bda(self, out, residual, name):
+        S = self.S
+        new = Tensor(S.x, name)
+        mask = Tensor(S.mask, name + ".dropout_mask") if S.mask else None
+        ag.record("BiasDropoutAddBackward", [mask], self._bda_backward)
+        return new
+
+    def _bda_backward(self, node, g):
+        RESIDUAL.append(g)
+        if self.S.mask:
+            return Tensor(self.S.x, "dbda", "grad")
+        return g
+
+    def _apply_self_attn_bda_step(self, attention_output, residual):
+        with nvtx_range(TL + "_apply_self_attn_bda_step.self_attn_bda"):
+            hidden_states = self._bda(attention_output, residual, "self_attn_bda_out")
+            del attention_output, residual
+        return hidden_states
+
+    def _forward_mlp(self, hidden_states):
+        pre_mlp_layernorm_output = self._forward_pre_mlp_layernorm(hidden_states)
+        mlp_output = self._run_mlp(pre_mlp_layernorm_output)
+        del pre_mlp_layernorm_output
+        return self._apply_mlp_bda_step(mlp_output, hidden_states)
+
+    def _forward_pre_mlp_layernorm(self, hidden_states):
+        if self.pre_mlp_layernorm is None:
+            return hidden_states
+        if self.recompute_pre_mlp_layernorm:
+            self.pre_mlp_norm_checkpoint = ag.CheckpointWithoutOutput()
+            return self.pre_mlp_norm_checkpoint.checkpoint(self.pre_mlp_layernorm.forward, hidden_states)
+        return self.pre_mlp_layernorm.forward(hidden_states)
+
+    def _run_mlp(self, pre_mlp_layernorm_output):
+        with nvtx_range(TL + "_run_mlp.mlp"):
+            if self.recompute_mlp:
+                mlp_output = ag.checkpoint(self.mlp.forward, False, pre_mlp_layernorm_output)
+            else:
+                mlp_output = self.mlp.forward(pre_mlp_layernorm_output)
+        return mlp_output
+
+    def _apply_mlp_bda_step(self, mlp_output, residual):
+        with nvtx_range(TL + "_apply_mlp_bda_step.mlp_bda"):
+            if self.recompute_pre_mlp_layernorm:
+                self.pre_mlp_norm_checkpoint.discard_output_and_register_recompute(mlp_output)
+            hidden_states = self._bda(mlp_output, residual, "mlp_bda_out")
+            del mlp_output, residual
+        return hidden_states
+
+
+class TransformerBlock:
+    def __init__(self, args, layer_numbers):
+        self.args = args
+        self.layers = [TransformerLayer(args, i) for i in layer_numbers]
+        self.num_layers_per_pipeline_rank = len(self.layers)
+        self.layer_bytes = []     # --sim-print-layer-bytes
+
+    def _checkpointed_forward(self, hidden_states):
+        a = self.args
+        n = a.recompute_num_layers
+
+        def custom(start, end):
+            def custom_forward(hidden_states):
+                for layer in self.layers[start:end]:
+                    hidden_states = layer.forward(hidden_states)
+                return hidden_states
+            return custom_forward
+
+        if a.recompute_method == "uniform":
+            l = 0
+            while l < self.num_layers_per_pipeline_rank:
+                hidden_states = ag.checkpoint(custom(l, l + n), False, hidden_states)
+                l += n
+        else:  # block
+            for l in range(self.num_layers_per_pipeline_rank):
+                if l < n:
+                    hidden_states = ag.checkpoint(custom(l, l + 1), False, hidden_states)
+                else:
+                    hidden_states = custom(l, l + 1)(hidden_states)
+        return hidden_states
+
+    def forward(self, hidden_states, measure=False):
+        if self.args.recompute_granularity == "full" and ag.ST.grad:
+            return self._checkpointed_forward(hidden_states)
+        from .cuda import LIVE
+        for layer in self.layers:
+            before = LIVE[0]
+            hidden_states = layer.forward(hidden_states)
+            if measure:
+                self.layer_bytes.append((layer.layer_number, layer.kind, LIVE[0] - before))
+        return hidden_states
+
+
+class LanguageModelEmbedding:
+    def __init__(self, args, S):
+        self.args, self.S = args, S
+
+    def forward(self, input_ids, position_ids):
+        S = self.S
+        with nvtx_range(EMB):
+            emb = Tensor(S.x_full, "word_embeddings_out")
+            if self.args.position_embedding_type == "learned_absolute":
+                pos = Tensor(S.x_full, "position_embeddings_out")
+                e = Tensor(S.x_full, "embeddings")
+                del pos, emb
+                emb = e
+            if S.ts > 1:                       # scatter to the sequence-parallel region
+                e = Tensor(S.x, "embeddings_sp")
+                del emb
+                emb = e
+            mask = Tensor(S.mask, "embedding_dropout_mask") if S.mask else None
+            ag.record("EmbeddingBackward", [input_ids, mask], self.backward)
+        return emb
+
+    def backward(self, node, g):
+        S = self.S
+        if S.ts > 1:
+            full = Tensor(S.x_full, "dembedding_gathered", "grad")
+            del full
+        return None
+
+
+class OutputLayer:
+    """final_layernorm + output_layer (ColumnParallelLinear) + vocab-parallel CE."""
+
+    def __init__(self, args, S):
+        self.args, self.S = args, S
+        self.final_layernorm = TENorm(S, args.normalization == "RMSNorm", "final_layernorm")
+
+    def forward(self, hidden_states, labels):
+        S = self.S
+        ln = self.final_layernorm.forward(hidden_states)
+        total = Tensor(S.x_full, "output_ag_input") if S.ts > 1 else None
+        logits = te.gemm(S.logits, "logits")   # cuBLAS through torch matmul
+        del total
+        ag.record("ColumnParallelLinearBackward", [ln], self._linear_backward)
+        del ln
+        # vocab_parallel_cross_entropy: fp32 copy, softmax in place, saved
+        logits32 = Tensor(S.logits_fp32, "logits_fp32")
+        del logits
+        loss = Tensor(4 * S.s * S.b, "loss")
+        ag.record("VocabParallelCrossEntropyBackward", [logits32, labels], self._ce_backward)
+        del logits32
+        return loss
+
+    def _ce_backward(self, node, g):
+        S = self.S
+        # grad computed in place in the saved fp32 softmax, then cast to bf16
+        d = Tensor(S.logits, "dlogits", "grad")
+        return d
+
+    def _linear_backward(self, node, g):
+        S = self.S
+        total = Tensor(S.x_full, "output_ag_input", "grad") if S.ts > 1 else None
+        dgrad = te.gemm(S.x_full, "dgrad", "grad")
+        te.wgrad_gemm()
+        del total, g
+        if S.ts > 1:
+            d = Tensor(S.x, "dgrad_rs", "grad")
+            del dgrad
+            dgrad = d
+        return dgrad
+
+
+class GPTModel:
+    """One model chunk: pre_process (embedding) on the first stage's first
+    chunk, post_process (output layer + loss) on the last stage's last chunk."""
+
+    def __init__(self, args, layer_numbers, pre_process, post_process):
+        self.args = args
+        self.S = Shapes(args)
+        self.pre_process, self.post_process = pre_process, post_process
+        self.embedding = LanguageModelEmbedding(args, self.S) if pre_process else None
+        self.decoder = TransformerBlock(args, layer_numbers)
+        self.output = OutputLayer(args, self.S) if post_process else None
+        self.input_tensor = None
+
+    def set_input_tensor(self, t):
+        self.input_tensor = t
+
+    def forward(self, input_ids, position_ids, labels, measure=False):
+        if self.pre_process:
+            hidden_states = self.embedding.forward(input_ids, position_ids)
+        else:
+            hidden_states = self.input_tensor
+            self.input_tensor = None
+        hidden_states = self.decoder.forward(hidden_states, measure)
+        if self.post_process:
+            return self.output.forward(hidden_states, labels)
+        return hidden_states

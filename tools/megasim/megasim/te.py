@@ -1,0 +1,101 @@
+"""Transformer Engine stand-ins: TE's always-on C API ranges (NVTE_API_CALL:
+one nvtxRangePush/Pop per nvte_* call, default domain) in TE's call order,
+with TE's habit of allocating outputs and workspaces next to those ranges,
+never inside them (docs/te-call-order.md has the order and its sources).
+
+Pattern per TE PyTorch extension function (e.g. rmsnorm_fwd,
+fused_attn_fwd): allocate outputs -> nvte_X (workspace-size query) ->
+allocate workspace (+ aux outputs) -> nvte_X (launch) -> workspace freed on
+return.
+"""
+from .cuda import Tensor, DEV_REF
+
+NORM_WS = 16 * 1024            # normalization workspace (small pool)
+ATTN_WS = 2 * 1024 * 1024      # cuDNN fused-attention workspace
+CUBLAS_WS = 32 * 1024 * 1024 + 1024   # TE get_workspace(): one per device, kept
+
+_ws = []
+
+
+def nvte(name):
+    d = DEV_REF[0]
+    d.push(name)
+    d.pop()
+
+
+def cublas_workspace():
+    if not _ws:
+        _ws.append(Tensor(CUBLAS_WS, "cublas_workspace", "workspace"))
+    return _ws[0]
+
+
+def norm_fwd(rms, out_bytes, name="ln_out"):
+    fn = "nvte_rmsnorm_fwd" if rms else "nvte_layernorm_fwd"
+    out = Tensor(out_bytes, name)
+    nvte(fn)
+    ws = Tensor(NORM_WS, "norm_ws", "workspace")
+    nvte(fn)
+    del ws
+    return out
+
+
+def norm_bwd(rms, dx_bytes):
+    fn = "nvte_rmsnorm_bwd" if rms else "nvte_layernorm_bwd"
+    dx = Tensor(dx_bytes, "dx", "grad")
+    nvte(fn)
+    ws = Tensor(NORM_WS, "norm_ws", "workspace")
+    nvte(fn)
+    del ws
+    return dx
+
+
+def gemm(out_bytes, name="gemm_out", kind="act"):
+    cublas_workspace()
+    out = Tensor(out_bytes, name, kind) if out_bytes else None
+    nvte("nvte_cublas_gemm")
+    return out
+
+
+def wgrad_gemm():
+    """wgrad accumulated into main_grad (gradient_accumulation_fusion): no output."""
+    nvte("nvte_cublas_gemm")
+
+
+def grouped_gemm(out_bytes, name="grouped_out"):
+    cublas_workspace()
+    out = Tensor(out_bytes, name) if out_bytes else None
+    nvte("nvte_multi_stream_cublas_gemm")
+    return out
+
+
+def fused_rope(out_bytes, name="rope_out", backward=False):
+    out = Tensor(out_bytes, name)
+    nvte("nvte_fused_rope_backward" if backward else "nvte_fused_rope_forward")
+    return out
+
+
+def fused_attn_fwd(o_bytes, lse_bytes):
+    """tex.fused_attn_fwd: O allocated, query call, workspace + softmax stats
+    allocated, launch, workspace freed."""
+    o = Tensor(o_bytes, "core_attn_out")
+    nvte("nvte_flash_attn_fwd")
+    ws = Tensor(ATTN_WS, "attn_ws", "workspace")
+    lse = Tensor(lse_bytes, "softmax_stats")
+    nvte("nvte_flash_attn_fwd")
+    del ws
+    return o, lse
+
+
+def fused_attn_bwd(dq_bytes, dk_bytes, dv_bytes):
+    dq = Tensor(dq_bytes, "dq", "grad")
+    dk = Tensor(dk_bytes, "dk", "grad")
+    dv = Tensor(dv_bytes, "dv", "grad")
+    nvte("nvte_flash_attn_bwd")
+    ws = Tensor(ATTN_WS, "attn_ws", "workspace")
+    nvte("nvte_flash_attn_bwd")
+    del ws
+    return dq, dk, dv
+
+
+def multi_tensor(name):
+    nvte(name)

@@ -1,0 +1,471 @@
+"""One rank of the simulated job: megatron/training/training.py's order
+(megatron.md §7): build model, DDP buffers, optimizer (fp32 main params;
+Adam moments lazily at the first step), then train_step = zero grads ->
+forward_backward_func (no pipelining / 1F1B / interleaved) ->
+finalize_model_grads -> optimizer.step. Forward, finalize_model_grads and the
+optimizer run on the main thread; backward on pt_autograd_<dev>.
+"""
+import os
+import sys
+
+from . import autograd as ag
+from . import cuda
+from . import te
+from .cuda import Tensor, GIB, MIB
+from .model import GPTModel, NV, nvtx_range
+from .sizes import Shapes, layer_kind
+
+P2P = "megatron.core.pipeline_parallel.p2p_communication."
+SCHED = "megatron.core.pipeline_parallel.schedules.forward_backward_pipelining_with_interleaving."
+
+
+class Parallel:
+    """Megatron's default rank order tp-cp-ep-dp-pp (megatron.md addendum)."""
+
+    def __init__(self, args, rank, world):
+        self.tp = args.tensor_model_parallel_size
+        self.pp = args.pipeline_model_parallel_size
+        self.cp = args.context_parallel_size
+        self.ep = args.expert_model_parallel_size
+        self.etp = args.expert_tensor_parallel_size
+        mp = self.tp * self.cp * self.pp
+        if world % mp:
+            raise ValueError("world size (%d) is not divisible by tensor_model_parallel_size (%d) x "
+                             "context_parallel_size (%d) x pipeline_model_parallel_size (%d)"
+                             % (world, self.tp, self.cp, self.pp))
+        self.dp = world // mp
+        if world % (self.etp * self.ep * self.pp):
+            raise ValueError("world size (%d) is not divisible by expert_tensor_parallel_size (%d) x "
+                             "expert_model_parallel_size (%d) x pipeline_model_parallel_size (%d)"
+                             % (world, self.etp, self.ep, self.pp))
+        self.edp = world // (self.etp * self.ep * self.pp)
+        self.tp_rank = rank % self.tp
+        self.cp_rank = (rank // self.tp) % self.cp
+        self.dp_rank = (rank // (self.tp * self.cp)) % self.dp
+        self.pp_rank = rank // (self.tp * self.cp * self.dp)
+        self.vp = 1
+        if args.num_layers_per_virtual_pipeline_stage:
+            self.vp = args.num_layers // self.pp // args.num_layers_per_virtual_pipeline_stage
+        elif args.num_virtual_stages_per_pipeline_rank:
+            self.vp = args.num_virtual_stages_per_pipeline_rank
+
+    def chunk_layers(self, args):
+        """global layer indices per model chunk of this stage"""
+        L, pp, vp = args.num_layers, self.pp, self.vp
+        if vp > 1:
+            per = L // (pp * vp)
+            return [list(range(c * (L // vp) + self.pp_rank * per,
+                               c * (L // vp) + (self.pp_rank + 1) * per)) for c in range(vp)]
+        first, last = args.decoder_first_pipeline_num_layers, args.decoder_last_pipeline_num_layers
+        counts = [None] * pp
+        if first is not None:
+            counts[0] = first
+        if last is not None and pp > 1:
+            counts[-1] = last
+        rest = L - sum(c for c in counts if c is not None)
+        free = [i for i in range(pp) if counts[i] is None]
+        for j, i in enumerate(free):
+            counts[i] = rest // len(free) + (1 if j < rest % len(free) else 0)
+        start = sum(counts[:self.pp_rank])
+        return [list(range(start, start + counts[self.pp_rank]))]
+
+
+def param_counts(args, S, layer_number):
+    """(dense params, expert params) of one layer on this rank."""
+    h, t = S.h, S.t
+    if S.mla:
+        if S.rq:
+            attn = h * S.rq + S.rq + S.rq * S.a * (S.dqk + S.dr) // t
+        else:
+            attn = h * S.a * (S.dqk + S.dr) // t
+        attn += h * (S.rkv + S.dr) + S.rkv + S.rkv * S.a * (S.dqk + S.dv) // t + S.a * S.dv * h // t + h
+    else:
+        attn = h * (S.a + 2 * S.g) * S.dh // t + S.a * S.dh * h // t + h
+    if layer_kind(args, layer_number) == "moe":
+        local_experts = S.E // S.ep
+        expert = local_experts * (h * S.gamma * S.fe + S.fe * h) // S.etp
+        dense = attn + h + h * S.E + ((h * S.gamma * S.fsh + S.fsh * h) // t if S.fsh else 0)
+        return dense, expert
+    return attn + h + (h * S.gamma * S.f + S.f * h) // t, 0
+
+
+class Rank:
+    def __init__(self, args):
+        self.args = args
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.par = Parallel(args, self.rank, self.world)
+        self.S = Shapes(args)
+        self.dev = cuda.device()
+        self.quiet = args.sim_quiet
+
+    def log(self, msg):
+        if not self.quiet:
+            print(msg, flush=True)
+
+    # ------------------------------------------------------------------ setup
+    def setup(self):
+        a, par, dev = self.args, self.par, self.dev
+        dev.set_device(self.local_rank)
+        ag.RETAIN_REPLAY[0] = a.sim_retain_replay
+        dev.init_allocator()
+        # NCCL communicators (torch.distributed.init_process_group + Megatron's groups)
+        self.nccl_bufs = []
+        self.nccl_lazy = list(range(a.sim_nccl_communicators)) if a.sim_nccl_buffers_mib else []
+        for i in range(a.sim_nccl_communicators):
+            dev.collective("ncclCommInitRank", 0)
+            if a.sim_nccl_buffers_mib:
+                self.nccl_bufs.append(dev.nccl_buffer(int(a.sim_nccl_buffers_mib * MIB)))
+        # model chunks
+        chunks = par.chunk_layers(a)
+        nchunk = len(chunks)
+        self.models = []
+        for c, layers in enumerate(chunks):
+            pre = par.pp_rank == 0 and c == 0
+            post = par.pp_rank == par.pp - 1 and c == nchunk - 1
+            self.models.append(GPTModel(a, layers, pre, post))
+        self.build_params(chunks)
+        self.engine = ag.AutogradEngine(dev)
+        self.optimizer_state = []
+        if a.sim_resume_optimizer:
+            self.load_checkpoint()
+
+    def build_params(self, chunks):
+        """Model params (bf16, one tensor per weight), then DDP's contiguous
+        buffers (_ParamAndGradBuffer: fp32 grads; with the distributed
+        optimizer also a bf16 param buffer the params move into), then the
+        optimizer's fp32 main params (shards with the distributed optimizer)."""
+        a, S, par = self.args, self.S, self.par
+        pb = S.beta
+        dense_total = expert_total = 0
+        self.layer_params = []
+        params = []
+        for c, layers in enumerate(chunks):
+            m = self.models[c]
+            if m.pre_process:
+                n = S.V * S.h // S.t + (a.max_position_embeddings * S.h
+                                        if a.position_embedding_type == "learned_absolute" else 0)
+                params.append(Tensor(n * pb, "embedding.weight", "param"))
+                self.layer_params.append(("embedding", n, 0))
+                dense_total += n
+            for l in layers:
+                d, e = param_counts(a, S, l)
+                for frac, nm in ((0.25, "self_attention"), (0.75, "mlp")):
+                    params.append(Tensor(int(d * frac) * pb, "layer%d.%s" % (l, nm), "param"))
+                if e:
+                    params.append(Tensor(e * pb, "layer%d.experts" % l, "param"))
+                self.layer_params.append(("layer%d" % l, d, e))
+                dense_total += d
+                expert_total += e
+            if m.post_process:
+                n = S.V * S.h // S.t + S.h
+                params.append(Tensor(n * pb, "output_layer.weight", "param"))
+                self.layer_params.append(("output_layer", n, 0))
+                dense_total += n
+        self.dense_params, self.expert_params = dense_total, expert_total
+        # DDP wrap
+        self.grad_buffers = [Tensor(dense_total * 4, "grad_buffer", "grad_buffer")]
+        if expert_total:
+            self.grad_buffers.append(Tensor(expert_total * 4, "expert_grad_buffer", "grad_buffer"))
+        if a.use_distributed_optimizer:
+            self.param_buffers = [Tensor(dense_total * pb, "param_buffer", "param")]
+            if expert_total:
+                self.param_buffers.append(Tensor(expert_total * pb, "expert_param_buffer", "param"))
+            del params                    # params now view the buffer
+        else:
+            self.params = params
+        # optimizer: fp32 main params (DistributedOptimizer.__init__ shards them)
+        self.main_params = []
+        for name, d, e in self.layer_params:
+            for n, dp in ((d, par.dp), (e, par.edp)):
+                if not n:
+                    continue
+                shard = n // dp if a.use_distributed_optimizer else n
+                self.main_params.append(Tensor(shard * 4, name + ".main_param", "main_param"))
+
+    def load_checkpoint(self):
+        """Resume (fault): optimizer state created before the first forward by
+        Megatron's init_state_fn while loading, plus the loaded state dict's
+        transient duplicate."""
+        loaded = [Tensor(p.nbytes * 2, "loaded_state", "ckpt") for p in self.main_params]
+        self.init_optimizer_state()
+        del loaded
+
+    def init_optimizer_state(self):
+        for p in self.main_params:
+            self.optimizer_state.append(Tensor(p.nbytes, "exp_avg", "optim"))
+            self.optimizer_state.append(Tensor(p.nbytes, "exp_avg_sq", "optim"))
+
+    # ------------------------------------------------------------- schedules
+    def get_batch(self, model):
+        S = self.S
+        if not (model.pre_process or model.post_process):
+            return None, None, None
+        tokens = Tensor(S.tokens, "tokens", "input") if model.pre_process else None
+        labels = Tensor(S.tokens, "labels", "input") if model.post_process else None
+        pos = Tensor(S.tokens, "position_ids", "input") if model.pre_process else None
+        return tokens, pos, labels
+
+    def forward_step(self, c, input_tensor, measure=False):
+        m = self.models[c]
+        tokens, pos, labels = self.get_batch(m)
+        if not m.pre_process:
+            m.set_input_tensor(input_tensor)
+        del input_tensor
+        tape = []
+        with ag.tape_scope(tape):
+            out = m.forward(tokens, pos, labels, measure)
+        del tokens, pos, labels
+        return out, tape
+
+    def backward_step(self, c, tape, grad, last_microbatch):
+        a = self.args
+
+        def done(g):
+            if last_microbatch and a.overlap_grad_reduce:
+                # grad-ready hooks launch the bucket reductions from the worker
+                self.grad_sync(c)
+
+        self.engine.backward(tape, grad, done)
+
+    def recv_forward(self, c):
+        first = self.par.pp_rank == 0 and c == 0
+        if first:
+            return None
+        with nvtx_range(P2P + "recv_forward"):
+            t = Tensor(self.S.x, "recv_forward", "act")
+            self.dev.collective("ncclRecv", self.S.x)
+        return t
+
+    def send_forward(self, c, out):
+        last = self.par.pp_rank == self.par.pp - 1 and c == len(self.models) - 1
+        if last:
+            return
+        with nvtx_range(P2P + "send_forward"):
+            self.dev.collective("ncclSend", self.S.x)
+
+    def recv_backward(self, c):
+        last = self.par.pp_rank == self.par.pp - 1 and c == len(self.models) - 1
+        if last:
+            return None
+        with nvtx_range(P2P + "recv_backward"):
+            t = Tensor(self.S.x, "recv_backward", "grad")
+            self.dev.collective("ncclRecv", self.S.x)
+        return t
+
+    def send_backward(self, c):
+        if self.par.pp_rank == 0 and c == 0:
+            return
+        with nvtx_range(P2P + "send_backward"):
+            self.dev.collective("ncclSend", self.S.x)
+
+    def forward_backward(self, it, M):
+        par = self.par
+        measure = self.args.sim_print_layer_bytes and it == 0
+        if par.vp > 1:
+            return self.interleaved(M, measure)
+        if par.pp == 1:
+            for mb in range(M):
+                out, tape = self.forward_step(0, None, measure and mb == 0)
+                del out
+                self.backward_step(0, tape, None, mb == M - 1)
+                del tape
+            return
+        # 1F1B (forward_backward_pipelining_without_interleaving)
+        warmup = min(par.pp - par.pp_rank - 1, M)
+        pending = []
+        for mb in range(warmup):
+            inp = self.recv_forward(0)
+            out, tape = self.forward_step(0, inp, measure and mb == 0)
+            del inp
+            self.send_forward(0, out)
+            del out                       # deallocate_output_tensor
+            pending.append(tape)
+            del tape
+        bwd_done = 0
+        for mb in range(warmup, M):
+            inp = self.recv_forward(0)
+            out, tape = self.forward_step(0, inp, measure and mb == 0)
+            del inp
+            self.send_forward(0, out)
+            del out
+            pending.append(tape)
+            del tape
+            g = self.recv_backward(0)
+            t = pending.pop(0)
+            self.backward_step(0, t, g, bwd_done == M - 1)
+            del t, g
+            self.send_backward(0)
+            bwd_done += 1
+        while pending:
+            g = self.recv_backward(0)
+            t = pending.pop(0)
+            self.backward_step(0, t, g, bwd_done == M - 1)
+            del t, g
+            self.send_backward(0)
+            bwd_done += 1
+
+    def interleaved(self, M, measure):
+        par = self.par
+        vp, pp = par.vp, par.pp
+        total = M * vp
+        warmup = min((pp - par.pp_rank - 1) * 2 + (vp - 1) * pp, total)
+        fwd_count = [0] * vp
+        bwd_count = [0] * vp
+        pending = [[] for _ in range(vp)]
+
+        def fchunk(k):
+            return (k // pp) % vp
+
+        def bchunk(k):
+            return vp - 1 - (k // pp) % vp
+
+        def fwd(k):
+            c = fchunk(k)
+            inp = self.recv_forward(c)
+            out, tape = self.forward_step(c, inp, measure and fwd_count[c] == 0)
+            del inp
+            self.send_forward(c, out)
+            del out
+            fwd_count[c] += 1
+            pending[c].append(tape)
+
+        def bwd(k):
+            c = bchunk(k)
+            g = self.recv_backward(c)
+            t = pending[c].pop(0)
+            bwd_count[c] += 1
+            self.backward_step(c, t, g, bwd_count[c] == M)
+            del t, g
+            self.send_backward(c)
+
+        with nvtx_range(SCHED + "warmup"):
+            for k in range(warmup):
+                fwd(k)
+        with nvtx_range(SCHED + "steady"):
+            for k in range(total - warmup):
+                fwd(k + warmup)
+                bwd(k)
+        with nvtx_range(SCHED + "cooldown"):
+            for k in range(total - warmup, total):
+                bwd(k)
+
+    # -------------------------------------------------------- grads, optimizer
+    def grad_sync(self, c=None):
+        a, dev = self.args, self.dev
+        if self.nccl_lazy:                 # NCCL connects lazily at a comm's first collective
+            i = self.nccl_lazy.pop(0)
+            self.nccl_bufs.append(dev.nccl_buffer(int(a.sim_nccl_buffers_mib * MIB * (i + 1))))
+        fn = "ncclReduceScatter" if a.use_distributed_optimizer else "ncclAllReduce"
+        for b in self.grad_buffers:
+            dev.collective(fn, b.nbytes)
+
+    def finalize_model_grads(self):
+        a, dev, par = self.args, self.dev, self.par
+        if not a.overlap_grad_reduce:
+            self.grad_sync()
+        if a.sequence_parallel:
+            dev.collective("ncclAllReduce", 4 * self.S.h)      # layernorm grads over TP
+        if par.pp > 1 and not a.untie_embeddings_and_output_weights and \
+                (par.pp_rank == 0 or par.pp_rank == par.pp - 1):
+            dev.collective("ncclAllReduce", 4 * self.S.V * self.S.h // self.S.t)
+
+    def optimizer_step(self):
+        a, dev = self.args, self.dev
+        # prepare_grads / clip_grad_norm
+        norm = Tensor(4 * 1024, "grad_norm", "optim_tmp")
+        te.multi_tensor("nvte_multi_tensor_l2norm_cuda")
+        dev.collective("ncclAllReduce", 4)
+        del norm
+        if not self.optimizer_state:
+            self.init_optimizer_state()    # FusedAdam.initialize_state at the first step
+        te.multi_tensor("nvte_multi_tensor_adam_cuda")
+        te.multi_tensor("nvte_multi_tensor_scale_cuda")   # copy main -> model params
+        if a.use_distributed_optimizer:
+            for b in self.param_buffers:
+                dev.collective("ncclAllGather", b.nbytes)
+
+    # ------------------------------------------------------------ CUDA graphs
+    def capture_cuda_graphs(self, M):
+        """TE-scoped graphs (make_graphed_callables): per layer x scope x
+        microbatch a private pool holding static inputs/outputs and the
+        saved-for-backward buffers; pools stay alive."""
+        a, S, dev = self.args, self.S, self.dev
+        scopes = a.cuda_graph_modules or ["attn", "mlp"]
+        per = int(a.sim_graph_pool_gib * GIB) if a.sim_graph_pool_gib else None
+        self.graph_pools = []
+        for m in self.models:
+            for layer in m.decoder.layers:
+                for sc in scopes:
+                    for mb in range(M):
+                        dev.lib.ms_alloc_pool_begin()
+                        try:
+                            bufs = [Tensor(S.x, "static_input", "graph"),
+                                    Tensor(S.x, "static_output", "graph")]
+                            saved = per if per is not None else S.x * 8
+                            bufs.append(Tensor(saved, "graph_saved", "graph"))
+                        finally:
+                            dev.lib.ms_alloc_pool_end()
+                        self.graph_pools.append(bufs)
+
+    # ------------------------------------------------------------------ loop
+    def report_memory(self, it):
+        s = self.dev.stats()
+        if self.par.dp_rank == 0:
+            self.log("[Rank %d] (after %d iterations) memory (MB) | allocated: %.2f | max allocated: "
+                     "%.2f | reserved: %.2f | max reserved: %.2f"
+                     % (self.rank, it, s.allocated / MIB, s.max_allocated / MIB, s.reserved / MIB,
+                        s.max_reserved / MIB))
+
+    def train(self):
+        a, par = self.args, self.par
+        gbs = a.global_batch_size or a.micro_batch_size * par.dp
+        M = gbs // (a.micro_batch_size * par.dp)
+        if M < 1 or gbs % (a.micro_batch_size * par.dp):
+            raise AssertionError("global batch size (%d) is not divisible by micro batch size (%d) "
+                                 "times data parallel size (%d)" % (gbs, a.micro_batch_size, par.dp))
+        iters = a.train_iters or 3
+        profile_here = a.profile and (not a.profile_ranks or self.rank in a.profile_ranks)
+        for it in range(iters):
+            if profile_here and it == a.profile_step_start and a.nvtx_ranges:
+                NV.enabled = True            # configure_nvtx_profiling(True)
+            if a.cuda_graph_impl in ("transformer_engine", "local") and it == a.cuda_graph_warmup_steps:
+                self.capture_cuda_graphs(M)
+            self.forward_backward(it, M)
+            if par.vp > 1:
+                with nvtx_range(SCHED + "misc"):
+                    self.finalize_model_grads()
+            else:
+                self.finalize_model_grads()
+            self.optimizer_step()
+            if it >= 1 and a.sim_retain_replay:
+                ag.RETAINED[:] = ag.RETAINED[-64:]
+            if a.empty_unused_memory_level >= 1:
+                self.dev.empty_cache()
+            done = it + 1
+            self.log(" [Rank %d] iteration %8d/%8d | consumed samples: %12d" %
+                     (self.rank, done, iters, done * gbs))
+            if done in (1, 2):
+                self.report_memory(done)
+            if profile_here and done == a.profile_step_end:
+                NV.enabled = False
+        if a.sim_print_layer_bytes:
+            for m in self.models:
+                for l, kind, b in m.decoder.layer_bytes:
+                    print("megasim: rank %d layer %d (%s) saved activation bytes %d"
+                          % (self.rank, l, kind, b), flush=True)
+
+
+def main(argv):
+    from .config import build_parser, finalize, PRESETS
+    argv = list(argv)
+    if "--sim-preset" in argv:
+        i = argv.index("--sim-preset")
+        argv = PRESETS[argv[i + 1]] + argv
+    args = finalize(build_parser().parse_args(argv))
+    r = Rank(args)
+    r.setup()
+    r.train()
+    r.engine.stop()
+    return 0
