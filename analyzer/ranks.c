@@ -69,4 +69,10 @@ am_job_finish(am_job *j)
         any = 1;
     }
     am_job_key(&j->ranks[0].src->meta, j->id, sizeof j->id);
+    /* a subset of the ranks is a partial job: say so (importers: Kineto) */
+    int w = j->ranks[0].src->meta.world_size;
+    if (w > 0 && j->nranks < (size_t)w)
+        for (size_t i = 0; i < j->nranks; i++)
+            am_note(&j->ranks[i], "partial job: %zu of the job's %d ranks analysed", j->nranks,
+                    w);
 }

@@ -7,8 +7,12 @@
 
 #include "model.h"
 
+/* Importers of other formats (docs/importers.md). */
+extern const am_importer am_kineto_importer;
+
 static const am_importer *const g_importers[] = {
     &am_native_importer,
+    &am_kineto_importer,
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))

@@ -350,6 +350,9 @@ push(tl *t, tl_thread *th, const am_event *ev)
     }
     th->stack[th->depth++] = f;
     apply_signal(t, th->role, m, ev);
+    /* a recompute (forward code on the backward thread) is a phase span */
+    if (f.replay && !(parent && parent->replay) && t->phase == AM_PH_backward)
+        set_phase(t, AM_PH_backward_replay);
     return 0;
 }
 
@@ -381,6 +384,13 @@ pop(tl *t, tl_thread *th, uint32_t domain)
         th->bwd_layer--;
     if (f.m.signal == AM_SIG_EVAL && t->phase == AM_PH_eval)
         set_phase(t, AM_PH_other);
+    if (f.replay && t->phase == AM_PH_backward_replay) {
+        int still = 0;
+        for (size_t k = 0; k < th->depth; k++)
+            still |= th->stack[k].replay;
+        if (!still)
+            set_phase(t, AM_PH_backward);
+    }
 }
 
 int

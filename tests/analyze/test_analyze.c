@@ -135,8 +135,10 @@ Test(analyze, megatron_peak_phase_boundary_layer)
     cr_expect_eq(ab_int(j, "ranks[0].iterations[0].iteration"), 0);
     cr_expect_eq(ab_int(j, "ranks[0].iterations[0].peak_bytes.device"), 11602);
     cr_expect_str_eq(ab_str(j, "ranks[0].iterations[0].phases[0].phase"), "forward");
-    cr_expect_str_eq(ab_str(j, "ranks[0].iterations[0].phases[1].phase"), "backward");
-    cr_expect_str_eq(ab_str(j, "ranks[0].iterations[0].phases[2].phase"),
+    /* the recompute opens the backward: a backward_replay span (import issue) */
+    cr_expect_str_eq(ab_str(j, "ranks[0].iterations[0].phases[1].phase"), "backward_replay");
+    cr_expect_str_eq(ab_str(j, "ranks[0].iterations[0].phases[2].phase"), "backward");
+    cr_expect_str_eq(ab_str(j, "ranks[0].iterations[0].phases[3].phase"),
                      "optimizer_state_init");
     cr_expect_eq(ab_int(j, "ranks[0].steady_state.optimizer_state_init_iteration"), 0);
     cr_expect_eq(ab_get(j, "ranks[0].steady_state.reached")->type, yajl_t_false);

@@ -51,7 +51,7 @@ Test(analyze_shim, megatron_ranges_through_the_shim)
         cr_expect_eq(ab_int(j, p), 1);
     }
     cr_expect_str_eq(ab_str(j, "ranks[0].iterations[0].phases[0].phase"), "forward");
-    cr_expect_str_eq(ab_str(j, "ranks[0].iterations[0].phases[1].phase"), "backward");
+    cr_expect_str_eq(ab_str(j, "ranks[0].iterations[0].phases[1].phase"), "backward_replay");
     yajl_tree_free(j);
     free(out);
     free(err);
