@@ -194,7 +194,7 @@ ms_alloc_init(int device)
     if (env_true("PYTORCH_NO_CUDA_MEMORY_CACHING"))
         mode = MS_MODE_NOCACHE;
     if (mode == MS_MODE_EXPANDABLE) {
-#ifndef MS_HAVE_VMM
+#ifndef MS_HAVE_EXPANDABLE
         ms_set_message("expandable_segments:True needs the driver VMM calls (cuMemCreate/cuMemMap); "
                        "this megasim build has no mock libcuda (tests/doubles part 2) to make them%s", "");
         pthread_mutex_unlock(&g_mu);

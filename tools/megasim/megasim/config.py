@@ -5,6 +5,7 @@ allow_abbrev=False as in Megatron: prefixes are not accepted.
 """
 import argparse
 import re
+import sys
 
 PRESETS = {
     # examples/llama/train_llama3_8b_h100_fp8.sh shapes (activation-model.md §4 (b))
@@ -219,7 +220,7 @@ def finalize(args):
         args.recompute_granularity = "selective"
     if args.moe_layer_recompute:
         print("WARNING: --moe-layer-recompute is deprecated. Use --recompute-granularity selective "
-              "--recompute-modules moe_layer instead.")
+              "--recompute-modules moe_layer instead.", file=sys.stderr)
         _check(args.recompute_granularity != "full",
                "Do not set --moe-layer-recompute with full recompute granularity. ")
         args.recompute_granularity = "selective"
@@ -246,7 +247,7 @@ def finalize(args):
         args.cuda_graph_impl = "local" if args.enable_cuda_graph else "transformer_engine"
     tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
     if args.sequence_parallel and tp == 1:
-        print("WARNING: Disabling sequence parallelism because tensor model parallelism is disabled")
+        print("WARNING: Disabling sequence parallelism because tensor model parallelism is disabled", file=sys.stderr)
         args.sequence_parallel = False
     if args.expert_tensor_parallel_size is None:
         args.expert_tensor_parallel_size = tp
@@ -315,7 +316,7 @@ def finalize(args):
             print("WARNING: If you are using transformer_engine as the transformer implementation, the "
                   "core_attn is from transformer_engine and may be the fused version. For fused "
                   "attention, you have no need to set 'core_attn' to recompute. Please check that "
-                  "the core_attn recompute is really needed.")
+                  "the core_attn recompute is really needed.", file=sys.stderr)
         if "shared_experts" in mods and args.moe_shared_expert_intermediate_size and \
                 args.moe_shared_expert_overlap:
             raise ValueError("shared_experts recompute cannot work with --moe-shared-expert-overlap.")

@@ -311,21 +311,22 @@ class MLASelfAttention:
         self.core_attention = TEDotProductAttention(S, S.mla_q, S.mla_q, S.mla_v)
         self.linear_proj = TERowParallelLinear(S, S.o, S.x_full, S.x, "linear_proj")
 
-    def qkv_up_proj_and_rope_apply(self, q_in, kv_compressed, k_pos_emb):
+    def qkv_up_proj_and_rope_apply(self, q_compressed, kv_compressed, k_pos_emb):
+        """q (up-)projection, kv up-projection (kv LN fused), RoPE, and the
+        concatenations into Q, K, V (multi_latent_attention.py)."""
         S = self.S
         if S.rq:
-            q = self.linear_q_up_proj.forward(q_in, S.q_ln_out, S.q_ln_out * S.ts)
+            q = self.linear_q_up_proj.forward(q_compressed, S.q_ln_out, S.q_ln_out * S.ts)
         else:
-            q = q_in
+            q = self.linear_q_proj.forward(q_compressed)
         kv = self.linear_kv_up_proj.forward(kv_compressed, S.kv_ln_out, S.kv_ln_out * S.ts)
-        k_pos_full = Tensor(S.beta * S.s * S.b * S.dr, "k_pos_emb_gathered") if S.ts > 1 else None
         rope = te.fused_rope if self.args.apply_rope_fusion else (lambda n, name: Tensor(n, name))
         q_pe = rope(S.beta * S.s * S.b * (S.a // S.t) * S.dr, "q_pos_emb")
-        k_pe = rope(S.beta * S.s * S.b * S.dr, "k_pos_emb")
+        k_pe = rope(S.beta * S.s * S.b * S.dr, "k_pos_emb_rope")
         query = Tensor(S.mla_q, "query")
         key = Tensor(S.mla_q, "key")
         value = Tensor(S.mla_v, "value")
-        del q_pe, k_pe, kv, q, k_pos_full
+        del q_pe, k_pe, kv, q
         ag.record("MLAUpProjRopeBackward", [], self._up_backward)
         return [query, key, value]
 
@@ -338,20 +339,20 @@ class MLASelfAttention:
 
     def forward(self, hidden_states):
         S = self.S
-        if S.rq:
-            q_in = self.linear_q_down_proj.forward(hidden_states)
-        else:
-            q_in = self.linear_q_proj.forward(hidden_states)
+        # q_lora_rank None: the q projection reads the LN output directly
+        q_compressed = self.linear_q_down_proj.forward(hidden_states) if S.rq else hidden_states
         kv_latent = self.linear_kv_down_proj.forward(hidden_states)
         kv_compressed = _View(kv_latent, "kv_compressed")
-        k_pos_emb = _View(kv_latent, "k_pos_emb")
+        # k_pos_emb is gathered over the sequence-parallel region before the up-projection
+        k_pos_emb = Tensor(S.beta * S.s * S.b * S.dr, "k_pos_emb") if S.ts > 1 \
+            else _View(kv_latent, "k_pos_emb")
         if self.recompute_up_proj:
             self.qkv_up_checkpoint = ag.CheckpointWithoutOutput()
             q, k, v = self.qkv_up_checkpoint.checkpoint(self.qkv_up_proj_and_rope_apply,
-                                                        q_in, kv_compressed, k_pos_emb)
+                                                        q_compressed, kv_compressed, k_pos_emb)
         else:
-            q, k, v = self.qkv_up_proj_and_rope_apply(q_in, kv_compressed, k_pos_emb)
-        del q_in, kv_latent, kv_compressed, k_pos_emb
+            q, k, v = self.qkv_up_proj_and_rope_apply(q_compressed, kv_compressed, k_pos_emb)
+        del q_compressed, kv_latent, kv_compressed, k_pos_emb
         if self.checkpoint_core_attention:
             core_attn_out = ag.checkpoint(lambda q, k, v: self.core_attention.forward(q, k, v),
                                           False, q, k, v)

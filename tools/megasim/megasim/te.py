@@ -15,6 +15,20 @@ ATTN_WS = 2 * 1024 * 1024      # cuDNN fused-attention workspace
 CUBLAS_WS = 32 * 1024 * 1024 + 1024   # TE get_workspace(): one per device, kept
 
 _ws = []
+FRAGMENT = [0.0, 12345]   # --sim-fragment: max MiB of the cast buffers, LCG state
+
+
+def _cast_buffer():
+    """fault --sim-fragment: a short-lived FP8 cast/transpose buffer of
+    variable size (96 MiB .. max) allocated before a GEMM output and freed
+    after it, leaving holes between long-lived activations (R09)."""
+    mx = FRAGMENT[0]
+    if not mx:
+        return None
+    FRAGMENT[1] = (FRAGMENT[1] * 1103515245 + 12345) & 0x7FFFFFFF
+    lo = 96.0
+    mib = lo + (FRAGMENT[1] % 10007) / 10007.0 * (mx - lo)
+    return Tensor(int(mib * 1024 * 1024) // 512 * 512, "fp8_cast_buffer", "workspace")
 
 
 def nvte(name):
@@ -51,7 +65,9 @@ def norm_bwd(rms, dx_bytes):
 
 def gemm(out_bytes, name="gemm_out", kind="act"):
     cublas_workspace()
+    cast = _cast_buffer() if kind == "act" else None
     out = Tensor(out_bytes, name, kind) if out_bytes else None
+    del cast
     nvte("nvte_cublas_gemm")
     return out
 

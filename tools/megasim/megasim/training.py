@@ -110,6 +110,8 @@ class Rank:
         dev.set_device(self.local_rank)
         ag.RETAIN_REPLAY[0] = a.sim_retain_replay
         dev.init_allocator()
+        if a.sim_fragment:
+            te.FRAGMENT[0] = a.sim_fragment_max_mib
         # NCCL communicators (torch.distributed.init_process_group + Megatron's groups)
         self.nccl_bufs = []
         self.nccl_lazy = list(range(a.sim_nccl_communicators)) if a.sim_nccl_buffers_mib else []
@@ -465,7 +467,17 @@ def main(argv):
         argv = PRESETS[argv[i + 1]] + argv
     args = finalize(build_parser().parse_args(argv))
     r = Rank(args)
-    r.setup()
-    r.train()
+    try:
+        r.setup()
+        r.train()
+    except cuda.OutOfMemoryError:
+        s = r.dev.stats()
+        print("megasim: allocator at OOM: rank=%d mode=%s requested=%d allocated=%d reserved=%d "
+              "inactive_split=%d inactive_split_blocks=%d largest_free=%d private_pools=%d "
+              "segments=%d alloc_retries=%d"
+              % (r.rank, r.dev.mode, s.oom_request, s.allocated, s.reserved, s.inactive_split,
+                 s.inactive_split_blocks, s.largest_free, r.dev.lib.ms_alloc_pool_reserved(),
+                 s.segments, s.num_alloc_retries), file=sys.stderr, flush=True)
+        raise
     r.engine.stop()
     return 0

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""megasim's size model and recompute mechanisms against the test vectors of
+../shared/reference/activation-model.md §4 (copied here as numbers).
+
+Two levels:
+  1. the size model (megasim.sizes.saved_table): every row of §4 (b) and of
+     §4 (c) not marked approximate, and the totals;
+  2. the simulation: one microbatch's forward runs in-process (helper library
+     + mock CUDA runtime, no shim) and the live-tensor bytes each layer adds
+     are compared with the same totals; each recompute label's savings are
+     measured by running the mechanism, not looked up.
+Output: TAP (meson test protocol 'tap').
+Usage: test_sizes.py  (MEGASIM_LIB_DIR and PYTHONPATH set by meson)
+"""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "megasim"))
+
+from megasim import autograd as ag  # noqa: E402
+from megasim import cuda  # noqa: E402
+from megasim import te  # noqa: E402
+from megasim.config import PRESETS, build_parser, finalize  # noqa: E402
+from megasim.sizes import saved_table  # noqa: E402
+
+results = []
+
+
+def check(name, got, want):
+    ok = got == want
+    results.append((ok, name, "" if ok else "got %r want %r" % (got, want)))
+
+
+def args_for(preset, extra=()):
+    return finalize(build_parser().parse_args(PRESETS[preset] + list(extra)))
+
+
+# ---------------------------------------------------------- (b) Llama-3 8B
+B_ROWS = {
+    "attention LN input x": 67108864, "attention LN output (QKV input)": 67108864,
+    "Q": 67108864, "K": 16777216, "V": 16777216, "O": 67108864, "LSE": 1048576,
+    "MLP LN input x2": 67108864, "MLP LN output (fc1 input)": 67108864,
+    "SwiGLU input": 469762048, "fc2 input": 234881024,
+}
+B_TOTAL = 1141899264
+# ------------------------------------------- (c) Moonlight / DSV2-Lite, ETP=1
+C_ROWS = {
+    "input LN input": 8388608, "input LN output": 8388608,
+    "kv latent (kv_down output)": 2359296, "kv-LN output (inside linear_kv_up_proj)": 2097152,
+    "Q": 12582912, "K": 12582912, "V": 8388608, "O": 8388608, "LSE": 131072,
+    "pre-MLP LN input": 8388608, "pre-MLP LN output (MoE input)": 8388608,
+    "expert fc1 input": 50331648, "expert SwiGLU input": 69206016, "expert fc2 input": 34603008,
+    "expert probs (fp32)": 49152, "shared SwiGLU input": 23068672, "shared fc2 input": 11534336,
+}
+C_APPROX = {"router (approx.)": 1179648}
+C_TOTAL = 270057472
+# ------------------------------------------- (a) GPT-3 175B, TP=8 SP, fp16
+A_UNFUSED = 358612992        # no recompute, (sbh/t)(34+80), unfused attention
+A_FUSED = 107053056          # TE fused: 34sbh/t + LSE
+
+
+def table_checks():
+    a = args_for("llama3-8b")
+    rows = {n: b for n, b, approx in saved_table(a, "dense")}
+    for n, b in B_ROWS.items():
+        check("(b) row %s" % n, rows.get(n), b)
+    check("(b) no other rows", sorted(rows), sorted(B_ROWS))
+    check("(b) total", sum(rows.values()), B_TOTAL)
+    for preset in ("moonlight-16b", "deepseek-v2-lite"):
+        a = args_for(preset)
+        rows = {n: (b, ap) for n, b, ap in saved_table(a, "moe")}
+        for n, b in C_ROWS.items():
+            check("(c) %s row %s" % (preset, n), rows.get(n), (b, False))
+        for n, b in C_APPROX.items():
+            check("(c) %s approximate row %s" % (preset, n), rows.get(n), (b, True))
+        check("(c) %s total" % preset, sum(b for b, _ in rows.values()), C_TOTAL)
+    a = args_for("gpt3-175b", ["--attention-backend", "unfused"])
+    check("(a) GPT-3 unfused no recompute", sum(b for _, b, _ in saved_table(a, "dense")), A_UNFUSED)
+    a = args_for("gpt3-175b")
+    check("(a) GPT-3 TE fused no recompute", sum(b for _, b, _ in saved_table(a, "dense")), A_FUSED)
+
+
+# ------------------------------------------------------- simulated layers
+def simulate(preset, extra, world, layers=4, whole=False):
+    """forward of microbatch 0 on rank 0, in-process; returns the live bytes
+    each layer added (megasim's own tensor counter), or with whole=True what
+    the decoder as a whole added (full recompute checkpoints whole chunks)"""
+    import gc
+    os.environ["RANK"] = "0"
+    os.environ["LOCAL_RANK"] = "0"
+    os.environ["WORLD_SIZE"] = str(world)
+    from megasim import training
+    more = ["--moe-layer-freq", "([0]+[1]*%d)" % (layers - 1)] if "moe" in preset or \
+        "moonlight" in preset or "deepseek" in preset else []
+    a = args_for(preset, ["--num-layers", str(layers), "--train-iters", "1"] + more + list(extra))
+    r = training.Rank(a)
+    r.setup()
+    te.cublas_workspace()      # TE's one-per-device workspace, made at the first GEMM
+    m = r.models[0]
+    tape = []
+    with ag.tape_scope(tape):
+        tokens, pos, labels = r.get_batch(m)
+        h = m.embedding.forward(tokens, pos)
+        out = []
+        if whole:
+            before = cuda.LIVE[0]
+            h = m.decoder.forward(h)
+            out.append(cuda.LIVE[0] - before)
+        else:
+            for layer in m.decoder.layers:
+                before = cuda.LIVE[0]
+                h = layer.forward(h)
+                out.append(cuda.LIVE[0] - before)
+    del h, tape, tokens, pos, labels
+    r.engine.stop()
+    del r, m
+    gc.collect()
+    return out
+
+
+def sim_checks():
+    # layer 0 also creates the cuBLAS workspace (TE's get_workspace, once): use layers 1..
+    base = simulate("llama3-8b", [], 1)
+    check("(b) simulated layers 0-3", base, [B_TOTAL] * 4)
+    frees = {
+        "core_attn": 1048576,      # LSE only (TE fused); no V-view pin modelled (§2.7)
+        "mlp": 771751936,          # LN output 64 + SwiGLU input 448 + fc2 input 224 MiB
+        "layernorm": 0,            # both norms fused (IdentityOp)
+    }
+    for label, want in frees.items():
+        got = simulate("llama3-8b", ["--recompute-granularity", "selective",
+                                     "--recompute-modules", label], 1)
+        check("(b) %s frees" % label, B_TOTAL - got[2], want)
+    # full: each checkpointed chunk keeps only its input (2sbh); the decoder adds
+    # the chunk inputs it creates plus its output (4 layers)
+    X = 67108864
+    for method, n, want in (("uniform", 1, 4 * X), ("uniform", 2, 2 * X),
+                            ("block", 2, 2 * X + 2 * B_TOTAL)):
+        got = simulate("llama3-8b", ["--recompute-granularity", "full", "--recompute-method",
+                                     method, "--recompute-num-layers", str(n)], 1, whole=True)
+        check("(b) full %s %d: decoder keeps" % (method, n), got, [want])
+
+    base = simulate("moonlight-16b", [], 8)
+    check("(c) simulated MoE layers 1-3", base[1:], [C_TOTAL] * 3)
+    frees = {
+        "moe_act": 34603008,
+        "mla_up_proj": 33554432 + 2097152 - 2 * 4096 * 64,   # Q+K+V + kv-LN output - gathered k_pos_emb
+        "layernorm": 16777216,
+        "shared_experts": 34603008,
+        "moe": 50331648 + 69206016 + 34603008 + 49152 + 34603008 + 1179648,
+        "core_attn": 131072,
+    }
+    for label, want in frees.items():
+        got = simulate("moonlight-16b", ["--recompute-granularity", "selective",
+                                         "--recompute-modules", label], 8)
+        check("(c) %s frees" % label, C_TOTAL - got[2], want)
+
+
+def main():
+    cuda.device()
+    table_checks()
+    sim_checks()
+    print("TAP version 13")
+    print("1..%d" % len(results))
+    for i, (ok, name, why) in enumerate(results, 1):
+        print("%s %d - %s%s" % ("ok" if ok else "not ok", i, name, (" # " + why) if why else ""))
+    failed = sum(1 for ok, _, _ in results if not ok)
+    print("# %d passed, %d failed" % (len(results) - failed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
