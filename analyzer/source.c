@@ -9,10 +9,12 @@
 
 /* Importers of other formats (docs/importers.md). */
 extern const am_importer am_kineto_importer;
+extern const am_importer am_snapshot_importer;
 
 static const am_importer *const g_importers[] = {
     &am_native_importer,
     &am_kineto_importer,
+    &am_snapshot_importer,
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))

@@ -1,0 +1,1124 @@
+/* import_snapshot.c: PyTorch memory snapshots (torch.cuda.memory._dump_snapshot
+ * pickles, Megatron's --record-memory-history snapshot_{rank}.pickle) as an
+ * am_source.
+ *
+ * The file is untrusted: it is read by our restricted unpickler (pickle.c),
+ * which accepts plain data only. A snapshot is one object graph, so the
+ * parsed document is held in memory (proportional to the file).
+ *
+ * Model:
+ *   - one device: the one whose device_trace has most entries;
+ *   - state at the window start, rebuilt as PyTorch's viewer does: a block
+ *     whose first trace event is a free, and a block active in `segments`
+ *     whose address never occurs in the trace, existed before the window
+ *     (same for segments with segment_alloc/segment_free); emitted as ALLOC
+ *     events at t 0 (tensor level: blocks; device level: segments);
+ *   - alloc -> ALLOC at TENSOR with the block size: from `segments` when the
+ *     block is still live at the end, else the requested size rounded up to
+ *     512 B (a warning says how many are approximate); free_requested (or
+ *     free when the trace has no free_requested) -> FREE; segment_alloc /
+ *     segment_map -> ALLOC at DEVICE, segment_free / segment_unmap -> FREE;
+ *     oom -> OOM. Tensor events carry totals (allocated, reserved) computed
+ *     here, so the tensor peak knows PyTorch's reserved then;
+ *   - threads: tid 1 is the main thread (pid 1); allocations whose C++
+ *     frames are the autograd engine's (Engine::thread_main /
+ *     evaluate_function) run on tid 2, named pt_autograd_0. Without C++
+ *     frames (Megatron records Python stacks only), allocations with no
+ *     frames after a forward and before the next Optimizer.step annotation
+ *     are put on tid 2 (backward);
+ *   - every allocation is wrapped in a range named after the allocating
+ *     Python function, "path(line): function" (innermost frame outside
+ *     torch itself): a "...: forward" range is a forward signal, the same
+ *     rule as Kineto's python_function events. Allocations with optimizer
+ *     frames (torch/optim/, an optimizer.py `step`) outside an
+ *     Optimizer.step# annotation get the range name prefixed
+ *     "Optimizer.step#frames " (an optimizer signal);
+ *   - external_annotations START/END -> RANGE_PUSH/POP on the main thread.
+ * The functions holding the most live bytes at the allocated peak are
+ * computed here (the model has no per-function boundary) and reported as
+ * a warning line.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model.h"
+#include "pickle.h"
+
+#define TID_MAIN 1u
+#define TID_BWD 2u
+#define ABSURD_BYTES (1ull << 50)
+#define MAX_FILE (1ull << 36)
+
+enum { E_PRE = 1, E_ALLOC, E_FREE, E_SEG_ALLOC, E_SEG_FREE, E_OOM, E_ANN_START, E_ANN_END };
+
+/* One event in time order (built at open). */
+typedef struct sev {
+    uint64_t t;               /* ns since the first event */
+    uint64_t addr, size;
+    uint32_t fn;              /* name id (0: none) */
+    uint32_t off;             /* trace index, for messages */
+    uint8_t kind, tid, levels, opt;
+} sev;
+
+typedef struct snap {
+    unsigned char *buf;
+    size_t n;
+    pk_doc *doc;
+    sev *ev;
+    size_t nev;
+    /* names */
+    char **names;
+    uint32_t *name_len;
+    size_t nnames, capnames;
+    /* iteration */
+    size_t i;
+    am_event q[4];
+    size_t nq, qi;
+    uint32_t next_span;
+    uint32_t ann_span[32];
+    size_t nann;
+    /* totals (state during iteration) */
+    struct { uint64_t addr, size; } *live;    /* open addressing, tensor level */
+    size_t lcap, lcount;
+    uint64_t allocated, reserved;
+    /* metadata */
+    char format[80];
+    char **warn;
+    size_t nwarn;
+} snap;
+
+static void
+warnf(snap *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void
+warnf(snap *s, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **w = realloc(s->warn, (s->nwarn + 1) * sizeof *w);
+    if (!w)
+        return;
+    s->warn = w;
+    if ((w[s->nwarn] = strdup(buf)))
+        s->nwarn++;
+}
+
+static uint32_t
+add_name(snap *s, const char *str, size_t n)
+{
+    /* linear de-dup of the last few: names repeat in runs */
+    for (size_t k = s->nnames; k > 0 && k + 8 > s->nnames; k--)
+        if (s->name_len[k - 1] == n && memcmp(s->names[k - 1], str, n) == 0)
+            return (uint32_t)k;
+    if (s->nnames == s->capnames) {
+        size_t nc = s->capnames ? s->capnames * 2 : 256;
+        char **a = realloc(s->names, nc * sizeof *a);
+        if (!a)
+            return 0;
+        s->names = a;
+        uint32_t *l = realloc(s->name_len, nc * sizeof *l);
+        if (!l)
+            return 0;
+        s->name_len = l;
+        s->capnames = nc;
+    }
+    char *d = malloc(n + 1);
+    if (!d)
+        return 0;
+    memcpy(d, str, n);
+    d[n] = 0;
+    s->names[s->nnames] = d;
+    s->name_len[s->nnames] = (uint32_t)n;
+    return (uint32_t)++s->nnames;
+}
+
+/* ---- live map (tensor level) ---- */
+
+static uint64_t
+mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+static int
+live_put_(snap *s, uint64_t addr, uint64_t size)
+{
+    if ((s->lcount + 1) * 2 > s->lcap) {
+        size_t nc = s->lcap ? s->lcap * 2 : 1024;
+        typeof(s->live) nl = calloc(nc, sizeof *nl);
+        if (!nl)
+            return -1;
+        for (size_t i = 0; i < s->lcap; i++)
+            if (s->live[i].size) {
+                size_t j = mix(s->live[i].addr) & (nc - 1);
+                while (nl[j].size)
+                    j = (j + 1) & (nc - 1);
+                nl[j] = s->live[i];
+            }
+        free(s->live);
+        s->live = nl;
+        s->lcap = nc;
+    }
+    size_t j = mix(addr) & (s->lcap - 1);
+    while (s->live[j].size && s->live[j].addr != addr)
+        j = (j + 1) & (s->lcap - 1);
+    if (s->live[j].size)
+        s->allocated -= s->live[j].size;
+    else
+        s->lcount++;
+    s->live[j].addr = addr;
+    s->live[j].size = size ? size : 1;
+    s->allocated += s->live[j].size;
+    return 0;
+}
+
+static void
+live_del_(snap *s, uint64_t addr)
+{
+    if (!s->lcap)
+        return;
+    size_t j = mix(addr) & (s->lcap - 1);
+    while (s->live[j].size && s->live[j].addr != addr)
+        j = (j + 1) & (s->lcap - 1);
+    if (!s->live[j].size)
+        return;
+    s->allocated -= s->live[j].size;
+    s->live[j].size = 0;
+    s->lcount--;
+    /* backward-shift deletion */
+    size_t i = j;
+    for (;;) {
+        i = (i + 1) & (s->lcap - 1);
+        if (!s->live[i].size)
+            break;
+        size_t h = mix(s->live[i].addr) & (s->lcap - 1);
+        if ((j < i && (h <= j || h > i)) || (j > i && h <= j && h > i)) {
+            s->live[j] = s->live[i];
+            s->live[i].size = 0;
+            j = i;
+        }
+    }
+}
+
+/* ---- frames ---- */
+
+static int
+ends(const char *s, size_t n, const char *suf)
+{
+    size_t k = strlen(suf);
+    return n >= k && memcmp(s + n - k, suf, k) == 0;
+}
+
+static int
+has(const pk_val *v, const char *sub)
+{
+    return v && v->type == PK_STR && memmem(v->u.str.s, v->u.str.n, sub, strlen(sub));
+}
+
+static int
+is_py(const pk_val *fr)
+{
+    const pk_val *f = pk_get(fr, "filename");
+    return f && f->type == PK_STR && ends(f->u.str.s, f->u.str.n, ".py");
+}
+
+static int
+is_torch_py(const pk_val *fr)
+{
+    const pk_val *f = pk_get(fr, "filename");
+    return has(f, "/torch/") || has(f, "site-packages/") || has(f, "dist-packages/");
+}
+
+typedef struct finfo {
+    int cpp;                  /* has a C++ frame */
+    int engine;               /* autograd engine thread */
+    int opt;                  /* optimizer frames */
+    int forward;              /* a python function named forward */
+    int nframes;
+    const pk_val *fn;         /* the frame naming the allocation */
+} finfo;
+
+static void
+frames_info(const pk_val *frames, finfo *fi)
+{
+    memset(fi, 0, sizeof *fi);
+    size_t n = pk_len(frames);
+    fi->nframes = (int)n;
+    const pk_val *first_py = NULL, *user_py = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const pk_val *fr = pk_at(frames, i);
+        const pk_val *name = pk_get(fr, "name");
+        if (!is_py(fr)) {
+            fi->cpp = 1;
+            if (has(name, "autograd::Engine::thread_main") ||
+                has(name, "autograd::Engine::evaluate_function"))
+                fi->engine = 1;
+            continue;
+        }
+        if (!first_py)
+            first_py = fr;
+        if (!user_py && !is_torch_py(fr))
+            user_py = fr;
+        const pk_val *f = pk_get(fr, "filename");
+        if (has(f, "/torch/optim/") || (has(f, "optim") && pk_streq(name, "step")))
+            fi->opt = 1;
+        if (pk_streq(name, "forward"))
+            fi->forward = 1;
+    }
+    fi->fn = user_py ? user_py : first_py;
+}
+
+/* "dir/file.py(line): function" */
+static uint32_t
+frame_name(snap *s, const pk_val *fr, const char *prefix)
+{
+    char buf[512];
+    const pk_val *f = pk_get(fr, "filename"), *nm = pk_get(fr, "name");
+    int64_t line = 0;
+    pk_int(pk_get(fr, "line"), &line);
+    const char *p = f && f->type == PK_STR ? f->u.str.s : "?";
+    size_t pn = f && f->type == PK_STR ? f->u.str.n : 1;
+    /* keep the last two path components */
+    size_t cut = 0;
+    int slashes = 0;
+    for (size_t i = pn; i > 0; i--)
+        if (p[i - 1] == '/' && ++slashes == 2) {
+            cut = i;
+            break;
+        }
+    int w = snprintf(buf, sizeof buf, "%s%.*s(%" PRId64 "): %.*s", prefix ? prefix : "",
+                     (int)(pn - cut > 200 ? 200 : pn - cut), p + cut, line,
+                     nm && nm->type == PK_STR ? (int)(nm->u.str.n > 200 ? 200 : nm->u.str.n)
+                                              : 1,
+                     nm && nm->type == PK_STR ? nm->u.str.s : "?");
+    if (w < 0)
+        return 0;
+    return add_name(s, buf, (size_t)w < sizeof buf ? (size_t)w : sizeof buf - 1);
+}
+
+/* ---- building the event list ---- */
+
+static uint64_t
+round512(uint64_t x)
+{
+    return x < 512 ? 512 : (x + 511) / 512 * 512;
+}
+
+typedef struct addr_seen {
+    uint64_t *keys;           /* open addressing; 0 = empty (addr 0 never used) */
+    uint32_t *val;
+    size_t cap, n;
+} addr_seen;
+
+static int
+seen_put(addr_seen *a, uint64_t k, uint32_t v, int overwrite)
+{
+    if (!k)
+        k = 1;
+    if ((a->n + 1) * 2 > a->cap) {
+        size_t nc = a->cap ? a->cap * 2 : 1024;
+        uint64_t *nk = calloc(nc, sizeof *nk);
+        uint32_t *nv = calloc(nc, sizeof *nv);
+        if (!nk || !nv) {
+            free(nk);
+            free(nv);
+            return -1;
+        }
+        for (size_t i = 0; i < a->cap; i++)
+            if (a->keys[i]) {
+                size_t j = mix(a->keys[i]) & (nc - 1);
+                while (nk[j])
+                    j = (j + 1) & (nc - 1);
+                nk[j] = a->keys[i];
+                nv[j] = a->val[i];
+            }
+        free(a->keys);
+        free(a->val);
+        a->keys = nk;
+        a->val = nv;
+        a->cap = nc;
+    }
+    size_t j = mix(k) & (a->cap - 1);
+    while (a->keys[j] && a->keys[j] != k)
+        j = (j + 1) & (a->cap - 1);
+    if (!a->keys[j]) {
+        a->keys[j] = k;
+        a->val[j] = v;
+        a->n++;
+    } else if (overwrite) {
+        a->val[j] = v;
+    }
+    return 0;
+}
+
+static int
+seen_get(const addr_seen *a, uint64_t k, uint32_t *v)
+{
+    if (!k)
+        k = 1;
+    if (!a->cap)
+        return 0;
+    size_t j = mix(k) & (a->cap - 1);
+    while (a->keys[j]) {
+        if (a->keys[j] == k) {
+            *v = a->val[j];
+            return 1;
+        }
+        j = (j + 1) & (a->cap - 1);
+    }
+    return 0;
+}
+
+static void
+seen_free(addr_seen *a)
+{
+    free(a->keys);
+    free(a->val);
+    memset(a, 0, sizeof *a);
+}
+
+static int
+add_ev(snap *s, size_t *cap, const sev *e)
+{
+    if (s->nev == *cap) {
+        size_t nc = *cap ? *cap * 2 : 1024;
+        sev *a = realloc(s->ev, nc * sizeof *a);
+        if (!a)
+            return -1;
+        s->ev = a;
+        *cap = nc;
+    }
+    s->ev[s->nev++] = *e;
+    return 0;
+}
+
+static const char *
+act_name(const pk_val *v)
+{
+    static char buf[32];
+    if (!v || v->type != PK_STR)
+        return NULL;
+    size_t n = v->u.str.n < sizeof buf - 1 ? v->u.str.n : sizeof buf - 1;
+    memcpy(buf, v->u.str.s, n);
+    buf[n] = 0;
+    return buf;
+}
+
+/* Build s->ev. err gets "what" (the caller adds the file name). */
+static int
+build(snap *s, const pk_val *root, char *err, size_t errlen)
+{
+    const pk_val *segs, *traces = NULL, *anns = NULL;
+    if (root->type == PK_LIST) {
+        segs = root; /* old torch.cuda.memory_snapshot(): segments only */
+    } else if (root->type == PK_DICT) {
+        segs = pk_get(root, "segments");
+        traces = pk_get(root, "device_traces");
+        anns = pk_get(root, "external_annotations");
+    } else {
+        snprintf(err, errlen, "not a memory snapshot: the pickle holds a %s, not a dict",
+                 root->type == PK_STR ? "string" : "scalar");
+        return -1;
+    }
+    if (!segs || segs->type != PK_LIST) {
+        snprintf(err, errlen, "not a memory snapshot: no 'segments' list");
+        return -1;
+    }
+    if (traces && traces->type != PK_LIST) {
+        snprintf(err, errlen, "'device_traces' is not a list");
+        return -1;
+    }
+    /* the device */
+    int dev = 0;
+    size_t best = 0, ndevs = 0;
+    for (size_t d = 0; d < pk_len(traces); d++) {
+        const pk_val *t = pk_at(traces, d);
+        if (t->type != PK_LIST) {
+            snprintf(err, errlen, "device_traces[%zu] is not a list", d);
+            return -1;
+        }
+        if (pk_len(t))
+            ndevs++;
+        if (pk_len(t) > best) {
+            best = pk_len(t);
+            dev = (int)d;
+        }
+    }
+    if (!best && pk_len(segs)) {
+        int64_t d0;
+        if (pk_int(pk_get(pk_at(segs, 0), "device"), &d0) && d0 >= 0 && d0 < 4096)
+            dev = (int)d0;
+    }
+    if (ndevs > 1)
+        warnf(s, "the snapshot has traces of %zu devices: device %d (the longest) is analysed",
+              ndevs, dev);
+    const pk_val *trace = pk_at(traces, (size_t)dev);
+    size_t nt = pk_len(trace);
+
+    /* validate the trace and find times */
+    int any_time = 0, has_free_req = 0, has_cpp = 0;
+    uint64_t t0 = 0;
+    for (size_t i = 0; i < nt; i++) {
+        const pk_val *e = pk_at(trace, i);
+        if (!e || e->type != PK_DICT) {
+            snprintf(err, errlen, "device_traces[%d][%zu] is not a dict", dev, i);
+            return -1;
+        }
+        const pk_val *a = pk_get(e, "action");
+        int64_t addr, size;
+        if (!a || a->type != PK_STR || !pk_int(pk_get(e, "addr"), &addr) ||
+            !pk_int(pk_get(e, "size"), &size)) {
+            snprintf(err, errlen, "device_traces[%d][%zu]: action, addr and size must be a "
+                     "string and integers", dev, i);
+            return -1;
+        }
+        if (size < 0 || (uint64_t)size > ABSURD_BYTES) {
+            snprintf(err, errlen, "device_traces[%d][%zu]: absurd size %" PRId64, dev, i, size);
+            return -1;
+        }
+        if (pk_streq(a, "free_requested"))
+            has_free_req = 1;
+        double tu;
+        if (pk_num(pk_get(e, "time_us"), &tu)) {
+            if (tu < 0 || tu > 1e18) {
+                snprintf(err, errlen, "device_traces[%d][%zu]: absurd time_us", dev, i);
+                return -1;
+            }
+            if (!any_time || (uint64_t)tu < t0)
+                t0 = (uint64_t)tu;
+            any_time = 1;
+        }
+        if (!has_cpp) {
+            finfo fi;
+            frames_info(pk_get(e, "frames"), &fi);
+            has_cpp = fi.cpp;
+        }
+    }
+    for (size_t i = 0; i < pk_len(anns); i++) {
+        double tu;
+        if (pk_num(pk_get(pk_at(anns, i), "time_us"), &tu) && tu >= 0 && tu < 1e18 &&
+            (!any_time || (uint64_t)tu < t0)) {
+            t0 = (uint64_t)tu;
+            any_time = 1;
+        }
+    }
+    if (nt && !any_time)
+        warnf(s, "the trace has no time_us: events are 1 us apart in trace order");
+
+    /* end state: active blocks and segments by address */
+    addr_seen endblk = {0}, endseg = {0}, first = {0}, last = {0}, segfirst = {0};
+    int rc = -1;
+    size_t cap = 0;
+    uint64_t napprox = 0, nallocs = 0, npre = 0;
+    for (size_t i = 0; i < pk_len(segs); i++) {
+        const pk_val *sg = pk_at(segs, i);
+        int64_t addr, tsz, d;
+        if (!sg || sg->type != PK_DICT || !pk_int(pk_get(sg, "address"), &addr) ||
+            !pk_int(pk_get(sg, "total_size"), &tsz)) {
+            snprintf(err, errlen, "segments[%zu]: address and total_size must be integers", i);
+            goto out;
+        }
+        if (tsz < 0 || (uint64_t)tsz > ABSURD_BYTES) {
+            snprintf(err, errlen, "segments[%zu]: absurd total_size %" PRId64, i, tsz);
+            goto out;
+        }
+        if (pk_int(pk_get(sg, "device"), &d) && d != dev)
+            continue;
+        if (seen_put(&endseg, (uint64_t)addr, (uint32_t)i, 1) < 0)
+            goto oom;
+        const pk_val *blocks = pk_get(sg, "blocks");
+        int64_t off = addr;
+        for (size_t b = 0; b < pk_len(blocks); b++) {
+            const pk_val *bl = pk_at(blocks, b);
+            int64_t bsz, baddr;
+            if (!pk_int(pk_get(bl, "size"), &bsz) || bsz < 0 || (uint64_t)bsz > ABSURD_BYTES) {
+                snprintf(err, errlen, "segments[%zu].blocks[%zu]: size is not a sane integer",
+                         i, b);
+                goto out;
+            }
+            if (!pk_int(pk_get(bl, "address"), &baddr))
+                baddr = off;
+            off = baddr + bsz;
+            const pk_val *st = pk_get(bl, "state");
+            if (pk_streq(st, "active_allocated") || pk_streq(st, "active_pending_free"))
+                if (seen_put(&endblk, (uint64_t)baddr, (uint32_t)((i << 16) | (b & 0xffff)), 1) < 0)
+                    goto oom;
+            if (b > 0xffff)
+                break;
+        }
+        if (!has_cpp && pk_len(blocks)) {
+            finfo fi;
+            frames_info(pk_get(pk_at(blocks, 0), "frames"), &fi);
+            has_cpp = fi.cpp;
+        }
+    }
+    /* first/last tensor event per address; first segment event */
+    for (size_t i = 0; i < nt; i++) {
+        const pk_val *e = pk_at(trace, i);
+        const char *a = act_name(pk_get(e, "action"));
+        int64_t addr;
+        pk_int(pk_get(e, "addr"), &addr);
+        if (!strcmp(a, "alloc") || !strcmp(a, "free_requested") || !strcmp(a, "free_completed") ||
+            !strcmp(a, "free")) {
+            if (seen_put(&first, (uint64_t)addr, (uint32_t)i, 0) < 0 ||
+                seen_put(&last, (uint64_t)addr, (uint32_t)i, 1) < 0)
+                goto oom;
+        } else if (!strncmp(a, "segment_", 8)) {
+            if (seen_put(&segfirst, (uint64_t)addr, (uint32_t)i, 0) < 0)
+                goto oom;
+        }
+    }
+    /* pre-state: tensor blocks */
+    for (size_t i = 0; i < nt; i++) {
+        const pk_val *e = pk_at(trace, i);
+        int64_t addr, size;
+        pk_int(pk_get(e, "addr"), &addr);
+        pk_int(pk_get(e, "size"), &size);
+        uint32_t f;
+        if (!seen_get(&first, (uint64_t)addr, &f) || f != i)
+            continue;
+        const char *a = act_name(pk_get(e, "action"));
+        if (strcmp(a, "alloc") != 0) {
+            sev p = {0, (uint64_t)addr, round512((uint64_t)size), 0, (uint32_t)i, E_PRE,
+                     TID_MAIN, AM_LVL_TENSOR, 0};
+            napprox++;
+            npre++;
+            if (add_ev(s, &cap, &p) < 0)
+                goto oom;
+        }
+    }
+    for (size_t j = 0; j < endblk.cap; j++) {
+        if (!endblk.keys[j])
+            continue;
+        uint32_t f;
+        if (seen_get(&first, endblk.keys[j], &f))
+            continue;
+        uint32_t v = endblk.val[j];
+        const pk_val *bl = pk_at(pk_get(pk_at(segs, v >> 16), "blocks"), v & 0xffff);
+        int64_t bsz = 0;
+        pk_int(pk_get(bl, "size"), &bsz);
+        finfo fi;
+        frames_info(pk_get(bl, "frames"), &fi);
+        sev p = {0, endblk.keys[j], (uint64_t)bsz, fi.fn ? frame_name(s, fi.fn, NULL) : 0, 0,
+                 E_PRE, TID_MAIN, AM_LVL_TENSOR, 0};
+        npre++;
+        if (add_ev(s, &cap, &p) < 0)
+            goto oom;
+    }
+    /* pre-state: segments */
+    for (size_t j = 0; j < endseg.cap; j++) {
+        if (!endseg.keys[j])
+            continue;
+        uint32_t f;
+        if (seen_get(&segfirst, endseg.keys[j], &f)) {
+            const char *a = act_name(pk_get(pk_at(trace, f), "action"));
+            if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map"))
+                continue;
+        }
+        int64_t tsz = 0;
+        pk_int(pk_get(pk_at(segs, endseg.val[j]), "total_size"), &tsz);
+        sev p = {0, endseg.keys[j], (uint64_t)tsz, 0, 0, E_PRE, TID_MAIN, AM_LVL_DEVICE, 0};
+        if (add_ev(s, &cap, &p) < 0)
+            goto oom;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        const pk_val *e = pk_at(trace, i);
+        const char *a = act_name(pk_get(e, "action"));
+        uint32_t f;
+        int64_t addr, size;
+        pk_int(pk_get(e, "addr"), &addr);
+        pk_int(pk_get(e, "size"), &size);
+        if ((!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) &&
+            seen_get(&segfirst, (uint64_t)addr, &f) && f == i) {
+            sev p = {0, (uint64_t)addr, (uint64_t)size, 0, (uint32_t)i, E_PRE, TID_MAIN,
+                     AM_LVL_DEVICE, 0};
+            if (add_ev(s, &cap, &p) < 0)
+                goto oom;
+        }
+    }
+
+    /* the window: trace entries merged with annotations by time */
+    size_t ai = 0, na = pk_len(anns);
+    int seen_fwd = 0, in_opt = 0;
+    uint64_t tprev = 0;
+    for (size_t i = 0; i <= nt; i++) {
+        const pk_val *e = i < nt ? pk_at(trace, i) : NULL;
+        double tu = 0;
+        uint64_t t = tprev; /* ns */
+        if (e) {
+            if (pk_num(pk_get(e, "time_us"), &tu))
+                t = ((uint64_t)tu - t0) * 1000;
+            else if (!any_time)
+                t = (uint64_t)i * 1000;
+        } else {
+            t = UINT64_MAX;
+        }
+        /* annotations up to t */
+        while (ai < na) {
+            const pk_val *an = pk_at(anns, ai);
+            double at;
+            int64_t ad;
+            if (!pk_num(pk_get(an, "time_us"), &at) || !any_time) {
+                ai++;
+                continue;
+            }
+            if (pk_int(pk_get(an, "device"), &ad) && ad != dev) {
+                ai++;
+                continue;
+            }
+            uint64_t ta = ((uint64_t)at - t0) * 1000;
+            if (ta > t)
+                break;
+            const pk_val *nm = pk_get(an, "name"), *st = pk_get(an, "stage");
+            if (!nm || nm->type != PK_STR) {
+                ai++;
+                continue;
+            }
+            int start = pk_streq(st, "START");
+            uint32_t id = add_name(s, nm->u.str.s, nm->u.str.n);
+            if (!id)
+                goto oom;
+            int isopt = nm->u.str.n > 15 && !memcmp(nm->u.str.s, "Optimizer.step#", 15);
+            if (isopt) {
+                in_opt = start;
+                if (start)
+                    seen_fwd = 0;
+            }
+            sev p = {ta > tprev ? ta : tprev, 0, 0, id, (uint32_t)ai,
+                     (uint8_t)(start ? E_ANN_START : E_ANN_END), TID_MAIN, 0, 0};
+            tprev = p.t;
+            if (add_ev(s, &cap, &p) < 0)
+                goto oom;
+            ai++;
+        }
+        if (!e)
+            break;
+        if (t < tprev)
+            t = tprev;
+        tprev = t;
+        const char *a = act_name(pk_get(e, "action"));
+        int64_t addr, size;
+        pk_int(pk_get(e, "addr"), &addr);
+        pk_int(pk_get(e, "size"), &size);
+        sev p = {t, (uint64_t)addr, (uint64_t)size, 0, (uint32_t)i, 0, TID_MAIN, 0, 0};
+        if (!strcmp(a, "alloc")) {
+            finfo fi;
+            frames_info(pk_get(e, "frames"), &fi);
+            nallocs++;
+            p.kind = E_ALLOC;
+            p.levels = AM_LVL_TENSOR;
+            uint32_t l, v;
+            if (seen_get(&last, (uint64_t)addr, &l) && l == i &&
+                seen_get(&endblk, (uint64_t)addr, &v)) {
+                int64_t bsz = 0;
+                pk_int(pk_get(pk_at(pk_get(pk_at(segs, v >> 16), "blocks"), v & 0xffff),
+                              "size"), &bsz);
+                p.size = (uint64_t)bsz;
+            } else {
+                p.size = round512((uint64_t)size);
+                napprox++;
+            }
+            if (fi.engine)
+                p.tid = TID_BWD;
+            else if (!has_cpp && fi.nframes == 0 && seen_fwd && !in_opt)
+                p.tid = TID_BWD;
+            if (fi.forward && !fi.engine)
+                seen_fwd = 1;
+            p.opt = (uint8_t)(fi.opt && !in_opt);
+            if (fi.fn)
+                p.fn = frame_name(s, fi.fn, p.opt ? "Optimizer.step#frames " : NULL);
+            else if (p.opt)
+                p.fn = add_name(s, "Optimizer.step#frames", 21);
+        } else if (!strcmp(a, has_free_req ? "free_requested" : "free_completed") ||
+                   !strcmp(a, "free")) {
+            p.kind = E_FREE;
+            p.levels = AM_LVL_TENSOR;
+        } else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map")) {
+            p.kind = E_SEG_ALLOC;
+            p.levels = AM_LVL_DEVICE;
+        } else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) {
+            p.kind = E_SEG_FREE;
+            p.levels = AM_LVL_DEVICE;
+        } else if (!strcmp(a, "oom")) {
+            p.kind = E_OOM;
+            int64_t fr = 0;
+            if (pk_int(pk_get(e, "device_free"), &fr) && fr > 0)
+                p.addr = (uint64_t)fr;
+            else
+                p.addr = 0;
+        } else {
+            continue; /* free_completed (when free_requested exists), snapshot */
+        }
+        if (add_ev(s, &cap, &p) < 0)
+            goto oom;
+    }
+    if (napprox)
+        warnf(s, "%" PRIu64 " of %" PRIu64 " block sizes are requested sizes rounded up to "
+                 "512 B (blocks not live at the snapshot): approximate, unsplit large blocks "
+                 "can be bigger",
+              napprox, nallocs + npre);
+    if (!has_cpp && nt)
+        warnf(s, "no C++ frames (Python stacks only): allocations without a stack between a "
+                 "forward and the optimizer step are taken as backward");
+    if (!nt)
+        warnf(s, "the snapshot has no allocation trace (record_memory_history was off): only "
+                 "the state at the snapshot");
+    rc = 0;
+    goto out;
+oom:
+    snprintf(err, errlen, "out of memory");
+    rc = -1;
+out:
+    seen_free(&endblk);
+    seen_free(&endseg);
+    seen_free(&first);
+    seen_free(&last);
+    seen_free(&segfirst);
+    return rc;
+}
+
+/* ---- the source ---- */
+
+static void
+snap_free(snap *s)
+{
+    if (!s)
+        return;
+    pk_free(s->doc);
+    free(s->buf);
+    free(s->ev);
+    for (size_t i = 0; i < s->nnames; i++)
+        free(s->names[i]);
+    free(s->names);
+    free(s->name_len);
+    free(s->live);
+    for (size_t i = 0; i < s->nwarn; i++)
+        free(s->warn[i]);
+    free(s->warn);
+    free(s);
+}
+
+static void
+reset(snap *s)
+{
+    s->i = 0;
+    s->nq = s->qi = 0;
+    s->next_span = 1;
+    s->nann = 0;
+    if (s->live)
+        memset(s->live, 0, s->lcap * sizeof *s->live);
+    s->lcount = 0;
+    s->allocated = s->reserved = 0;
+}
+
+static am_event *
+qpush(snap *s, const sev *e)
+{
+    am_event *v = &s->q[s->nq++];
+    memset(v, 0, sizeof *v);
+    v->t_ns = e->t;
+    v->tid = e->tid;
+    v->device = -1;
+    v->peer = -1;
+    v->src_offset = e->off;
+    return v;
+}
+
+static void
+set_name(snap *s, am_event *v, uint32_t id)
+{
+    if (id) {
+        v->name = s->names[id - 1];
+        v->name_len = s->name_len[id - 1];
+    }
+}
+
+static int
+snap_next(am_source *src, am_event *out)
+{
+    snap *s = src->impl;
+    while (s->qi >= s->nq) {
+        s->nq = s->qi = 0;
+        if (s->i == 0) {
+            /* thread names first */
+            sev z = {0, 0, 0, 0, 0, 0, TID_BWD, 0, 0};
+            am_event *v = qpush(s, &z);
+            v->kind = AM_EV_THREAD_NAME;
+            v->name = "pt_autograd_0";
+            v->name_len = 13;
+        }
+        if (s->i >= s->nev) {
+            if (!s->nq)
+                return 0;
+            break;
+        }
+        const sev *e = &s->ev[s->i++];
+        am_event *v;
+        switch (e->kind) {
+        case E_PRE:
+        case E_ALLOC:
+        case E_SEG_ALLOC:
+            if (e->levels & AM_LVL_TENSOR) {
+                if (live_put_(s, e->addr, e->size) < 0)
+                    goto oom;
+            } else {
+                s->reserved += e->size;
+            }
+            if (e->kind == E_ALLOC && e->fn) {
+                v = qpush(s, e);
+                v->kind = AM_EV_RANGE_PUSH;
+                set_name(s, v, e->fn);
+                v->domain_id = s->next_span;
+            }
+            v = qpush(s, e);
+            v->kind = AM_EV_ALLOC;
+            v->levels = e->levels;
+            v->mem = AM_MEM_DEVICE;
+            v->lib = AM_LIB_PYTORCH;
+            v->addr = e->addr;
+            v->size = e->size;
+            v->has_totals = 1;
+            v->total_allocated = s->allocated;
+            v->total_reserved = s->reserved;
+            if (e->kind == E_ALLOC && e->fn) {
+                v = qpush(s, e);
+                v->kind = AM_EV_RANGE_POP;
+                v->domain_id = s->next_span++;
+                if (!s->next_span)
+                    s->next_span = 1;
+            }
+            break;
+        case E_FREE:
+        case E_SEG_FREE:
+            if (e->levels & AM_LVL_TENSOR)
+                live_del_(s, e->addr);
+            else
+                s->reserved = s->reserved > e->size ? s->reserved - e->size : 0;
+            v = qpush(s, e);
+            v->kind = AM_EV_FREE;
+            v->levels = e->levels;
+            v->mem = AM_MEM_DEVICE;
+            v->addr = e->addr;
+            v->size = e->kind == E_SEG_FREE ? e->size : 0;
+            v->has_totals = 1;
+            v->total_allocated = s->allocated;
+            v->total_reserved = s->reserved;
+            break;
+        case E_OOM:
+            v = qpush(s, e);
+            v->kind = AM_EV_OOM;
+            v->size = e->size;
+            v->free_bytes = e->addr;
+            v->lib = AM_LIB_PYTORCH;
+            v->mem = AM_MEM_DEVICE;
+            break;
+        case E_ANN_START:
+            if (s->nann < 32) {
+                v = qpush(s, e);
+                v->kind = AM_EV_RANGE_PUSH;
+                set_name(s, v, e->fn);
+                v->domain_id = s->ann_span[s->nann++] = 0x80000000u | s->next_span++;
+            }
+            break;
+        case E_ANN_END: {
+            if (s->nann) {
+                v = qpush(s, e);
+                v->kind = AM_EV_RANGE_POP;
+                v->domain_id = s->ann_span[--s->nann];
+            }
+            break;
+        }
+        }
+    }
+    *out = s->q[s->qi++];
+    return 1;
+oom:
+    snprintf(src->error, sizeof src->error, "%s: out of memory", src->meta.path);
+    return -1;
+}
+
+static int
+snap_rewind(am_source *src)
+{
+    reset(src->impl);
+    return 0;
+}
+
+static void
+snap_close(am_source *src)
+{
+    if (!src)
+        return;
+    snap_free(src->impl);
+    free(src);
+}
+
+static const am_source_ops snap_ops = {"pytorch-snapshot", snap_next, snap_rewind, snap_close,
+                                       NULL};
+
+/* The allocated peak and the functions holding most of it (a warning). */
+static void
+top_functions(am_source *src, snap *s)
+{
+    am_event ev;
+    uint64_t peak = 0, n = 0, at = 0;
+    reset(s);
+    while (snap_next(src, &ev) == 1) {
+        n++;
+        if (ev.kind == AM_EV_ALLOC && (ev.levels & AM_LVL_TENSOR) && s->allocated > peak) {
+            peak = s->allocated;
+            at = n;
+        }
+    }
+    if (!peak)
+        return;
+    /* replay to the peak, remembering each live block's function */
+    size_t nf = s->nnames + 1;
+    uint64_t *bytes = calloc(nf, sizeof *bytes);
+    uint64_t *count = calloc(nf, sizeof *count);
+    addr_seen fn = {0};
+    if (!bytes || !count)
+        goto done;
+    reset(s);
+    n = 0;
+    uint32_t cur_fn = 0;
+    while (n < at && snap_next(src, &ev) == 1) {
+        n++;
+        if (ev.kind == AM_EV_RANGE_PUSH && ev.name && ev.tid != 0 && !(ev.domain_id >> 31))
+            cur_fn = (uint32_t)(s->ev[s->i - 1].fn);
+        if (ev.kind == AM_EV_ALLOC && (ev.levels & AM_LVL_TENSOR))
+            seen_put(&fn, ev.addr, s->ev[s->i - 1].fn, 1);
+        (void)cur_fn;
+    }
+    for (size_t j = 0; j < s->lcap; j++) {
+        if (!s->live[j].size)
+            continue;
+        uint32_t f = 0;
+        seen_get(&fn, s->live[j].addr, &f);
+        if (f >= nf)
+            f = 0;
+        bytes[f] += s->live[j].size;
+        count[f]++;
+    }
+    char line[1024];
+    int off = snprintf(line, sizeof line,
+                       "functions holding the most allocated bytes at the peak (%.1f MiB): ",
+                       (double)peak / 1048576.0);
+    for (int k = 0; k < 5; k++) {
+        size_t b = 0;
+        for (size_t f = 1; f < nf; f++)
+            if (bytes[f] > bytes[b])
+                b = f;
+        if (!bytes[b])
+            break;
+        off += snprintf(line + off, sizeof line - (size_t)off, "%s%s %.1f MiB (%" PRIu64 ")",
+                        k ? "; " : "", b ? s->names[b - 1] : "(no Python frame, or from before the window)",
+                        (double)bytes[b] / 1048576.0, count[b]);
+        bytes[b] = 0;
+        if (off >= (int)sizeof line - 1)
+            break;
+    }
+    warnf(s, "%s", line);
+done:
+    free(bytes);
+    free(count);
+    seen_free(&fn);
+}
+
+static int
+snap_sniff(const char *path, const unsigned char *head, size_t n)
+{
+    (void)path;
+    /* protocol 2+ pickles start with PROTO; a snapshot is a dict or list */
+    return n >= 3 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5 &&
+           (head[2] == '}' || head[2] == ']' || head[2] == 0x95 || head[2] == '(');
+}
+
+static int
+snap_open(const char *path, am_source **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    am_source *src = calloc(1, sizeof *src);
+    snap *s = calloc(1, sizeof *s);
+    FILE *f = NULL;
+    if (!src || !s) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        goto fail;
+    }
+    src->impl = s;
+    src->ops = &snap_ops;
+    f = fopen(path, "rb");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) < 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        goto fail;
+    }
+    if ((uint64_t)st.st_size > MAX_FILE) {
+        snprintf(err, errlen, "%s: offset 0: %lld bytes is too big for a snapshot", path,
+                 (long long)st.st_size);
+        goto fail;
+    }
+    s->n = (size_t)st.st_size;
+    s->buf = malloc(s->n ? s->n : 1);
+    if (!s->buf) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        goto fail;
+    }
+    if (fread(s->buf, 1, s->n, f) != s->n) {
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        goto fail;
+    }
+    fclose(f);
+    f = NULL;
+    pk_val *root;
+    char perr[400];
+    s->doc = pk_load(s->buf, s->n, &root, perr, sizeof perr);
+    if (!s->doc) {
+        snprintf(err, errlen, "%s: %s", path, perr);
+        goto fail;
+    }
+    if (build(s, root, perr, sizeof perr) < 0) {
+        snprintf(err, errlen, "%s: offset 0: %s", path, perr);
+        goto fail;
+    }
+    am_meta *m = &src->meta;
+    m->path = path;
+    m->rank = m->local_rank = m->world_size = -1;
+    m->pid = (int)TID_MAIN;
+    m->device = -1;
+    m->mode = "snapshot";
+    m->closed = 1;
+    m->record_count = s->nev;
+    snprintf(s->format, sizeof s->format, "pytorch memory snapshot");
+    m->format = s->format;
+    /* Megatron: snapshot_{rank}.pickle */
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    int r;
+    if (sscanf(b, "snapshot_%d.pickle", &r) == 1 && r >= 0)
+        m->rank = r;
+    top_functions(src, s);
+    reset(s);
+    m->nwarnings = s->nwarn;
+    m->warnings = (const char *const *)s->warn;
+    *out = src;
+    return 0;
+fail:
+    if (f)
+        fclose(f);
+    snap_free(s);
+    free(src);
+    return -1;
+}
+
+const am_importer am_snapshot_importer = {"pytorch-snapshot", snap_sniff, snap_open};
