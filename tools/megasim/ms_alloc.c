@@ -17,10 +17,18 @@
  *                    -> cudaMemGetInfo and OOM
  * Tensor modes: backend:cudaMallocAsync -> one cudaMallocAsync/cudaFreeAsync
  * per tensor; PYTORCH_NO_CUDA_MEMORY_CACHING -> one cudaMalloc/cudaFree.
- * expandable_segments:True needs the driver VMM double (MS_HAVE_VMM) and is
- * refused until then. Every block alloc/free is reported through
- * ms_report_block (PyTorch's reportMemoryUsageToProfiler).
+ * expandable_segments:True (with the driver VMM double, MS_HAVE_VMM): one
+ * expandable segment per pool size class, a VA range as large as the device
+ * reserved with cuMemAddressReserve and grown page by page (2 MiB small,
+ * 20 MiB large) with cuMemCreate + cuMemMap + cuMemSetAccess at its end; the
+ * driver functions come from cudaGetDriverEntryPointByVersion(name, 12000),
+ * as c10::cuda::DriverAPI gets them. Free blocks merge across the whole
+ * range; on OOM the free tail is unmapped (cuMemUnmap + cuMemRelease) and the
+ * mapping retried. Without the double the setting is refused.
+ * Every block alloc/free is reported through ms_report_block (PyTorch's
+ * reportMemoryUsageToProfiler).
  */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -65,6 +73,11 @@ static int g_cur_pool;            /* 0 unless a private pool is active */
 static int g_next_pool = 1;
 static block *g_hash[HBUCKETS];
 static ms_stats g_st;
+
+#ifdef MS_HAVE_VMM
+#define MS_HAVE_EXPANDABLE 1
+static int expandable_init(void);
+#endif
 
 static uint64_t
 hkey(uint64_t p)
@@ -202,6 +215,12 @@ ms_alloc_init(int device)
 #endif
     }
     g_device = device;
+#ifdef MS_HAVE_EXPANDABLE
+    if (mode == MS_MODE_EXPANDABLE && expandable_init() != 0) {
+        pthread_mutex_unlock(&g_mu);
+        return MS_EREFUSED;
+    }
+#endif
     g_inited = mode;
     memset(&g_st, 0, sizeof g_st);
     g_st.mode = mode;
@@ -310,6 +329,224 @@ release_available_cached_blocks(int poolid, int small, uint64_t size)
     }
 }
 
+#ifdef MS_HAVE_EXPANDABLE
+typedef CUresult (*pfn_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+typedef CUresult (*pfn_create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                               unsigned long long);
+typedef CUresult (*pfn_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+typedef CUresult (*pfn_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+typedef CUresult (*pfn_unmap)(CUdeviceptr, size_t);
+typedef CUresult (*pfn_release)(CUmemGenericAllocationHandle);
+typedef CUresult (*pfn_meminfo)(size_t *, size_t *);
+static struct {
+    pfn_reserve reserve;
+    pfn_create create;
+    pfn_map map;
+    pfn_access access;
+    pfn_unmap unmap;
+    pfn_release release;
+    pfn_meminfo meminfo;
+} g_drv;
+
+typedef struct xseg {
+    uint64_t base, va_size, mapped, page;
+    CUmemGenericAllocationHandle *handles;
+    uint64_t nhandles;
+    block *tail;                  /* last block of the chain (NULL when empty) */
+} xseg;
+static xseg g_xseg[2];            /* [large, small] */
+
+static int
+driver_entry(const char *name, void **fn)
+{
+    enum cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !*fn) {
+        ms_set_message("expandable_segments:True: no driver entry point for %s", name);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+expandable_init(void)
+{
+    if (driver_entry("cuMemAddressReserve", (void **)&g_drv.reserve) ||
+        driver_entry("cuMemCreate", (void **)&g_drv.create) ||
+        driver_entry("cuMemMap", (void **)&g_drv.map) ||
+        driver_entry("cuMemSetAccess", (void **)&g_drv.access) ||
+        driver_entry("cuMemUnmap", (void **)&g_drv.unmap) ||
+        driver_entry("cuMemRelease", (void **)&g_drv.release) ||
+        driver_entry("cuMemGetInfo", (void **)&g_drv.meminfo))
+        return -1;
+    size_t f = 0, t = 0;
+    g_drv.meminfo(&f, &t);
+    for (int sm = 0; sm < 2; sm++) {
+        xseg *x = &g_xseg[sm];
+        x->page = sm ? K_SMALL_BUF : K_LARGE_BUF;
+        x->va_size = (t + x->page - 1) / x->page * x->page;
+        CUdeviceptr base = 0;
+        if (g_drv.reserve(&base, x->va_size, 0, 0, 0) != CUDA_SUCCESS)
+            return -1;
+        x->base = base;
+        x->handles = calloc(x->va_size / x->page + 1, sizeof *x->handles);
+    }
+    return 0;
+}
+
+/* maps `pages` more pages at the end of segment sm; 0 ok */
+static int
+xseg_grow(int sm, uint64_t pages)
+{
+    xseg *x = &g_xseg[sm];
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = g_device;
+    CUmemAccessDesc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.location = prop.location;
+    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    uint64_t done = 0;
+    for (; done < pages; done++) {
+        if (x->mapped + x->page > x->va_size)
+            break;
+        CUmemGenericAllocationHandle h = 0;
+        if (g_drv.create(&h, x->page, &prop, 0) != CUDA_SUCCESS)
+            break;
+        CUdeviceptr at = x->base + x->mapped;
+        if (g_drv.map(at, x->page, 0, h, 0) != CUDA_SUCCESS) {
+            g_drv.release(h);
+            break;
+        }
+        g_drv.access(at, x->page, &desc, 1);
+        x->handles[x->nhandles++] = h;
+        x->mapped += x->page;
+    }
+    if (done == 0)
+        return -1;
+    uint64_t bytes = done * x->page;
+    g_st.reserved += bytes;
+    g_pools[0].reserved += bytes;
+    note_peaks();
+    block *t = x->tail;
+    if (t && !t->allocated) {
+        flist_del(t);
+        t->size += bytes;
+        flist_add(t);
+    } else {
+        block *b = calloc(1, sizeof *b);
+        b->ptr = x->base + x->mapped - bytes;
+        b->size = bytes;
+        b->pool = 0;
+        b->small = sm;
+        b->prev = t;
+        if (t)
+            t->next = b;
+        x->tail = b;
+        g_st.segments = 2;
+        flist_add(b);
+    }
+    return done == pages ? 0 : -1;
+}
+
+/* release_cached_blocks for expandable segments: unmap the whole free pages
+ * at the end of each segment */
+static void
+xseg_release_tails(void)
+{
+    for (int sm = 0; sm < 2; sm++) {
+        xseg *x = &g_xseg[sm];
+        block *t = x->tail;
+        if (!t || t->allocated)
+            continue;
+        uint64_t keep_end = (t->ptr + x->page - 1 - x->base) / x->page * x->page + x->base;
+        uint64_t end = x->base + x->mapped;
+        if (keep_end >= end)
+            continue;
+        uint64_t pages = (end - keep_end) / x->page;
+        for (uint64_t i = 0; i < pages; i++) {
+            x->mapped -= x->page;
+            g_drv.unmap(x->base + x->mapped, x->page);
+            g_drv.release(x->handles[--x->nhandles]);
+        }
+        uint64_t bytes = pages * x->page;
+        g_st.reserved -= bytes;
+        g_pools[0].reserved -= bytes;
+        flist_del(t);
+        t->size -= bytes;
+        if (t->size == 0) {
+            x->tail = t->prev;
+            if (t->prev)
+                t->prev->next = NULL;
+            free(t);
+        } else {
+            flist_add(t);
+        }
+    }
+}
+
+static int
+malloc_expandable(uint64_t orig, uint64_t *out)
+{
+    uint64_t size = round_size(orig);
+    int small = size <= K_SMALL_SIZE;
+    xseg *x = &g_xseg[small];
+    block *b = get_free_block(0, small, size);
+    if (!b) {
+        block *t = x->tail;
+        uint64_t have = t && !t->allocated ? t->size : 0;
+        uint64_t pages = (size - have + x->page - 1) / x->page;
+        if (xseg_grow(small, pages)) {
+            xseg_release_tails();
+            g_st.num_alloc_retries++;
+            t = x->tail;
+            have = t && !t->allocated ? t->size : 0;
+            pages = have >= size ? 0 : (size - have + x->page - 1) / x->page;
+            if (pages && xseg_grow(small, pages)) {
+                size_t f = 0, tt = 0;
+                g_drv.meminfo(&f, &tt);
+                g_st.num_ooms++;
+                g_st.oom_request = size;
+                g_st.oom_free = f;
+                g_st.oom_total = tt;
+                return MS_EOOM;
+            }
+        }
+        b = get_free_block(0, small, size);
+        if (!b)
+            return MS_EOOM;
+    }
+    flist_del(b);
+    uint64_t rem = b->size - size;
+    if (rem >= K_MIN_BLOCK) {
+        block *r = calloc(1, sizeof *r);
+        r->ptr = b->ptr + size;
+        r->size = rem;
+        r->pool = 0;
+        r->small = small;
+        r->prev = b;
+        r->next = b->next;
+        if (b->next)
+            b->next->prev = r;
+        else
+            x->tail = r;
+        b->next = r;
+        b->size = size;
+        flist_add(r);
+    }
+    b->allocated = 1;
+    hput(b);
+    g_st.allocated += b->size;
+    g_st.active_blocks++;
+    note_peaks();
+    *out = b->ptr;
+    ms_report_block(b->ptr, (int64_t)b->size, g_st.allocated, g_st.reserved, g_device);
+    return MS_OK;
+}
+#endif
+
 static void
 report(uint64_t ptr, int64_t delta)
 {
@@ -402,6 +639,10 @@ free_native(uint64_t ptr)
             n->next->prev = b;
         free(n);
     }
+#ifdef MS_HAVE_EXPANDABLE
+    if (g_inited == MS_MODE_EXPANDABLE && !b->next)
+        g_xseg[b->small].tail = b;
+#endif
     flist_add(b);
     return MS_OK;
 }
@@ -483,6 +724,10 @@ ms_alloc(uint64_t size, uint64_t *ptr)
         rc = MS_OK;
     } else if (g_inited == MS_MODE_NATIVE) {
         rc = malloc_native(size, ptr);
+#ifdef MS_HAVE_EXPANDABLE
+    } else if (g_inited == MS_MODE_EXPANDABLE) {
+        rc = malloc_expandable(size, ptr);
+#endif
     } else {
         rc = malloc_direct(size, ptr);
     }
@@ -496,7 +741,8 @@ ms_alloc_free(uint64_t ptr)
     if (!ptr)
         return MS_OK;
     pthread_mutex_lock(&g_mu);
-    int rc = g_inited == MS_MODE_NATIVE ? free_native(ptr) : free_direct(ptr);
+    int rc = (g_inited == MS_MODE_NATIVE || g_inited == MS_MODE_EXPANDABLE) ? free_native(ptr)
+                                                                              : free_direct(ptr);
     pthread_mutex_unlock(&g_mu);
     return rc;
 }
@@ -517,6 +763,10 @@ ms_alloc_empty_cache(void)
     pthread_mutex_lock(&g_mu);
     if (g_inited == MS_MODE_NATIVE)
         release_cached_blocks();
+#ifdef MS_HAVE_EXPANDABLE
+    if (g_inited == MS_MODE_EXPANDABLE)
+        xseg_release_tails();
+#endif
     pthread_mutex_unlock(&g_mu);
     return MS_OK;
 }

@@ -177,7 +177,8 @@ def build_parser():
     g.add_argument("--sim-nccl-buffers-mib", type=float, default=0.0,
                    help="fault: NCCL buffers (outside PyTorch) per communicator, growing with each "
                         "communicator created")
-    g.add_argument("--sim-nccl-communicators", type=int, default=4)
+    g.add_argument("--sim-nccl-communicators", type=int, default=0,
+                   help="extra NCCL communicators (groups other code creates), each with buffers")
     g.add_argument("--sim-fragment", action="store_true",
                    help="fault: short-lived, variably sized cast/transpose buffers between saved "
                         "activations (fragments the caching allocator, R09)")

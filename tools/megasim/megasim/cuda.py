@@ -97,9 +97,14 @@ class Device:
             f = getattr(self.nccl, name)
             f.restype = ctypes.c_int
             f.argtypes = [ctypes.c_uint64, u64p]
-        self.nccl.ms_nccl_buffer_free.argtypes = [ctypes.c_uint64]
-        self.nccl.ms_nccl_collective.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
+        self.nccl.ms_nccl_collective.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_int,
+                                                 ctypes.c_int, ctypes.c_int]
         self.nccl.ms_nccl_collective.restype = ctypes.c_int
+        self.nccl.ms_nccl_comm_init.argtypes = [ctypes.c_int, ctypes.c_int]
+        self.nccl.ms_nccl_comm_init.restype = ctypes.c_int
+        self.comms = {}
+        self.comm_used = set()
+        self.on_first_use = None
         self.lib = lib
         self.caps = lib.ms_caps()
         self.index = 0
@@ -180,9 +185,21 @@ class Device:
     def mark(self, name):
         self.lib.ms_nvtx_mark(name.encode())
 
-    # -- nccl stand-in --
-    def collective(self, fn, nbytes):
-        self.nccl.ms_nccl_collective(fn.encode(), nbytes)
+    # -- NCCL (libmegasim_nccl.so: the mock libnccl through its PLT) --
+    DTYPES = {"u8": 0, "f32": 1, "bf16": 2}
+
+    def comm_init(self, name, nranks, rank):
+        self.comms[name] = (self.nccl.ms_nccl_comm_init(nranks, rank), nranks, rank)
+
+    def collective(self, fn, nbytes, comm="world", dtype="bf16", peer=-1):
+        idx, nranks, rank = self.comms.get(comm, (-1, 1, 0))
+        if comm not in self.comm_used:
+            self.comm_used.add(comm)
+            if self.on_first_use:
+                self.on_first_use(comm)
+        if peer >= 0:
+            peer = peer % max(nranks, 1)
+        self.nccl.ms_nccl_collective(fn.encode(), int(nbytes), idx, self.DTYPES[dtype], peer)
 
     def nccl_buffer(self, nbytes):
         p = ctypes.c_uint64()

@@ -72,6 +72,14 @@ def main(argv):
     if args.sim_foreign_gib:
         ctx = int(env0.get("MOCK_CUDA_CONTEXT_BYTES", str(512 << 20)))
         env0["MOCK_CUDA_CONTEXT_BYTES"] = str(ctx + int(args.sim_foreign_gib * GIB))
+    # the "driver": the mock libcuda.so.1 next to the mock libcudart (the mock
+    # runtime dlopen()s it by soname, as the real one does from the system)
+    libdir = os.environ.get("MEGASIM_LIB_DIR")
+    if libdir:
+        doubles = os.path.normpath(os.path.join(os.path.abspath(libdir), "..", "doubles"))
+        if os.path.exists(os.path.join(doubles, "libcuda.so.1")):
+            old = env0.get("LD_LIBRARY_PATH")
+            env0["LD_LIBRARY_PATH"] = doubles + (":" + old if old else "")
     script = os.path.join(HERE, "pretrain_gpt.py")
     procs = []
     for r in range(world):

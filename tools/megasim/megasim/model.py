@@ -44,8 +44,8 @@ class nvtx_range:
 RESIDUAL = []   # grads stashed by BDA backward for the residual add
 
 
-def _nccl(fn, nbytes):
-    DEV_REF[0].collective(fn, nbytes)
+def _nccl(fn, nbytes, comm="ep"):
+    DEV_REF[0].collective(fn, nbytes, comm, "bf16")
 
 
 # ---------------------------------------------------------------- TE modules
@@ -445,14 +445,13 @@ class MoEAlltoAllTokenDispatcher:
         permuted = Tensor(S.permuted, "permuted_tokens")
         permuted_probs = Tensor(4 * S.n * S.k, "permuted_probs")
         a2a = Tensor(S.beta * S.Nr // S.etp * S.h, "a2a_out")
-        _nccl("ncclSend", S.permuted)
-        _nccl("ncclRecv", S.permuted)
+        _nccl("ncclAllToAll", S.permuted)
         del permuted
         probs_a2a = Tensor(4 * S.Nr // S.etp, "a2a_probs")
         del permuted_probs
         if S.etp > 1:
             g = Tensor(S.expert_in, "etp_allgather")
-            _nccl("ncclAllGather", S.expert_in)
+            _nccl("ncclAllGather", S.expert_in, "tp")
             del a2a
             a2a = g
         expert_in = Tensor(S.expert_in, "sorted_tokens")       # sort_chunks_by_idxs
@@ -464,8 +463,7 @@ class MoEAlltoAllTokenDispatcher:
     def _dispatch_backward(self, node, g):
         S = self.S
         t = Tensor(S.beta * S.Nr // S.etp * S.h, "a2a_grad", "grad")
-        _nccl("ncclSend", S.permuted)
-        _nccl("ncclRecv", S.permuted)
+        _nccl("ncclAllToAll", S.permuted)
         del g
         d = Tensor(S.x, "dunpermute", "grad")
         del t
@@ -477,12 +475,11 @@ class MoEAlltoAllTokenDispatcher:
         del expert_out
         if S.etp > 1:
             rs = Tensor(S.beta * S.Nr // S.etp * S.h, "etp_rs")
-            _nccl("ncclReduceScatter", S.beta * S.Nr * S.h)
+            _nccl("ncclReduceScatter", S.beta * S.Nr * S.h, "tp")
             del unsorted
             unsorted = rs
         back = Tensor(S.permuted, "a2a_back")
-        _nccl("ncclSend", S.permuted)
-        _nccl("ncclRecv", S.permuted)
+        _nccl("ncclAllToAll", S.permuted)
         del unsorted
         out = Tensor(S.x, "moe_out")
         del back
@@ -492,8 +489,7 @@ class MoEAlltoAllTokenDispatcher:
     def _combine_backward(self, node, g):
         S = self.S
         back = Tensor(S.permuted, "a2a_back_grad", "grad")
-        _nccl("ncclSend", S.permuted)
-        _nccl("ncclRecv", S.permuted)
+        _nccl("ncclAllToAll", S.permuted)
         del g
         d = Tensor(S.beta * S.Nr * S.h, "dexpert_out", "grad")
         del back

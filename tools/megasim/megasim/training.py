@@ -112,13 +112,31 @@ class Rank:
         dev.init_allocator()
         if a.sim_fragment:
             te.FRAGMENT[0] = a.sim_fragment_max_mib
-        # NCCL communicators (torch.distributed.init_process_group + Megatron's groups)
+        # NCCL communicators: init_process_group's, then Megatron's groups
+        # (initialize_model_parallel). Fault --sim-nccl-buffers-mib: each
+        # communicator allocates buffers at init and more, growing with the
+        # number of communicators, when it connects at its first collective.
         self.nccl_bufs = []
-        self.nccl_lazy = list(range(a.sim_nccl_communicators)) if a.sim_nccl_buffers_mib else []
-        for i in range(a.sim_nccl_communicators):
-            dev.collective("ncclCommInitRank", 0)
-            if a.sim_nccl_buffers_mib:
-                self.nccl_bufs.append(dev.nccl_buffer(int(a.sim_nccl_buffers_mib * MIB)))
+        groups = [("world", self.world, self.rank), ("tp", par.tp, par.tp_rank),
+                  ("pp", par.pp, par.pp_rank), ("dp", par.dp, par.dp_rank)]
+        if par.cp > 1:
+            groups.append(("cp", par.cp, par.cp_rank))
+        if par.ep > 1 or a.num_experts:
+            groups.append(("ep", par.ep, self.rank // (par.tp * par.cp) % par.ep))
+            groups.append(("edp", par.edp, 0))
+        if par.pp > 1:
+            groups.append(("embd", 2, 0 if par.pp_rank == 0 else 1))
+        groups += [("extra%d" % i, 1, 0) for i in range(a.sim_nccl_communicators)]
+        mib = a.sim_nccl_buffers_mib
+        for name, n, r in groups:
+            dev.comm_init(name, n, r)
+            if mib:
+                self.nccl_bufs.append(dev.nccl_buffer(int(mib * MIB)))
+        if mib:
+            def connect(comm):
+                k = len(dev.comm_used)
+                self.nccl_bufs.append(dev.nccl_buffer(int(mib * MIB * k)))
+            dev.on_first_use = connect
         # model chunks
         chunks = par.chunk_layers(a)
         nchunk = len(chunks)
@@ -237,7 +255,7 @@ class Rank:
             return None
         with nvtx_range(P2P + "recv_forward"):
             t = Tensor(self.S.x, "recv_forward", "act")
-            self.dev.collective("ncclRecv", self.S.x)
+            self.dev.collective("ncclRecv", self.S.x, "pp", "bf16", self.par.pp_rank - 1)
         return t
 
     def send_forward(self, c, out):
@@ -245,7 +263,7 @@ class Rank:
         if last:
             return
         with nvtx_range(P2P + "send_forward"):
-            self.dev.collective("ncclSend", self.S.x)
+            self.dev.collective("ncclSend", self.S.x, "pp", "bf16", self.par.pp_rank + 1)
 
     def recv_backward(self, c):
         last = self.par.pp_rank == self.par.pp - 1 and c == len(self.models) - 1
@@ -253,14 +271,14 @@ class Rank:
             return None
         with nvtx_range(P2P + "recv_backward"):
             t = Tensor(self.S.x, "recv_backward", "grad")
-            self.dev.collective("ncclRecv", self.S.x)
+            self.dev.collective("ncclRecv", self.S.x, "pp", "bf16", self.par.pp_rank + 1)
         return t
 
     def send_backward(self, c):
         if self.par.pp_rank == 0 and c == 0:
             return
         with nvtx_range(P2P + "send_backward"):
-            self.dev.collective("ncclSend", self.S.x)
+            self.dev.collective("ncclSend", self.S.x, "pp", "bf16", self.par.pp_rank - 1)
 
     def forward_backward(self, it, M):
         par = self.par
@@ -356,37 +374,34 @@ class Rank:
     # -------------------------------------------------------- grads, optimizer
     def grad_sync(self, c=None):
         a, dev = self.args, self.dev
-        if self.nccl_lazy:                 # NCCL connects lazily at a comm's first collective
-            i = self.nccl_lazy.pop(0)
-            self.nccl_bufs.append(dev.nccl_buffer(int(a.sim_nccl_buffers_mib * MIB * (i + 1))))
         fn = "ncclReduceScatter" if a.use_distributed_optimizer else "ncclAllReduce"
-        for b in self.grad_buffers:
-            dev.collective(fn, b.nbytes)
+        for i, b in enumerate(self.grad_buffers):
+            dev.collective(fn, b.nbytes, "dp" if i == 0 else "edp", "f32")
 
     def finalize_model_grads(self):
         a, dev, par = self.args, self.dev, self.par
         if not a.overlap_grad_reduce:
             self.grad_sync()
         if a.sequence_parallel:
-            dev.collective("ncclAllReduce", 4 * self.S.h)      # layernorm grads over TP
+            dev.collective("ncclAllReduce", 4 * self.S.h, "tp", "f32")   # layernorm grads over TP
         if par.pp > 1 and not a.untie_embeddings_and_output_weights and \
                 (par.pp_rank == 0 or par.pp_rank == par.pp - 1):
-            dev.collective("ncclAllReduce", 4 * self.S.V * self.S.h // self.S.t)
+            dev.collective("ncclAllReduce", 4 * self.S.V * self.S.h // self.S.t, "embd", "f32")
 
     def optimizer_step(self):
         a, dev = self.args, self.dev
         # prepare_grads / clip_grad_norm
         norm = Tensor(4 * 1024, "grad_norm", "optim_tmp")
         te.multi_tensor("nvte_multi_tensor_l2norm_cuda")
-        dev.collective("ncclAllReduce", 4)
+        dev.collective("ncclAllReduce", 4, "world", "f32")
         del norm
         if not self.optimizer_state:
             self.init_optimizer_state()    # FusedAdam.initialize_state at the first step
         te.multi_tensor("nvte_multi_tensor_adam_cuda")
         te.multi_tensor("nvte_multi_tensor_scale_cuda")   # copy main -> model params
         if a.use_distributed_optimizer:
-            for b in self.param_buffers:
-                dev.collective("ncclAllGather", b.nbytes)
+            for i, b in enumerate(self.param_buffers):
+                dev.collective("ncclAllGather", b.nbytes, "dp" if i == 0 else "edp", "bf16")
 
     # ------------------------------------------------------------ CUDA graphs
     def capture_cuda_graphs(self, M):
