@@ -91,19 +91,29 @@ def run_backward(tape, grad):
 
 
 class CheckpointFunction:
-    """megatron/core/tensor_parallel/random.py CheckpointFunction (reentrant)."""
+    """megatron/core/tensor_parallel/random.py CheckpointFunction (reentrant).
+    With distribute_saved_activations the saved args[0] is replaced by its
+    1/TP slice (a new buffer) after the forward, and all-gathered back at the
+    start of the backward."""
 
     @staticmethod
-    def forward(run_function, *args):
+    def forward(run_function, distribute, *args):
         with no_grad():
             outputs = run_function(*args)
+        if distribute and distribute > 1 and args and isinstance(args[0], cuda.Tensor):
+            full = args[0].nbytes
+            args[0].resize(full // distribute)          # split_tensor_into_1d_equal_chunks
+        else:
+            full = 0
         record("CheckpointFunctionBackward", list(args),
-               lambda node, g: CheckpointFunction.backward(node, g, run_function))
+               lambda node, g: CheckpointFunction.backward(node, g, run_function, full))
         return outputs
 
     @staticmethod
-    def backward(node, grad, run_function):
+    def backward(node, grad, run_function, full=0):
         inputs = node.saved
+        if full:
+            inputs[0].resize(full)                      # gather_split_1d_tensor
         tape = []
         with enable_grad(), tape_scope(tape):
             outputs = run_function(*inputs)
@@ -116,7 +126,8 @@ class CheckpointFunction:
 
 
 def checkpoint(function, distribute_saved_activations, *args):
-    return CheckpointFunction.forward(function, *args)
+    """distribute_saved_activations: False, or the TP size to split args[0] over"""
+    return CheckpointFunction.forward(function, distribute_saved_activations, *args)
 
 
 class CheckpointWithoutOutput:

@@ -187,6 +187,9 @@ def build_parser():
                    help="with --cuda-graph-impl: private-pool bytes per captured layer and scope")
     g.add_argument("--sim-print-layer-bytes", action="store_true",
                    help="print saved activation bytes per layer of microbatch 0 (size-model check)")
+    g.add_argument("--sim-te-legacy", action="store_true",
+                   help="older Transformer Engine range names (nvte_cublas_gemm, "
+                        "nvte_multi_stream_cublas_gemm)")
     g.add_argument("--sim-quiet", action="store_true")
     return p
 

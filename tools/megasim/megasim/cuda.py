@@ -254,6 +254,11 @@ class Tensor:
             LIVE[0] -= self.nbytes
             DEV._free(p)
 
+    def resize(self, nbytes):
+        """new storage of nbytes in place of the old (safely_set_viewless_tensor_data)"""
+        new = Tensor(nbytes, self.name, self.kind)
+        self.take_storage(new)
+
     def take_storage(self, other):
         """share the storage of `other` (recomputed data, zero copy)."""
         if self.ptr:

@@ -99,7 +99,7 @@ class TEColumnParallelLinear:
         total = Tensor(self.in_full, "ag_input", "grad") if gathered else None
         dgrad = (te.grouped_gemm if self.grouped else te.gemm)(self.in_full, "dgrad")
         if self.grouped:
-            te.multi_tensor("nvte_multi_stream_cublas_gemm")
+            te.grouped_call()
         else:
             te.wgrad_gemm()
         del total, g
@@ -130,7 +130,7 @@ class TERowParallelLinear:
         gfull = Tensor(self.out_full, "ag_grad", "grad") if gathered else None
         dgrad = (te.grouped_gemm if self.grouped else te.gemm)(self.in_bytes, "dgrad")
         if self.grouped:
-            te.multi_tensor("nvte_multi_stream_cublas_gemm")
+            te.grouped_call()
         else:
             te.wgrad_gemm()
         del gfull, g
@@ -681,6 +681,7 @@ class TransformerBlock:
     def _checkpointed_forward(self, hidden_states):
         a = self.args
         n = a.recompute_num_layers
+        dist = a.tensor_model_parallel_size if a.distribute_saved_activations else False
 
         def custom(start, end):
             def custom_forward(hidden_states):
@@ -692,12 +693,12 @@ class TransformerBlock:
         if a.recompute_method == "uniform":
             l = 0
             while l < self.num_layers_per_pipeline_rank:
-                hidden_states = ag.checkpoint(custom(l, l + n), False, hidden_states)
+                hidden_states = ag.checkpoint(custom(l, l + n), dist, hidden_states)
                 l += n
         else:  # block
             for l in range(self.num_layers_per_pipeline_rank):
                 if l < n:
-                    hidden_states = ag.checkpoint(custom(l, l + 1), False, hidden_states)
+                    hidden_states = ag.checkpoint(custom(l, l + 1), dist, hidden_states)
                 else:
                     hidden_states = custom(l, l + 1)(hidden_states)
         return hidden_states

@@ -15,6 +15,16 @@ ATTN_WS = 2 * 1024 * 1024      # cuDNN fused-attention workspace
 CUBLAS_WS = 32 * 1024 * 1024 + 1024   # TE get_workspace(): one per device, kept
 
 _ws = []
+# TE >= 2.x: the PyTorch extension's gemm() calls nvte_cublas_gemm_v2 and
+# grouped GEMMs go through nvte_multi_tensor_gemm (one nested
+# nvte_cublas_gemm_v2 per GEMM); older releases: nvte_cublas_gemm and
+# nvte_multi_stream_cublas_gemm (--sim-te-legacy).
+NAMES = {"gemm": "nvte_cublas_gemm_v2", "grouped": "nvte_multi_tensor_gemm"}
+
+
+def set_legacy(legacy):
+    if legacy:
+        NAMES.update(gemm="nvte_cublas_gemm", grouped="nvte_multi_stream_cublas_gemm")
 FRAGMENT = [0.0, 12345]   # --sim-fragment: max MiB of the cast buffers, LCG state
 
 
@@ -68,19 +78,31 @@ def gemm(out_bytes, name="gemm_out", kind="act"):
     cast = _cast_buffer() if kind == "act" else None
     out = Tensor(out_bytes, name, kind) if out_bytes else None
     del cast
-    nvte("nvte_cublas_gemm")
+    nvte(NAMES["gemm"])
     return out
 
 
 def wgrad_gemm():
     """wgrad accumulated into main_grad (gradient_accumulation_fusion): no output."""
-    nvte("nvte_cublas_gemm")
+    nvte(NAMES["gemm"])
+
+
+GROUPED_GEMMS = [1]    # local experts (one GEMM each)
+
+
+def grouped_call():
+    d = DEV_REF[0]
+    d.push(NAMES["grouped"])
+    if NAMES["grouped"] == "nvte_multi_tensor_gemm":
+        for _ in range(GROUPED_GEMMS[0]):
+            nvte("nvte_cublas_gemm_v2")
+    d.pop()
 
 
 def grouped_gemm(out_bytes, name="grouped_out"):
     cublas_workspace()
     out = Tensor(out_bytes, name) if out_bytes else None
-    nvte("nvte_multi_stream_cublas_gemm")
+    grouped_call()
     return out
 
 

@@ -112,6 +112,9 @@ class Rank:
         dev.init_allocator()
         if a.sim_fragment:
             te.FRAGMENT[0] = a.sim_fragment_max_mib
+        te.set_legacy(a.sim_te_legacy)
+        if a.num_experts:
+            te.GROUPED_GEMMS[0] = max(1, a.num_experts // par.ep)
         # NCCL communicators: init_process_group's, then Megatron's groups
         # (initialize_model_parallel). Fault --sim-nccl-buffers-mib: each
         # communicator allocates buffers at init and more, growing with the
@@ -443,6 +446,9 @@ class Rank:
             raise AssertionError("global batch size (%d) is not divisible by micro batch size (%d) "
                                  "times data parallel size (%d)" % (gbs, a.micro_batch_size, par.dp))
         iters = a.train_iters or 3
+        if a.cuda_graph_impl == "full_iteration":
+            print("megasim: --cuda-graph-impl full_iteration is not simulated yet: the iterations "
+                  "run eagerly", file=sys.stderr)
         profile_here = a.profile and (not a.profile_ranks or self.rank in a.profile_ranks)
         for it in range(iters):
             if profile_here and it == a.profile_step_start and a.nvtx_ranges:
