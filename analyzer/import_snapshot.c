@@ -77,6 +77,7 @@ typedef struct snap {
     size_t nnames, capnames;
     /* iteration */
     size_t i;
+    int started;
     am_event q[4];
     size_t nq, qi;
     uint32_t next_span;
@@ -812,6 +813,7 @@ static void
 reset(snap *s)
 {
     s->i = 0;
+    s->started = 0;
     s->nq = s->qi = 0;
     s->next_span = 1;
     s->nann = 0;
@@ -849,8 +851,9 @@ snap_next(am_source *src, am_event *out)
     snap *s = src->impl;
     while (s->qi >= s->nq) {
         s->nq = s->qi = 0;
-        if (s->i == 0) {
+        if (!s->started) {
             /* thread names first */
+            s->started = 1;
             sev z = {0, 0, 0, 0, 0, 0, TID_BWD, 0, 0};
             am_event *v = qpush(s, &z);
             v->kind = AM_EV_THREAD_NAME;
@@ -1038,8 +1041,11 @@ done:
 static int
 snap_sniff(const char *path, const unsigned char *head, size_t n)
 {
-    (void)path;
-    /* protocol 2+ pickles start with PROTO; a snapshot is a dict or list */
+    /* protocol 2+ pickles start with PROTO; a snapshot is a dict or list.
+     * Any *.pickle / *.pkl is ours too, so a damaged one gets our error. */
+    size_t pl = strlen(path);
+    if ((pl > 7 && !strcmp(path + pl - 7, ".pickle")) || (pl > 4 && !strcmp(path + pl - 4, ".pkl")))
+        return 1;
     return n >= 3 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5 &&
            (head[2] == '}' || head[2] == ']' || head[2] == 0x95 || head[2] == '(');
 }

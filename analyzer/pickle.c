@@ -610,6 +610,8 @@ pk_load(const unsigned char *buf, size_t n, pk_val **root, char *err, size_t err
     int stop = 0, rc = 0;
     while (!stop && (rc = step(&l, &stop)) == 0)
         ;
+    if (rc == 0 && l.nmarks)
+        rc = fail(&l, "STOP with an open MARK");
     if (rc == 0 && l.sp != 1)
         rc = fail(&l, "STOP with %zu values on the stack (want 1)", l.sp);
     if (rc == 0)

@@ -1,0 +1,29 @@
+#!/bin/sh
+# run-fuzz-import.sh: build an importer fuzz target with clang and run it.
+#
+# Usage: tests/fuzz/run-fuzz-import.sh kineto|snapshot [SECONDS] [WORKDIR]
+#   kineto    torch.profiler/Kineto JSON importer (yajl, zlib) + analysis
+#   snapshot  restricted unpickler + PyTorch snapshot importer + analysis
+#   SECONDS   how long libFuzzer runs (default 60)
+#   WORKDIR   binary, grown corpus and crash files (default /tmp/recomp-fuzz-import-TARGET)
+# Seeds come from tests/fuzz/corpus_import/TARGET (never written to). Exits
+# non-zero when libFuzzer finds a crash; replay with WORKDIR/fuzz_import_TARGET FILE.
+set -eu
+target=${1:?usage: run-fuzz-import.sh kineto|snapshot [SECONDS] [WORKDIR]}
+secs=${2:-60}
+work=${3:-/tmp/recomp-fuzz-import-$target}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cc=${CLANG:-clang}
+case $target in kineto|snapshot) ;; *) echo "unknown target $target" >&2; exit 1 ;; esac
+a=$root/analyzer
+mkdir -p "$work/corpus"
+"$cc" -g -O1 -std=gnu11 -D_GNU_SOURCE -DFUZZ_TARGET -Wno-missing-field-initializers \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    -I"$root/include" -I"$a" \
+    "$a/import_kineto.c" "$a/import_snapshot.c" "$a/pickle.c" "$a/source.c" \
+    "$a/source_native.c" "$a/trace_reader.c" "$a/catalog.c" "$a/timeline.c" "$a/live.c" \
+    "$a/peak.c" "$a/ranks.c" "$root/tests/fuzz/fuzz_import_$target.c" \
+    -lyajl -lz -o "$work/fuzz_import_$target"
+cd "$work"
+exec ./fuzz_import_$target -max_total_time="$secs" -max_len=65536 -print_final_stats=1 \
+    "$work/corpus" "$root/tests/fuzz/corpus_import/$target"

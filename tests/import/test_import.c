@@ -1,0 +1,542 @@
+/* test_import.c: the importers on the real fixtures (../shared/fixtures/real,
+ * recorded by others on real GPUs), damaged inputs, and the fuzz seed corpus.
+ * Fixture tests skip with a message when the fixtures are absent. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "analysis.h"
+#include "pickle.h"
+
+#define MiB (1024.0 * 1024.0)
+
+int LLVMFuzzerTestOneInputKineto(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInputSnapshot(const uint8_t *data, size_t size);
+
+static const char *
+fixture(const char *rel)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s", FIXTURES_DIR, rel);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        cr_skip_test("fixture %s is absent (expected ../shared/fixtures/real beside the "
+                     "source tree): skipped",
+                     path);
+    return path;
+}
+
+/* Open and analyse one file; the rank owns the source. */
+static void
+analyse(const char *path, am_rank *r)
+{
+    am_source *s;
+    char err[1024];
+    memset(r, 0, sizeof *r);
+    cr_assert_eq(am_source_open(path, &s, err, sizeof err), 0, "%s", err);
+    am_opts o = {-1};
+    cr_assert_eq(am_analyze(s, &o, r, err, sizeof err), 0, "%s", err);
+}
+
+static int
+has_warning(const am_rank *r, const char *sub)
+{
+    for (size_t i = 0; i < r->src->meta.nwarnings; i++)
+        if (strstr(r->src->meta.warnings[i], sub))
+            return 1;
+    return 0;
+}
+
+static size_t
+count_spans(const am_iteration *it, int phase)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < it->nphases; k++)
+        n += it->phases[k].phase == phase && it->phases[k].end_ns > it->phases[k].start_ns;
+    return n;
+}
+
+static size_t
+count_spans_all(const am_rank *r, int phase)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->niters; i++)
+        n += count_spans(&r->iters[i], phase);
+    return n;
+}
+
+static double
+mib(uint64_t b)
+{
+    return (double)b / MiB;
+}
+
+/* ---- Kineto ---- */
+
+Test(kineto, hta_df_index_resolver)
+{
+    am_rank r;
+    analyse(fixture("hta/df_index_resolver.json.gz"), &r);
+    cr_expect_eq(r.rank, 1);
+    cr_expect_eq(r.src->meta.world_size, 2);
+    cr_expect_eq(r.src->meta.device, 1);
+    cr_assert_eq(r.niters, 5);
+    for (size_t i = 0; i < r.niters; i++) {
+        cr_expect_eq(r.iters[i].number, (int)i + 2);
+        cr_expect_float_eq(mib(r.iters[i].peak[AM_L_TENSOR]), 6322.4, 0.05,
+                           "iteration %d peaks at %.2f MiB", r.iters[i].number,
+                           mib(r.iters[i].peak[AM_L_TENSOR]));
+    }
+    const am_peak *p = &r.peak[AM_L_TENSOR];
+    cr_assert(p->known);
+    cr_expect_float_eq(mib(p->bytes), 6322.4, 0.05);
+    cr_expect_float_eq(mib(p->reserved_bytes), 12190.0, 0.001);
+    cr_expect_float_eq(mib(r.peak[AM_L_DEVICE].bytes), 12190.0, 0.001, "reserved");
+    cr_expect_eq(p->phase, AM_PH_backward, "peak phase %s", am_phase_name(p->phase));
+    cr_expect_gt(p->ngroups, 0, "contributors reported");
+    cr_expect_gt(p->untracked_bytes, 0, "memory from before the trace");
+    cr_expect_eq(r.opt_init_iteration, 2);
+    for (size_t i = 0; i < r.niters; i++) {
+        cr_expect_eq(count_spans(&r.iters[i], AM_PH_forward), 1);
+        cr_expect_eq(count_spans(&r.iters[i], AM_PH_backward), 1);
+    }
+    am_rank_free(&r);
+}
+
+Test(kineto, legacy_bytes_only_running_sum)
+{
+    am_rank r;
+    analyse(fixture("kineto/worker0.1623143089861.pt.trace.json.gz"), &r);
+    cr_expect_eq(r.niters, 6);
+    cr_expect(has_warning(&r, "baseline: window_start"));
+    const am_peak *p = &r.peak[AM_L_TENSOR];
+    cr_assert(p->known);
+    /* SOURCES.md: the cumulative peak is 2662 MiB above the level at trace start */
+    cr_expect_float_eq(mib(p->bytes), 2662.3, 0.1, "%.2f", mib(p->bytes));
+    cr_expect_gt(count_spans_all(&r, AM_PH_backward), 0);
+    am_rank_free(&r);
+}
+
+Test(kineto, rocm_inference_only)
+{
+    am_rank r;
+    analyse(fixture("tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"), &r);
+    const am_peak *p = &r.peak[AM_L_TENSOR];
+    cr_assert(p->known, "ROCm (Device Type 6) memory events read");
+    cr_expect_float_eq(mib(p->bytes), 2116.2, 0.05, "%.2f", mib(p->bytes));
+    cr_expect_float_eq(mib(p->reserved_bytes), 2416.0, 0.001);
+    cr_expect_eq(count_spans_all(&r, AM_PH_backward), 0);
+    cr_expect_eq(count_spans_all(&r, AM_PH_backward_replay), 0);
+    cr_expect_eq(count_spans_all(&r, AM_PH_optimizer), 0);
+    cr_expect_eq(count_spans_all(&r, AM_PH_optimizer_state_init), 0);
+    cr_expect_eq(r.opt_init_iteration, -1);
+    am_rank_free(&r);
+}
+
+Test(kineto, activation_checkpoint_replay_once_per_block_per_step)
+{
+    am_rank r;
+    analyse(fixture("tracelens/resnet_act_checkpoint.json.gz"), &r);
+    cr_assert_eq(r.niters, 3);
+    for (size_t i = 0; i < r.niters; i++)
+        cr_expect_eq(count_spans(&r.iters[i], AM_PH_backward_replay), 4,
+                     "iteration %d: 4 checkpointed blocks", r.iters[i].number);
+    /* no memory events: peak null, still iterations and phases */
+    cr_expect(!r.peak[AM_L_TENSOR].known && !r.peak[AM_L_DEVICE].known);
+    cr_expect(has_warning(&r, "no GPU memory events"));
+    cr_expect_eq(r.src->meta.world_size, 8);
+    am_rank_free(&r);
+}
+
+/* hta/rank-0: >= 95% of each explicitly labelled interval carries the
+ * phase its label says. The labels are read through the importer itself. */
+Test(kineto, explicit_labels_match_phases)
+{
+    const char *path = fixture("hta/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz");
+    am_source *s;
+    char err[1024];
+    cr_assert_eq(am_source_open(path, &s, err, sizeof err), 0, "%s", err);
+    struct { uint64_t start, end; int phase; uint32_t span; } lab[64];
+    size_t nl = 0;
+    am_event ev;
+    while (am_next(s, &ev) == 1) {
+        if (ev.kind == AM_EV_RANGE_PUSH && ev.name_len > 3 && !memcmp(ev.name, "## ", 3) &&
+            nl < 64) {
+            int ph = !memcmp(ev.name, "## forward", 10)    ? AM_PH_forward
+                     : !memcmp(ev.name, "## backward", 11) ? AM_PH_backward
+                                                           : AM_PH_optimizer;
+            lab[nl++] = (typeof(lab[0])){ev.t_ns, 0, ph, ev.domain_id};
+        } else if (ev.kind == AM_EV_RANGE_POP) {
+            for (size_t i = 0; i < nl; i++)
+                if (lab[i].span == ev.domain_id && !lab[i].end)
+                    lab[i].end = ev.t_ns;
+        }
+    }
+    cr_assert_eq(am_rewind(s), 0);
+    cr_assert_eq(nl, 15, "5 steps x forward/backward/optimizer labels");
+    am_rank r;
+    memset(&r, 0, sizeof r);
+    am_opts o = {-1};
+    cr_assert_eq(am_analyze(s, &o, &r, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(r.niters, 5);
+    cr_expect(!r.peak[AM_L_TENSOR].known, "no memory events: peak null");
+    for (size_t i = 0; i < nl; i++) {
+        uint64_t cover = 0;
+        for (size_t k = 0; k < r.niters; k++)
+            for (size_t q = 0; q < r.iters[k].nphases; q++) {
+                const am_phase_span *sp = &r.iters[k].phases[q];
+                int ok = sp->phase == lab[i].phase ||
+                         (lab[i].phase == AM_PH_optimizer &&
+                          sp->phase == AM_PH_optimizer_state_init);
+                uint64_t a = sp->start_ns > lab[i].start ? sp->start_ns : lab[i].start;
+                uint64_t b = sp->end_ns < lab[i].end ? sp->end_ns : lab[i].end;
+                if (ok && b > a)
+                    cover += b - a;
+            }
+        double frac = (double)cover / (double)(lab[i].end - lab[i].start);
+        cr_expect_geq(frac, 0.95, "label %zu (%s) covered %.3f", i, am_phase_name(lab[i].phase),
+                      frac);
+    }
+    am_rank_free(&r);
+}
+
+/* ---- snapshots ---- */
+
+Test(snapshot, cs336_training_one_step)
+{
+    am_rank r;
+    analyse(fixture("cs336/Wedsonlin/medium_128_training_memory_snapshot.pickle"), &r);
+    cr_assert_eq(r.niters, 1, "one full step");
+    const am_peak *p = &r.peak[AM_L_TENSOR];
+    cr_assert(p->known);
+    /* absolute: memory from before the recording window counted */
+    cr_expect_eq(p->bytes, 7021691392ull, "peak %llu (%.2f MiB)", (unsigned long long)p->bytes,
+                 mib(p->bytes));
+    cr_expect_eq(p->phase, AM_PH_optimizer_state_init, "%s", am_phase_name(p->phase));
+    cr_expect_eq(r.opt_init_iteration, 0);
+    cr_expect_float_eq(mib(r.peak[AM_L_DEVICE].bytes), 6900.0, 0.001, "reserved (segments)");
+    cr_expect_float_eq(mib(p->reserved_bytes), 6900.0, 0.001);
+    const am_iteration *it = &r.iters[0];
+    cr_expect_eq(count_spans(it, AM_PH_forward), 1);
+    cr_expect_eq(count_spans(it, AM_PH_backward), 1);
+    cr_expect_eq(count_spans(it, AM_PH_optimizer_state_init), 1);
+    int opt_state = 0, bwd = 0;
+    for (size_t g = 0; g < p->ngroups; g++) {
+        opt_state |= p->groups[g].phase == AM_PH_optimizer_state_init &&
+                     p->groups[g].boundary == AM_BD_optimizer_state;
+        bwd |= p->groups[g].phase == AM_PH_backward;
+    }
+    cr_expect(opt_state && bwd, "optimizer state and gradients among the contributors");
+    cr_expect(has_warning(&r, "functions holding the most allocated bytes at the peak"));
+    cr_expect(has_warning(&r, "optimizer.py(76): step"));
+    cr_expect(has_warning(&r, "approximate"));
+    am_rank_free(&r);
+}
+
+Test(snapshot, cs336_inference_no_backward_no_optimizer)
+{
+    am_rank r;
+    analyse(fixture("cs336/Wedsonlin/medium_128_inference_memory_snapshot.pickle"), &r);
+    cr_expect(r.peak[AM_L_TENSOR].known);
+    cr_expect_eq(count_spans_all(&r, AM_PH_backward), 0);
+    cr_expect_eq(count_spans_all(&r, AM_PH_optimizer), 0);
+    cr_expect_eq(count_spans_all(&r, AM_PH_optimizer_state_init), 0);
+    cr_expect_eq(r.opt_init_iteration, -1);
+    am_rank_free(&r);
+}
+
+/* A minimal pickle writer (protocol 2) for derived fixtures. */
+typedef struct wbuf { unsigned char *b; size_t n, cap; } wbuf;
+
+static void
+put(wbuf *w, const void *p, size_t n)
+{
+    if (w->n + n > w->cap) {
+        w->cap = (w->n + n) * 2;
+        w->b = realloc(w->b, w->cap);
+        cr_assert_not_null(w->b);
+    }
+    memcpy(w->b + w->n, p, n);
+    w->n += n;
+}
+
+static void
+putc_(wbuf *w, int c)
+{
+    unsigned char ch = (unsigned char)c;
+    put(w, &ch, 1);
+}
+
+static int
+cpp_frame(const pk_val *fr)
+{
+    const pk_val *f = pk_get(fr, "filename");
+    return !(f && f->type == PK_STR && f->u.str.n >= 3 &&
+             !memcmp(f->u.str.s + f->u.str.n - 3, ".py", 3));
+}
+
+/* Write v; with strip, C++ frames are dropped from "frames" lists. */
+static void
+write_val(wbuf *w, const pk_val *v, int strip_frames)
+{
+    switch (v->type) {
+    case PK_NONE: putc_(w, 'N'); break;
+    case PK_BOOL: putc_(w, v->u.i ? 0x88 : 0x89); break;
+    case PK_INT: {
+        unsigned char b[9];
+        b[0] = 8;
+        for (int i = 0; i < 8; i++)
+            b[1 + i] = (unsigned char)((uint64_t)v->u.i >> (8 * i));
+        putc_(w, 0x8a);
+        put(w, b, 9);
+        break;
+    }
+    case PK_FLOAT: {
+        uint64_t bits;
+        memcpy(&bits, &v->u.f, 8);
+        putc_(w, 'G');
+        for (int i = 7; i >= 0; i--)
+            putc_(w, (int)(bits >> (8 * i)) & 0xff);
+        break;
+    }
+    case PK_STR:
+    case PK_BYTES: {
+        uint32_t n = (uint32_t)v->u.str.n;
+        unsigned char b[4] = {n & 0xff, (n >> 8) & 0xff, (n >> 16) & 0xff, n >> 24};
+        putc_(w, v->type == PK_STR ? 'X' : 'B');
+        put(w, b, 4);
+        put(w, v->u.str.s, n);
+        break;
+    }
+    case PK_LIST:
+    case PK_TUPLE:
+        putc_(w, '(');
+        for (size_t i = 0; i < v->u.seq.n; i++)
+            if (!(strip_frames == 2 && cpp_frame(v->u.seq.v[i])))
+                write_val(w, v->u.seq.v[i], strip_frames == 2 ? 1 : strip_frames);
+        putc_(w, v->type == PK_LIST ? 'l' : 't');
+        break;
+    case PK_DICT:
+        putc_(w, '(');
+        for (size_t i = 0; i + 1 < v->u.seq.n; i += 2) {
+            write_val(w, v->u.seq.v[i], strip_frames);
+            int fr = strip_frames && pk_streq(v->u.seq.v[i], "frames");
+            write_val(w, v->u.seq.v[i + 1], fr ? 2 : strip_frames);
+        }
+        putc_(w, 'd');
+        break;
+    }
+}
+
+static unsigned char *
+read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc(n ? (size_t)n : 1);
+    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static char *
+write_tmp(const char *name, const void *data, size_t n)
+{
+    static char dir[64];
+    if (!dir[0]) {
+        strcpy(dir, "/tmp/recomp-import-XXXXXX");
+        cr_assert_not_null(mkdtemp(dir));
+    }
+    char *p = malloc(4200);
+    snprintf(p, 4200, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+    return p;
+}
+
+/* Megatron records Python stacks only: the same step with its C++ frames
+ * stripped still has a backward (stack-less allocations between the forward
+ * and the optimizer annotation) and the same peak. */
+Test(snapshot, python_stacks_only_backward_from_stackless_allocations)
+{
+    const char *path = fixture("cs336/Wedsonlin/medium_128_training_memory_snapshot.pickle");
+    size_t n;
+    unsigned char *buf = read_all(path, &n);
+    pk_val *root;
+    char err[512];
+    pk_doc *d = pk_load(buf, n, &root, err, sizeof err);
+    cr_assert_not_null(d, "%s", err);
+    wbuf w = {0};
+    put(&w, "\x80\x02", 2);
+    write_val(&w, root, 1);
+    putc_(&w, '.');
+    pk_free(d);
+    free(buf);
+    char *p = write_tmp("snapshot_3.pickle", w.b, w.n);
+    free(w.b);
+    am_rank r;
+    analyse(p, &r);
+    cr_expect_eq(r.rank, 3, "rank from Megatron's snapshot_{rank}.pickle");
+    cr_expect(has_warning(&r, "no C++ frames"));
+    cr_expect_eq(r.niters, 1);
+    cr_expect_eq(r.peak[AM_L_TENSOR].bytes, 7021691392ull);
+    cr_expect_eq(r.peak[AM_L_TENSOR].phase, AM_PH_optimizer_state_init);
+    cr_expect_eq(count_spans(&r.iters[0], AM_PH_backward), 1);
+    uint64_t bwd = 0;
+    for (size_t g = 0; g < r.peak[AM_L_TENSOR].ngroups; g++)
+        if (r.peak[AM_L_TENSOR].groups[g].phase == AM_PH_backward)
+            bwd += r.peak[AM_L_TENSOR].groups[g].bytes;
+    cr_expect_gt(bwd, 1000ull * 1024 * 1024, "gradients attributed to backward");
+    am_rank_free(&r);
+    unlink(p);
+    free(p);
+}
+
+/* ---- damaged inputs: clear errors naming the file, exit code 2 ---- */
+
+static int
+cli(const char *path, char *errbuf, size_t n)
+{
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "'%s' --json '%s' 2>&1 >/dev/null", RECOMP_ANALYZE_PATH, path);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    size_t got = fread(errbuf, 1, n - 1, f);
+    errbuf[got] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void
+expect_damaged(const char *name, const void *data, size_t n, const char *what)
+{
+    char *p = write_tmp(name, data, n);
+    char err[4096];
+    int rc = cli(p, err, sizeof err);
+    cr_expect_eq(rc, 2, "%s: exit %d: %s", name, rc, err);
+    cr_expect(strstr(err, p) != NULL, "%s: error names the file: %s", name, err);
+    cr_expect(strstr(err, "offset") != NULL, "%s: error names the offset: %s", name, err);
+    cr_expect(strstr(err, what) != NULL, "%s: want \"%s\" in: %s", name, what, err);
+    unlink(p);
+    free(p);
+}
+
+Test(damaged, truncated_gzip)
+{
+    const char *path = fixture("hta/df_index_resolver.json.gz");
+    size_t n;
+    unsigned char *buf = read_all(path, &n);
+    expect_damaged("cut.json.gz", buf, n / 2, "gzip");
+    free(buf);
+}
+
+Test(damaged, malformed_json)
+{
+    const char *j = "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"a\", \"ts\": 1,, }]}";
+    expect_damaged("bad.json", j, strlen(j), "malformed JSON");
+    const char *t = "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"a\", \"ts\": 1";
+    expect_damaged("short.json", t, strlen(t), "malformed JSON");
+}
+
+Test(damaged, wrong_types_and_absurd_sizes)
+{
+    const char *a = "{\"traceEvents\": [{\"ph\": \"i\", \"name\": \"[memory]\", \"ts\": 1, "
+                    "\"args\": {\"Bytes\": \"many\", \"Device Type\": 1}}]}";
+    expect_damaged("types.json", a, strlen(a), "Bytes");
+    const char *b = "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"a\", \"ts\": \"soon\"}]}";
+    expect_damaged("ts.json", b, strlen(b), "ts");
+    const char *c = "{\"traceEvents\": [{\"ph\": \"i\", \"name\": \"[memory]\", \"ts\": 1, "
+                    "\"args\": {\"Bytes\": 1000000000000000000, \"Device Type\": 1}}]}";
+    expect_damaged("absurd.json", c, strlen(c), "absurd");
+    /* a snapshot whose trace says a block is 2^60 bytes */
+    static const unsigned char pk[] =
+        "\x80\x02}(X\x08\x00\x00\x00" "segments]X\x0d\x00\x00\x00" "device_traces](](}("
+        "X\x06\x00\x00\x00" "actionX\x05\x00\x00\x00" "alloc"
+        "X\x04\x00\x00\x00" "addr\x8a\x01\x10"
+        "X\x04\x00\x00\x00" "size\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x10"
+        "ueeu.";
+    expect_damaged("absurd.pickle", pk, sizeof pk - 1, "absurd");
+}
+
+Test(damaged, pickle_class_lookup_refused)
+{
+    /* pickle.dumps(os.system) style: GLOBAL then REDUCE */
+    static const char pk[] = "\x80\x02}(X\x08\x00\x00\x00segments]u"
+                             "cos\nsystem\nX\x02\x00\x00\x00id\x85R.";
+    expect_damaged("evil.pickle", pk, sizeof pk - 1, "refused opcode 0x63 GLOBAL");
+    static const char sg[] = "\x80\x04\x8c\x02os\x8c\x06system\x93.";
+    expect_damaged("evil2.pickle", sg, sizeof sg - 1, "STACK_GLOBAL");
+    static const char un[] = "\x80\x02}\xff.";
+    expect_damaged("unknown.pickle", un, sizeof un - 1, "unknown opcode 0xff");
+    static const char cut[] = "\x80\x02}X\x08\x00\x00\x00segm";
+    expect_damaged("cut.pickle", cut, sizeof cut - 1, "past the end");
+}
+
+Test(cli, no_memory_events_exit_0_peak_null_and_baseline_in_json)
+{
+    const char *path = fixture("hta/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz");
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "'%s' --json '%s' 2>/dev/null", RECOMP_ANALYZE_PATH, path);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    static char out[1 << 20];
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    cr_expect_eq(WEXITSTATUS(pclose(f)), 0);
+    cr_expect(strstr(out, "\"peak\": null"), "peak null");
+    cr_expect(strstr(out, "\"peak_note\""));
+    path = fixture("kineto/worker0.1623143089861.pt.trace.json.gz");
+    snprintf(cmd, sizeof cmd, "'%s' --json '%s' 2>/dev/null", RECOMP_ANALYZE_PATH, path);
+    f = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    cr_expect_eq(WEXITSTATUS(pclose(f)), 0);
+    cr_expect(strstr(out, "baseline: window_start"), "the baseline reaches the JSON document");
+}
+
+/* ---- fuzz seed corpus replay ---- */
+
+static void
+replay_dir(const char *dir, int (*fn)(const uint8_t *, size_t))
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "%s", dir);
+    int files = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t len;
+        unsigned char *buf = read_all(path, &len);
+        fn(buf, len);
+        for (size_t cut = 0; cut < len; cut += 37)
+            fn(buf, cut);
+        free(buf);
+        files++;
+    }
+    closedir(d);
+    cr_expect_gt(files, 0);
+}
+
+Test(fuzz_corpus, replay_kineto_seeds)
+{
+    replay_dir(CORPUS_DIR "/kineto", LLVMFuzzerTestOneInputKineto);
+}
+
+Test(fuzz_corpus, replay_snapshot_seeds)
+{
+    replay_dir(CORPUS_DIR "/snapshot", LLVMFuzzerTestOneInputSnapshot);
+}
