@@ -777,14 +777,58 @@ Test(faults, another_process_on_the_device, .timeout = 60)
     run_free(&r);
 }
 
-Test(faults, cuda_graph_private_pools, .timeout = 60)
+Test(faults, cuda_graph_capture_and_replay, .timeout = 60)
+{
+    /* TE-scoped graphs after 1 warmup iteration: per layer (2) and
+     * microbatch (1) a forward and a backward graph captured into a private
+     * pool, then replayed without Python: no layer ranges on the main thread
+     * after the capture */
+    run r;
+    megasim(&r, NULL, "--sim-preset", "llama3-8b", "--num-layers", "2", "--train-iters", "3",
+            "--cuda-graph-impl", "transformer_engine", "--cuda-graph-warmup-steps", "1",
+            "--profile", "--nvtx-ranges", "--profile-step-start", "0", "--profile-step-end", "3",
+            NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    const char *d = trace_of(&r, 0);
+    int begins = 0, launches = 0;
+    const char *last_capture = NULL;
+    for (const char *l = d; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (!strncmp(l, "GRAPH ", 6) && line_has(l, "op=begin_capture"))
+            begins++;
+        if (!strncmp(l, "GRAPH ", 6) && line_has(l, "op=end_capture"))
+            last_capture = l;
+        if (!strncmp(l, "GRAPH ", 6) && line_has(l, "op=launch"))
+            launches++;
+    }
+    cr_expect_eq(begins, 2 * 2, "captures: %d", begins);
+    cr_expect_eq(launches, 2 * 2 * 2, "launches: %d (2 iterations x 2 layers x fwd+bwd)", launches);
+    cr_assert(last_capture);
+    cr_expect_eq(count_push(last_capture, -1, "._forward_attention.self_attention"), 0,
+                 "layer ranges after the capture");
+    cr_expect_gt(count_push(d, -1, "._forward_attention.self_attention"), 0);
+    run_free(&r);
+}
+
+Test(faults, cuda_graph_private_pools_oom, .timeout = 60)
 {
     run r;
     megasim(&r, NULL, "--sim-preset", "llama3-8b", "--num-layers", "2", "--train-iters", "2",
             "--cuda-graph-impl", "transformer_engine", "--cuda-graph-warmup-steps", "1",
             "--sim-graph-pool-gib", "40", NULL);
     cr_expect_neq(r.status, 0, "the pools should not fit");
-    cr_expect(strstr(r.err, "with ") && strstr(r.err, "allocated in private pools"), "%s", r.err);
+    cr_expect(strstr(r.err, "allocated in private pools (e.g., CUDA Graphs)"), "%s", r.err);
+    const char *d = trace_of(&r, 0);
+    /* the OOM happens inside a capture window */
+    const char *oom = strstr(d, "\nOOM ");
+    cr_assert(oom);
+    const char *begin = NULL, *end = NULL;
+    for (const char *l = d; l && l < oom; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (!strncmp(l, "GRAPH ", 6) && line_has(l, "op=begin_capture"))
+            begin = l;
+        if (!strncmp(l, "GRAPH ", 6) && line_has(l, "op=end_capture"))
+            end = l;
+    }
+    cr_expect(begin && (!end || end < begin), "OOM outside a capture");
     run_free(&r);
 }
 

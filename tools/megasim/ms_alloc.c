@@ -807,6 +807,19 @@ ms_alloc_pool_begin(void)
 }
 
 int
+ms_alloc_pool_use(int id)
+{
+    pthread_mutex_lock(&g_mu);
+    int rc = MS_EINVAL;
+    if (id > 0 && id < g_next_pool && g_pools[id].used) {
+        g_cur_pool = id;
+        rc = MS_OK;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+int
 ms_alloc_pool_end(void)
 {
     pthread_mutex_lock(&g_mu);

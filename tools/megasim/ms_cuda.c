@@ -102,6 +102,33 @@ ms_report_block(uint64_t ptr, int64_t delta, uint64_t allocated, uint64_t reserv
 #endif
 }
 
+/* ---- CUDA graphs ---- */
+#define MS_CAPTURE_STREAM ((cudaStream_t)(uintptr_t)0x5e0100)   /* a side stream */
+
+int
+ms_graph_capture_begin(void)
+{
+    return (int)cudaStreamBeginCapture(MS_CAPTURE_STREAM, cudaStreamCaptureModeGlobal);
+}
+
+uint64_t
+ms_graph_capture_end(void)
+{
+    cudaGraph_t g = NULL;
+    if (cudaStreamEndCapture(MS_CAPTURE_STREAM, &g) != cudaSuccess)
+        return 0;
+    cudaGraphExec_t e = NULL;
+    if (cudaGraphInstantiate(&e, g, 0) != cudaSuccess)
+        return 0;
+    return (uint64_t)(uintptr_t)e;
+}
+
+int
+ms_graph_launch(uint64_t exec)
+{
+    return (int)cudaGraphLaunch((cudaGraphExec_t)(uintptr_t)exec, MS_CAPTURE_STREAM);
+}
+
 /* ---- NVTX ---- */
 void
 ms_nvtx_push(const char *name)

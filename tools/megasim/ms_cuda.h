@@ -76,8 +76,16 @@ void ms_alloc_stats(ms_stats *out);
  * come from a separate pool whose segments are never reused by the default
  * pools and are not freed by empty_cache while the pool is alive. */
 int ms_alloc_pool_begin(void);                    /* returns pool id >0 */
+int ms_alloc_pool_use(int id);                    /* make an existing pool current again */
 int ms_alloc_pool_end(void);
 uint64_t ms_alloc_pool_reserved(void);
+
+/* CUDA graphs (torch.cuda.graph / TE make_graphed_callables): capture on a
+ * side stream with cudaStreamBeginCapture/EndCapture, cudaGraphInstantiate,
+ * cudaGraphLaunch (the mock runtime's graph API). */
+int ms_graph_capture_begin(void);
+uint64_t ms_graph_capture_end(void);              /* the executable graph, 0 on error */
+int ms_graph_launch(uint64_t exec);
 
 /* NVTX (default domain) */
 void ms_nvtx_push(const char *name);

@@ -572,6 +572,43 @@ class MoELayer:
         return g
 
 
+# ----------------------------------------------------------------- CUDA graphs
+class GraphedLayer:
+    """One layer x microbatch captured by TE's make_graphed_callables: the
+    forward and backward graphs share a private memory pool that keeps the
+    static input/output, the saved-for-backward tensors and the grads. After
+    capture the layer replays with cudaGraphLaunch: no Python, no Megatron or
+    TE ranges, no allocations."""
+
+    def __init__(self, layer, extra_bytes):
+        dev = DEV_REF[0]
+        S = layer.S
+        self.pool = dev.lib.ms_alloc_pool_begin()
+        try:
+            self.static_input = Tensor(S.x, "graph_static_input", "graph")
+            dev.lib.ms_graph_capture_begin()
+            self.extra = Tensor(extra_bytes, "graph_saved_buffers", "graph") if extra_bytes else None
+            tape = []
+            with ag.tape_scope(tape):
+                self.static_output = layer.forward_eager(self.static_input)
+            self.fwd_exec = dev.lib.ms_graph_capture_end()
+            self.static_grad_output = Tensor(S.x, "graph_static_grad_output", "graph")
+            dev.lib.ms_graph_capture_begin()
+            self.static_grad_input = ag.run_backward(tape, self.static_grad_output)
+            self.bwd_exec = dev.lib.ms_graph_capture_end()
+        finally:
+            dev.lib.ms_alloc_pool_end()
+
+    def replay(self, hidden_states):
+        DEV_REF[0].lib.ms_graph_launch(self.fwd_exec)
+        ag.record("GraphedBackward", [], self._backward)
+        return self.static_output
+
+    def _backward(self, node, g):
+        DEV_REF[0].lib.ms_graph_launch(self.bwd_exec)
+        return self.static_grad_input
+
+
 # ---------------------------------------------------------------------- layer
 class TransformerLayer:
     def __init__(self, args, layer_number):
@@ -599,7 +636,17 @@ class TransformerLayer:
             self.mlp = MLP(args, S, args.ffn_hidden_size, fused_ln=not self.standalone_pre_mlp_ln)
             self.recompute_mlp = "mlp" in recompute
 
+    graphs = None            # [GraphedLayer per microbatch] after capture
+    graph_calls = 0
+
     def forward(self, hidden_states):
+        if self.graphs:
+            g = self.graphs[self.graph_calls % len(self.graphs)]
+            self.graph_calls += 1
+            return g.replay(hidden_states)
+        return self.forward_eager(hidden_states)
+
+    def forward_eager(self, hidden_states):
         hidden_states = self._forward_attention(hidden_states)
         return self._forward_mlp(hidden_states)
 

@@ -283,19 +283,25 @@ class Rank:
         with nvtx_range(P2P + "send_backward"):
             self.dev.collective("ncclSend", self.S.x, "pp", "bf16", self.par.pp_rank - 1)
 
-    def forward_backward(self, it, M):
+    def get_forward_backward_func(self):
+        """schedules.get_forward_backward_func"""
         par = self.par
-        measure = self.args.sim_print_layer_bytes and it == 0
-        if par.vp > 1:
-            return self.interleaved(M, measure)
-        if par.pp == 1:
-            for mb in range(M):
-                out, tape = self.forward_step(0, None, measure and mb == 0)
-                del out
-                self.backward_step(0, tape, None, mb == M - 1)
-                del tape
-            return
-        # 1F1B (forward_backward_pipelining_without_interleaving)
+        if par.pp > 1:
+            if par.vp > 1:
+                return self.forward_backward_pipelining_with_interleaving
+            return self.forward_backward_pipelining_without_interleaving
+        return self.forward_backward_no_pipelining
+
+    def forward_backward_no_pipelining(self, M, measure):
+        for mb in range(M):
+            out, tape = self.forward_step(0, None, measure and mb == 0)
+            del out
+            self.backward_step(0, tape, None, mb == M - 1)
+            del tape
+
+    def forward_backward_pipelining_without_interleaving(self, M, measure):
+        """1F1B: warmup forwards (PP - stage - 1), steady 1F1B, cooldown."""
+        par = self.par
         warmup = min(par.pp - par.pp_rank - 1, M)
         pending = []
         for mb in range(warmup):
@@ -329,7 +335,7 @@ class Rank:
             self.send_backward(0)
             bwd_done += 1
 
-    def interleaved(self, M, measure):
+    def forward_backward_pipelining_with_interleaving(self, M, measure):
         par = self.par
         vp, pp = par.vp, par.pp
         total = M * vp
@@ -392,44 +398,38 @@ class Rank:
             dev.collective("ncclAllReduce", 4 * self.S.V * self.S.h // self.S.t, "embd", "f32")
 
     def optimizer_step(self):
-        a, dev = self.args, self.dev
-        # prepare_grads / clip_grad_norm
-        norm = Tensor(4 * 1024, "grad_norm", "optim_tmp")
-        te.multi_tensor("nvte_multi_tensor_l2norm_cuda")
-        dev.collective("ncclAllReduce", 4, "world", "f32")
-        del norm
-        if not self.optimizer_state:
-            self.init_optimizer_state()    # FusedAdam.initialize_state at the first step
-        te.multi_tensor("nvte_multi_tensor_adam_cuda")
-        te.multi_tensor("nvte_multi_tensor_scale_cuda")   # copy main -> model params
-        if a.use_distributed_optimizer:
-            for i, b in enumerate(self.param_buffers):
-                dev.collective("ncclAllGather", b.nbytes, "dp" if i == 0 else "edp", "bf16")
+        return DistributedOptimizer(self).step()
 
     # ------------------------------------------------------------ CUDA graphs
     def capture_cuda_graphs(self, M):
-        """TE-scoped graphs (make_graphed_callables): per layer x scope x
-        microbatch a private pool holding static inputs/outputs and the
-        saved-for-backward buffers; pools stay alive."""
-        a, S, dev = self.args, self.S, self.dev
-        scopes = a.cuda_graph_modules or ["attn", "mlp"]
-        per = int(a.sim_graph_pool_gib * GIB) if a.sim_graph_pool_gib else None
-        self.graph_pools = []
+        """cuda_graph_helper.create_cudagraphs() -> TE make_graphed_callables:
+        per layer and microbatch a forward and a backward graph in one private
+        pool (GraphedLayer). --sim-graph-pool-gib adds that many bytes of
+        static saved-for-backward buffers per captured layer and microbatch."""
+        from .model import GraphedLayer
+        a = self.args
+        extra = int(a.sim_graph_pool_gib * GIB) if a.sim_graph_pool_gib else 0
         for m in self.models:
             for layer in m.decoder.layers:
-                for sc in scopes:
-                    for mb in range(M):
-                        dev.lib.ms_alloc_pool_begin()
-                        try:
-                            bufs = [Tensor(S.x, "static_input", "graph"),
-                                    Tensor(S.x, "static_output", "graph")]
-                            saved = per if per is not None else S.x * 8
-                            bufs.append(Tensor(saved, "graph_saved", "graph"))
-                        finally:
-                            dev.lib.ms_alloc_pool_end()
-                        self.graph_pools.append(bufs)
+                layer.graphs = None
+                graphs = [GraphedLayer(layer, extra) for _ in range(M)]
+                layer.graphs = graphs
+                layer.graph_calls = 0
 
     # ------------------------------------------------------------------ loop
+    def train_step(self, it, M):
+        """training.py train_step: zero grads, forward_backward_func,
+        finalize_model_grads (inside the interleaved schedule's misc range),
+        optimizer.step"""
+        measure = self.args.sim_print_layer_bytes and it == 0
+        self.get_forward_backward_func()(M, measure)
+        if self.par.vp > 1:
+            with nvtx_range(SCHED + "misc"):
+                self.finalize_model_grads()
+        else:
+            self.finalize_model_grads()
+        self.optimizer_step()
+
     def report_memory(self, it):
         s = self.dev.stats()
         if self.par.dp_rank == 0:
@@ -455,13 +455,7 @@ class Rank:
                 NV.enabled = True            # configure_nvtx_profiling(True)
             if a.cuda_graph_impl in ("transformer_engine", "local") and it == a.cuda_graph_warmup_steps:
                 self.capture_cuda_graphs(M)
-            self.forward_backward(it, M)
-            if par.vp > 1:
-                with nvtx_range(SCHED + "misc"):
-                    self.finalize_model_grads()
-            else:
-                self.finalize_model_grads()
-            self.optimizer_step()
+            self.train_step(it, M)
             if it >= 1 and a.sim_retain_replay:
                 ag.RETAINED[:] = ag.RETAINED[-64:]
             if a.empty_unused_memory_level >= 1:
@@ -480,13 +474,55 @@ class Rank:
                           % (self.rank, l, kind, b), flush=True)
 
 
-def main(argv):
-    from .config import build_parser, finalize, PRESETS
-    argv = list(argv)
-    if "--sim-preset" in argv:
-        i = argv.index("--sim-preset")
-        argv = PRESETS[argv[i + 1]] + argv
-    args = finalize(build_parser().parse_args(argv))
+class FusedAdam:
+    """transformer_engine.pytorch.optimizers.FusedAdam: state created lazily
+    (initialize_state) at the first step."""
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def initialize_state(self):
+        self.rank.init_optimizer_state()
+
+    def step(self):
+        if not self.rank.optimizer_state:
+            self.initialize_state()
+        te.multi_tensor("nvte_multi_tensor_adam_cuda")
+
+
+class DistributedOptimizer:
+    """MixedPrecisionOptimizer.step -> prepare_grads, clip_grad_norm,
+    step_with_ready_grads (inner step, copy main -> model params, param
+    all-gather with the distributed optimizer)."""
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.optimizer = FusedAdam(rank)
+
+    def prepare_grads(self):
+        pass                       # main grads are views of the grad buffer
+
+    def clip_grad_norm(self):
+        norm = Tensor(4 * 1024, "grad_norm", "optim_tmp")
+        te.multi_tensor("nvte_multi_tensor_l2norm_cuda")
+        self.rank.dev.collective("ncclAllReduce", 4, "world", "f32")
+        del norm
+
+    def step_with_ready_grads(self):
+        r = self.rank
+        self.optimizer.step()
+        te.multi_tensor("nvte_multi_tensor_scale_cuda")   # copy main -> model params
+        if r.args.use_distributed_optimizer:
+            for i, b in enumerate(r.param_buffers):
+                r.dev.collective("ncclAllGather", b.nbytes, "dp" if i == 0 else "edp", "bf16")
+
+    def step(self):
+        self.prepare_grads()
+        self.clip_grad_norm()
+        self.step_with_ready_grads()
+
+
+def pretrain(args):
     r = Rank(args)
     try:
         r.setup()
@@ -502,3 +538,13 @@ def main(argv):
         raise
     r.engine.stop()
     return 0
+
+
+def main(argv):
+    from .config import build_parser, finalize, PRESETS
+    argv = list(argv)
+    if "--sim-preset" in argv:
+        i = argv.index("--sim-preset")
+        argv = PRESETS[argv[i + 1]] + argv
+    args = finalize(build_parser().parse_args(argv))
+    return pretrain(args)
