@@ -141,6 +141,20 @@ def sim_checks():
                                      method, "--recompute-num-layers", str(n)], 1, whole=True)
         check("(b) full %s %d: decoder keeps" % (method, n), got, [want])
 
+    # (a) GPT-3 175B layer, TP=8 + SP, fp16, dropout 0.1 (one pipeline stage here)
+    g3 = ["--pipeline-model-parallel-size", "1"]
+    got = simulate("gpt3-175b", g3, 8)
+    check("(a) simulated TE fused layers 1-3", got[1:], [A_FUSED] * 3)
+    got = simulate("gpt3-175b", g3 + ["--attention-backend", "unfused"], 8)
+    check("(a) simulated unfused layers 1-3", got[1:], [A_UNFUSED] * 3)
+    got = simulate("gpt3-175b", g3 + ["--attention-backend", "unfused", "--recompute-granularity",
+                                      "selective", "--recompute-modules", "core_attn"], 8)
+    check("(a) unfused core_attn frees 5as^2b/t", A_UNFUSED - got[2], 251658240)
+    for label, want in (("core_attn", 98304), ("mlp", 56623104), ("layernorm", 0)):
+        got = simulate("gpt3-175b", g3 + ["--recompute-granularity", "selective",
+                                          "--recompute-modules", label], 8)
+        check("(a) TE fused %s frees" % label, A_FUSED - got[2], want)
+
     base = simulate("moonlight-16b", [], 8)
     check("(c) simulated MoE layers 1-3", base[1:], [C_TOTAL] * 3)
     frees = {
