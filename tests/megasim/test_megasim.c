@@ -809,6 +809,29 @@ Test(faults, cuda_graph_capture_and_replay, .timeout = 60)
     run_free(&r);
 }
 
+Test(faults, full_iteration_graph, .timeout = 60)
+{
+    /* full recompute is allowed with full-iteration graphs; one capture of
+     * forward-backward after 1 warmup step, then launches */
+    run r;
+    megasim(&r, NULL, "--sim-preset", "llama3-8b", "--num-layers", "2", "--train-iters", "4",
+            "--cuda-graph-impl", "full_iteration", "--cuda-graph-warmup-steps", "1",
+            "--recompute-granularity", "full", "--recompute-method", "uniform",
+            "--recompute-num-layers", "1", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    const char *d = trace_of(&r, 0);
+    int begins = 0, launches = 0;
+    for (const char *l = d; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (!strncmp(l, "GRAPH ", 6) && line_has(l, "op=begin_capture"))
+            begins++;
+        if (!strncmp(l, "GRAPH ", 6) && line_has(l, "op=launch"))
+            launches++;
+    }
+    cr_expect_eq(begins, 1);
+    cr_expect_eq(launches, 3);
+    run_free(&r);
+}
+
 Test(faults, cuda_graph_private_pools_oom, .timeout = 60)
 {
     run r;

@@ -416,6 +416,24 @@ class Rank:
                 layer.graphs = graphs
                 layer.graph_calls = 0
 
+    def capture_full_iteration(self, M):
+        """--cuda-graph-impl full_iteration (Megatron's FullCudaGraphWrapper):
+        forward_backward_func of all microbatches is captured once, after the
+        warmup steps, into one private pool that keeps every buffer of it;
+        later iterations launch the graph. finalize_model_grads and the
+        optimizer stay eager."""
+        dev = self.dev
+        pool = dev.lib.ms_alloc_pool_begin()
+        try:
+            dev.lib.ms_graph_capture_begin()
+            self.get_forward_backward_func()(M, False)
+            exe = dev.lib.ms_graph_capture_end()
+        finally:
+            dev.lib.ms_alloc_pool_end()
+        self.full_graph_pool = pool
+        dev.lib.ms_graph_launch(exe)
+        return exe
+
     # ------------------------------------------------------------------ loop
     def train_step(self, it, M):
         """training.py train_step: zero grads, forward_backward_func,
@@ -446,16 +464,22 @@ class Rank:
             raise AssertionError("global batch size (%d) is not divisible by micro batch size (%d) "
                                  "times data parallel size (%d)" % (gbs, a.micro_batch_size, par.dp))
         iters = a.train_iters or 3
-        if a.cuda_graph_impl == "full_iteration":
-            print("megasim: --cuda-graph-impl full_iteration is not simulated yet: the iterations "
-                  "run eagerly", file=sys.stderr)
+        full_graph = None
         profile_here = a.profile and (not a.profile_ranks or self.rank in a.profile_ranks)
         for it in range(iters):
             if profile_here and it == a.profile_step_start and a.nvtx_ranges:
                 NV.enabled = True            # configure_nvtx_profiling(True)
             if a.cuda_graph_impl in ("transformer_engine", "local") and it == a.cuda_graph_warmup_steps:
                 self.capture_cuda_graphs(M)
-            self.train_step(it, M)
+            if a.cuda_graph_impl == "full_iteration" and it >= a.cuda_graph_warmup_steps:
+                if full_graph is None:
+                    full_graph = self.capture_full_iteration(M)
+                else:
+                    self.dev.lib.ms_graph_launch(full_graph)
+                self.finalize_model_grads()
+                self.optimizer_step()
+            else:
+                self.train_step(it, M)
             if it >= 1 and a.sim_retain_replay:
                 ag.RETAINED[:] = ag.RETAINED[-64:]
             if a.empty_unused_memory_level >= 1:
