@@ -25,7 +25,7 @@
 #endif
 
 #define EXPORT __attribute__((visibility("default")))
-#define MAX_COMMS 64
+#define MAX_COMMS 1024
 
 static nvtxDomainHandle_t g_nccl_domain;
 
