@@ -554,6 +554,28 @@ Test(recompute, backward_runs_on_pt_autograd_forward_on_main, .timeout = 120)
     run_free(&r);
 }
 
+Test(recompute, te_python_ranges_only_with_nvte_nvtx_enabled, .timeout = 60)
+{
+    run on, off;
+    megasim(&on, "NVTE_NVTX_ENABLED=1", "--sim-preset", "llama3-8b", "--num-layers", "2",
+            "--train-iters", "1", NULL);
+    megasim(&off, NULL, "--sim-preset", "llama3-8b", "--num-layers", "2", "--train-iters", "1",
+            NULL);
+    cr_assert_eq(on.status, 0, "%s", on.err);
+    const char *d = trace_of(&on, 0);
+    long ag = tid_of_thread(d, "pt_autograd_0");
+    cr_expect_eq(count_push(d, -1, "TELayerNormColumnParallelLinear forward"), 2 * 2);
+    cr_expect_eq(count_push(d, ag, "_LayerNormLinear_backward"), 2 * 2);
+    cr_expect_eq(count_push(d, ag, "transformer_engine.FusedAttnFunc.backward"), 2);
+    /* TE's C API ranges nest inside the Python ones */
+    cr_expect_gt(count_push(d, -1, "nvte_rmsnorm_fwd"), 0);
+    const char *doff = trace_of(&off, 0);
+    cr_expect_eq(count_push(doff, -1, "TELayerNormColumnParallelLinear forward"), 0);
+    cr_expect_eq(count_push(doff, -1, "_LayerNormLinear_backward"), 0);
+    run_free(&on);
+    run_free(&off);
+}
+
 /* ------------------------------------------------------------------ oom */
 
 #define MAIN_JOB "--sim-preset", "llama3-8b", "--pipeline-model-parallel-size", "2", \

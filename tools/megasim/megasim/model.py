@@ -55,28 +55,41 @@ class TELayerNormColumnParallelLinear:
         self.owns_residual = owns_residual   # first op of a sub-block: adds the residual grad
 
     def forward(self, x, ln_bytes=None, full_bytes=None):
+        with te.py_range("TELayerNormColumnParallelLinear forward"):
+            return self._forward(x, ln_bytes, full_bytes)
+
+    def _forward(self, x, ln_bytes, full_bytes):
         S = self.S
         ln_bytes = ln_bytes or S.x
         full_bytes = full_bytes or S.x_full
-        ln_out = te.norm_fwd(self.rms, ln_bytes, self.name + ".ln_out")
+        with te.py_range("transformer_engine._LayerNormLinear.forward.norm"):
+            ln_out = te.norm_fwd(self.rms, ln_bytes, self.name + ".ln_out")
         total = Tensor(full_bytes, "ag_input") if S.ts > 1 else None   # SP all-gather
-        out = te.gemm(self.out_bytes, self.name + ".out")
+        with te.py_range("transformer_engine._LayerNormLinear.forward.gemm"):
+            out = te.gemm(self.out_bytes, self.name + ".out")
         del total
         ag.record("_LayerNormLinearBackward", [x, ln_out],
                   lambda node, g: self.backward(node, g, ln_bytes, full_bytes))
         return out
 
     def backward(self, node, g, ln_bytes, full_bytes):
+        with te.py_range("_LayerNormLinear_backward"):
+            return self._backward(node, g, ln_bytes, full_bytes)
+
+    def _backward(self, node, g, ln_bytes, full_bytes):
         S = self.S
         total = Tensor(full_bytes, "ag_ln_out", "grad") if S.ts > 1 else None
-        dgrad = te.gemm(full_bytes, "dgrad", "grad")
-        te.wgrad_gemm()
+        with te.py_range("transformer_engine._LayerNormLinear.backward.dgrad_gemm"):
+            dgrad = te.gemm(full_bytes, "dgrad", "grad")
+        with te.py_range("transformer_engine._LayerNormLinear.backward.wgrad_gemm"):
+            te.wgrad_gemm()
         del total, g
         if S.ts > 1:
             d = Tensor(ln_bytes, "dgrad_rs", "grad")
             del dgrad
             dgrad = d
-        dx = te.norm_bwd(self.rms, ln_bytes)
+        with te.py_range("transformer_engine._LayerNormLinear.backward.norm"):
+            dx = te.norm_bwd(self.rms, ln_bytes)
         del dgrad
         return _add_residual(dx, ln_bytes) if self.owns_residual else dx
 
@@ -87,14 +100,21 @@ class TEColumnParallelLinear:
         self.name, self.grouped = name, grouped
 
     def forward(self, x):
-        gathered = self.in_full != self.in_local
-        total = Tensor(self.in_full, "ag_input") if gathered else None
-        out = (te.grouped_gemm if self.grouped else te.gemm)(self.out_bytes, self.name + ".out")
-        del total
-        ag.record("_LinearBackward", [x], self.backward)
-        return out
+        cls = "TEColumnParallelGroupedLinear" if self.grouped else "TEColumnParallelLinear"
+        with te.py_range(cls + " forward"):
+            gathered = self.in_full != self.in_local
+            total = Tensor(self.in_full, "ag_input") if gathered else None
+            with te.py_range("transformer_engine._Linear.forward.gemm") if not self.grouped else te._NO:
+                out = (te.grouped_gemm if self.grouped else te.gemm)(self.out_bytes, self.name + ".out")
+            del total
+            ag.record("_LinearBackward", [x], self.backward)
+            return out
 
     def backward(self, node, g):
+        with te.py_range("_GroupedLinear_backward" if self.grouped else "_Linear_backward"):
+            return self._backward(node, g)
+
+    def _backward(self, node, g):
         gathered = self.in_full != self.in_local
         total = Tensor(self.in_full, "ag_input", "grad") if gathered else None
         dgrad = (te.grouped_gemm if self.grouped else te.gemm)(self.in_full, "dgrad")
@@ -116,16 +136,23 @@ class TERowParallelLinear:
         self.name, self.grouped = name, grouped
 
     def forward(self, x):
-        g = te.grouped_gemm if self.grouped else te.gemm
-        out = g(self.out_full, self.name + ".out")
-        if self.out_local != self.out_full:        # SP reduce-scatter
-            o = Tensor(self.out_local, self.name + ".out_rs")
-            del out
-            out = o
-        ag.record("_LinearBackward", [x], self.backward)
-        return out
+        cls = "TERowParallelGroupedLinear" if self.grouped else "TERowParallelLinear"
+        with te.py_range(cls + " forward"):
+            g = te.grouped_gemm if self.grouped else te.gemm
+            with te.py_range("transformer_engine._Linear.forward.gemm") if not self.grouped else te._NO:
+                out = g(self.out_full, self.name + ".out")
+            if self.out_local != self.out_full:        # SP reduce-scatter
+                o = Tensor(self.out_local, self.name + ".out_rs")
+                del out
+                out = o
+            ag.record("_LinearBackward", [x], self.backward)
+            return out
 
     def backward(self, node, g):
+        with te.py_range("_GroupedLinear_backward" if self.grouped else "_Linear_backward"):
+            return self._backward(node, g)
+
+    def _backward(self, node, g):
         gathered = self.out_local != self.out_full
         gfull = Tensor(self.out_full, "ag_grad", "grad") if gathered else None
         dgrad = (te.grouped_gemm if self.grouped else te.gemm)(self.in_bytes, "dgrad")
@@ -169,12 +196,14 @@ class TEDotProductAttention:
 
     def forward(self, q, k, v):
         S = self.S
-        if S.unfused:
-            return self._unfused(q, k, v)
-        v_c = Tensor(self.vb, "v_contiguous") if v.name == "qkv_view" else v
-        o, lse = te.fused_attn_fwd(S.o, S.lse)
-        ag.record("FusedAttnFuncBackward", [q, k, v_c, o, lse], self.backward)
-        return o
+        with te.py_range("TEDotProductAttention forward"):
+            if S.unfused:
+                return self._unfused(q, k, v)
+            v_c = Tensor(self.vb, "v_contiguous") if v.name == "qkv_view" else v
+            with te.py_range("transformer_engine.FusedAttnFunc.forward"):
+                o, lse = te.fused_attn_fwd(S.o, S.lse)
+            ag.record("FusedAttnFuncBackward", [q, k, v_c, o, lse], self.backward)
+            return o
 
     def _unfused(self, q, k, v):
         S = self.S
@@ -192,7 +221,8 @@ class TEDotProductAttention:
         return o
 
     def backward(self, node, g):
-        dq, dk, dv = te.fused_attn_bwd(self.qb, self.kb, self.vb)
+        with te.py_range("transformer_engine.FusedAttnFunc.backward"):
+            dq, dk, dv = te.fused_attn_bwd(self.qb, self.kb, self.vb)
         del g
         return (dq, dk, dv)
 

@@ -41,6 +41,41 @@ def _cast_buffer():
     return Tensor(int(mib * 1024 * 1024) // 512 * 512, "fp8_cast_buffer", "workspace")
 
 
+class _NoRange:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
+
+
+_NO = _NoRange()
+PY_RANGES = [None]     # NVTE_NVTX_ENABLED, read once (TE: lru_cache)
+
+
+class _Range:
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        DEV_REF[0].push(self.name)
+
+    def __exit__(self, *a):
+        DEV_REF[0].pop()
+        return False
+
+
+def py_range(name):
+    """TE's Python ranges (transformer_engine/pytorch/utils.py nvtx_range_push),
+    only with NVTE_NVTX_ENABLED=1 (megatron.md §6.1)."""
+    if PY_RANGES[0] is None:
+        import os
+        PY_RANGES[0] = os.environ.get("NVTE_NVTX_ENABLED", "0") == "1"
+    return _Range(name) if PY_RANGES[0] else _NO
+
+
 def nvte(name):
     d = DEV_REF[0]
     d.push(name)
