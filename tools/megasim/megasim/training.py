@@ -252,36 +252,61 @@ class Rank:
 
         self.engine.backward(tape, grad, done)
 
-    def recv_forward(self, c):
-        first = self.par.pp_rank == 0 and c == 0
-        if first:
+    # p2p_communication.P2PCommunicator methods (@nvtx_decorator: the range is
+    # emitted on every stage, the transfer only where there is a peer)
+    def _first(self, c):
+        return self.par.pp_rank == 0 and c == 0
+
+    def _last(self, c):
+        return self.par.pp_rank == self.par.pp - 1 and c == len(self.models) - 1
+
+    def _recv_fwd(self, c):
+        if self._first(c):
             return None
-        with nvtx_range(P2P + "recv_forward"):
-            t = Tensor(self.S.x, "recv_forward", "act")
-            self.dev.collective("ncclRecv", self.S.x, "pp", "bf16", self.par.pp_rank - 1)
+        t = Tensor(self.S.x, "recv_forward", "act")
+        self.dev.collective("ncclRecv", self.S.x, "pp", "bf16", self.par.pp_rank - 1)
         return t
 
-    def send_forward(self, c, out):
-        last = self.par.pp_rank == self.par.pp - 1 and c == len(self.models) - 1
-        if last:
-            return
-        with nvtx_range(P2P + "send_forward"):
+    def _send_fwd(self, c):
+        if not self._last(c):
             self.dev.collective("ncclSend", self.S.x, "pp", "bf16", self.par.pp_rank + 1)
 
-    def recv_backward(self, c):
-        last = self.par.pp_rank == self.par.pp - 1 and c == len(self.models) - 1
-        if last:
+    def _recv_bwd(self, c):
+        if self._last(c):
             return None
-        with nvtx_range(P2P + "recv_backward"):
-            t = Tensor(self.S.x, "recv_backward", "grad")
-            self.dev.collective("ncclRecv", self.S.x, "pp", "bf16", self.par.pp_rank + 1)
+        t = Tensor(self.S.x, "recv_backward", "grad")
+        self.dev.collective("ncclRecv", self.S.x, "pp", "bf16", self.par.pp_rank + 1)
         return t
 
-    def send_backward(self, c):
-        if self.par.pp_rank == 0 and c == 0:
-            return
-        with nvtx_range(P2P + "send_backward"):
+    def _send_bwd(self, c):
+        if not self._first(c):
             self.dev.collective("ncclSend", self.S.x, "pp", "bf16", self.par.pp_rank - 1)
+
+    def recv_forward(self, c):
+        with nvtx_range(P2P + "recv_forward"):
+            return self._recv_fwd(c)
+
+    def send_forward(self, c, out):
+        with nvtx_range(P2P + "send_forward"):
+            self._send_fwd(c)
+
+    def recv_backward(self, c):
+        with nvtx_range(P2P + "recv_backward"):
+            return self._recv_bwd(c)
+
+    def send_backward(self, c):
+        with nvtx_range(P2P + "send_backward"):
+            self._send_bwd(c)
+
+    def send_forward_recv_backward(self, c, out):
+        with nvtx_range(P2P + "send_forward_recv_backward"):
+            self._send_fwd(c)
+            return self._recv_bwd(c)
+
+    def send_backward_recv_forward(self, c):
+        with nvtx_range(P2P + "send_backward_recv_forward"):
+            self._send_bwd(c)
+            return self._recv_fwd(c)
 
     def get_forward_backward_func(self):
         """schedules.get_forward_backward_func"""
@@ -300,36 +325,42 @@ class Rank:
             del tape
 
     def forward_backward_pipelining_without_interleaving(self, M, measure):
-        """1F1B: warmup forwards (PP - stage - 1), steady 1F1B, cooldown."""
+        """1F1B (schedules.py): PP - stage - 1 warmup forwards, steady 1F1B
+        with the combined p2p calls, cooldown backwards."""
         par = self.par
         warmup = min(par.pp - par.pp_rank - 1, M)
-        pending = []
+        remaining = M - warmup
+        inputs, tapes = [], []
         for mb in range(warmup):
             inp = self.recv_forward(0)
             out, tape = self.forward_step(0, inp, measure and mb == 0)
             del inp
             self.send_forward(0, out)
             del out                       # deallocate_output_tensor
-            pending.append(tape)
+            tapes.append(tape)
             del tape
+        inp = self.recv_forward(0) if remaining > 0 else None
         bwd_done = 0
-        for mb in range(warmup, M):
-            inp = self.recv_forward(0)
-            out, tape = self.forward_step(0, inp, measure and mb == 0)
+        for i in range(remaining):
+            last_iteration = i == remaining - 1
+            out, tape = self.forward_step(0, inp, measure and warmup + i == 0)
             del inp
-            self.send_forward(0, out)
+            g = self.send_forward_recv_backward(0, out)
             del out
-            pending.append(tape)
+            tapes.append(tape)
             del tape
-            g = self.recv_backward(0)
-            t = pending.pop(0)
+            t = tapes.pop(0)
             self.backward_step(0, t, g, bwd_done == M - 1)
             del t, g
-            self.send_backward(0)
             bwd_done += 1
-        while pending:
+            if last_iteration:
+                inp = None
+                self.send_backward(0)
+            else:
+                inp = self.send_backward_recv_forward(0)
+        while tapes:
             g = self.recv_backward(0)
-            t = pending.pop(0)
+            t = tapes.pop(0)
             self.backward_step(0, t, g, bwd_done == M - 1)
             del t, g
             self.send_backward(0)
