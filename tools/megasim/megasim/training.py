@@ -99,6 +99,7 @@ class Rank:
         self.S = Shapes(args)
         self.dev = cuda.device()
         self.quiet = args.sim_quiet
+        self.param_gather_pending = set()
 
     def log(self, msg):
         if not self.quiet:
@@ -230,8 +231,16 @@ class Rank:
         pos = Tensor(S.tokens, "position_ids", "input") if model.pre_process else None
         return tokens, pos, labels
 
+    def param_gather(self):
+        _param_gather(self)
+
     def forward_step(self, c, input_tensor, measure=False):
         m = self.models[c]
+        if c in self.param_gather_pending:
+            # DDP forward pre-hook (finish_param_sync) with --overlap-param-gather
+            self.param_gather_pending.discard(c)
+            if c == 0:
+                self.param_gather()
         tokens, pos, labels = self.get_batch(m)
         if not m.pre_process:
             m.set_input_tensor(input_tensor)
@@ -529,6 +538,11 @@ class Rank:
                           % (self.rank, l, kind, b), flush=True)
 
 
+def _param_gather(rank):
+    for i, b in enumerate(rank.param_buffers):
+        rank.dev.collective("ncclAllGather", b.nbytes, "dp" if i == 0 else "edp", "bf16")
+
+
 class FusedAdam:
     """transformer_engine.pytorch.optimizers.FusedAdam: state created lazily
     (initialize_state) at the first step."""
@@ -568,8 +582,11 @@ class DistributedOptimizer:
         self.optimizer.step()
         te.multi_tensor("nvte_multi_tensor_scale_cuda")   # copy main -> model params
         if r.args.use_distributed_optimizer:
-            for i, b in enumerate(r.param_buffers):
-                r.dev.collective("ncclAllGather", b.nbytes, "dp" if i == 0 else "edp", "bf16")
+            if r.args.overlap_param_gather:
+                # dispatched lazily by the DDP forward pre-hooks of the next iteration
+                r.param_gather_pending = set(range(len(r.models)))
+                return
+            r.param_gather()
 
     def step(self):
         self.prepare_grads()
