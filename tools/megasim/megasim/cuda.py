@@ -8,7 +8,6 @@ exactly when the last reference goes, as PyTorch's storages are.
 """
 import ctypes
 import os
-import sys
 
 MIB = 1 << 20
 GIB = 1 << 30

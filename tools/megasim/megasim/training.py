@@ -125,10 +125,10 @@ class Rank:
                   ("pp", par.pp, par.pp_rank), ("dp", par.dp, par.dp_rank)]
         if par.cp > 1:
             groups.append(("cp", par.cp, par.cp_rank))
-        if par.ep > 1 or a.num_experts:
-            groups.append(("ep", par.ep, self.rank // (par.tp * par.cp) % par.ep))
-            groups.append(("edp", par.edp, 0))
-        if par.pp > 1:
+        if par.ep > 1 or a.num_experts:       # expert grid: etp-ep-edp-pp
+            groups.append(("ep", par.ep, self.rank // par.etp % par.ep))
+            groups.append(("edp", par.edp, self.rank // (par.etp * par.ep) % par.edp))
+        if par.pp > 1 and par.pp_rank in (0, par.pp - 1):   # members only
             groups.append(("embd", 2, 0 if par.pp_rank == 0 else 1))
         groups += [("extra%d" % i, 1, 0) for i in range(a.sim_nccl_communicators)]
         mib = a.sim_nccl_buffers_mib
