@@ -191,6 +191,9 @@ def build_parser():
                    help="older Transformer Engine range names (nvte_cublas_gemm, "
                         "nvte_multi_stream_cublas_gemm)")
     g.add_argument("--sim-quiet", action="store_true")
+    g.add_argument("--sim-counters-out", default=None,
+                   help="write PyTorch-style memory counters of this rank as JSON to this file "
+                        "(RANK is substituted for {rank}); the oracle of gpu-validate --dry-run")
     return p
 
 

@@ -594,12 +594,35 @@ class DistributedOptimizer:
         self.step_with_ready_grads()
 
 
+def write_counters(r, oom_message=None):
+    """The allocator's own view, named like torch.cuda's counters
+    (max_memory_allocated, ...), for tools/gpu-validate.sh --dry-run."""
+    path = r.args.sim_counters_out
+    if not path:
+        return
+    import json
+    s = r.dev.stats()
+    out = {"mode": r.dev.mode, "rank": r.rank,
+           "max_memory_allocated": s.max_allocated, "max_memory_reserved": s.max_reserved,
+           "memory_stats": {"num_alloc_retries": s.num_alloc_retries, "num_ooms": s.num_ooms,
+                            "segments": s.segments, "num_cuda_mallocs": s.num_cuda_mallocs}}
+    if r.dev.mode in ("nocache", "cudaMallocAsync"):
+        # every block is one tensor here: the peak of live tensor bytes
+        out["live_tensor_peak_bytes"] = s.max_allocated
+    if oom_message is not None:
+        out["oom_request_bytes"] = s.oom_request
+        out["oom_message"] = oom_message
+    with open(path.replace("{rank}", str(r.rank)), "w") as f:
+        json.dump(out, f, indent=1)
+
+
 def pretrain(args):
     r = Rank(args)
     try:
         r.setup()
         r.train()
-    except cuda.OutOfMemoryError:
+    except cuda.OutOfMemoryError as e:
+        write_counters(r, str(e).splitlines()[0] if str(e) else "out of memory")
         s = r.dev.stats()
         print("megasim: allocator at OOM: rank=%d mode=%s requested=%d allocated=%d reserved=%d "
               "inactive_split=%d inactive_split_blocks=%d largest_free=%d private_pools=%d "
@@ -609,6 +632,7 @@ def pretrain(args):
                  s.segments, s.num_alloc_retries), file=sys.stderr, flush=True)
         raise
     r.engine.stop()
+    write_counters(r)
     return 0
 
 
