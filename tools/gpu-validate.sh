@@ -97,7 +97,7 @@ run_mode() {
     fi
     log "run $mode: ${env_extra[*]:-} ${cmd[*]}"
     env "${env_extra[@]}" RECOMPSHIM_OUT="$tdir" LD_PRELOAD="$shim" \
-        timeout 240 "${cmd[@]}" >"$out/run-$mode.log" 2>&1
+        timeout 120 "${cmd[@]}" >"$out/run-$mode.log" 2>&1
     local rc=$?
     echo "$rc" > "$out/rc-$mode"
     log "run $mode: exit $rc"
