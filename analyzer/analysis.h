@@ -122,6 +122,9 @@ typedef struct am_rank {
     /* layer numbering */
     int layer_global;         /* 1: layers reported as Megatron's global numbers */
     int pp, stage, layers_per_stage;
+    int layers_per_chunk;     /* layers of one model chunk on this rank (VPP: per
+                               * virtual stage), 0 unknown: a forward pass of the
+                               * next microbatch starts after this many layers */
     const char *stage_source; /* "command line", "p2p peers", or NULL */
     /* counts */
     uint64_t nevents, nallocs, nfrees, nunmatched_frees, ncollectives;

@@ -356,9 +356,20 @@ static int
 on_event(sweep *s, const am_event *ev)
 {
     s->seq++;
+    size_t niters_before = s->out->niters;
     if (tl_event(&s->tl, ev) < 0)
         return -1;
     am_rank *r = s->out;
+    /* A new iteration starts at the memory already live: its peak is at
+     * least that, even if it allocates nothing (all from the cache). */
+    if (s->pass == 1 && r->niters > niters_before) {
+        am_iteration *it = &r->iters[r->niters - 1];
+        for (int l = 0; l < AM_NLEVELS; l++)
+            if (s->counter[l] > it->peak[l]) {
+                it->peak[l] = s->counter[l];
+                it->peak_phase[l] = s->tl.phase;
+            }
+    }
     switch ((am_ev_kind)ev->kind) {
     case AM_EV_ALLOC: {
         if (s->pass == 1)
@@ -490,6 +501,18 @@ layer_numbering(am_rank *r, const am_meta *m)
     }
     if (!nl || r->stage < 0)
         return;
+    int nlayers = atoi(nl);
+    const char *vl = am_argv_value(m, "--num-layers-per-virtual-pipeline-stage");
+    const char *vs = am_argv_value(m, "--num-virtual-stages-per-pipeline-rank");
+    if (vl && atoi(vl) > 0)
+        r->layers_per_chunk = atoi(vl);
+    else if (vs && atoi(vs) > 0 && nlayers > 0 && nlayers % (r->pp * atoi(vs)) == 0)
+        r->layers_per_chunk = nlayers / r->pp / atoi(vs);
+    else if (!am_argv_value(m, "--decoder-first-pipeline-num-layers") &&
+             !am_argv_value(m, "--decoder-last-pipeline-num-layers") &&
+             !am_argv_value(m, "--pipeline-model-parallel-layout") && nlayers > 0 &&
+             nlayers % r->pp == 0)
+        r->layers_per_chunk = nlayers / r->pp;
     if (am_argv_value(m, "--num-layers-per-virtual-pipeline-stage") ||
         am_argv_value(m, "--num-virtual-stages-per-pipeline-rank") ||
         am_argv_value(m, "--decoder-first-pipeline-num-layers") ||

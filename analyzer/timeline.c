@@ -173,6 +173,17 @@ cur_iter(tl *t)
     return t->iteration >= 0 && t->out->niters ? &t->out->iters[t->out->niters - 1] : NULL;
 }
 
+/* A forward pass of another microbatch (or model chunk) starts on the
+ * main thread before any backward ran since the last one (1F1B warmup). */
+static void
+new_forward_pass(tl *t)
+{
+    am_iteration *it = cur_iter(t);
+    if (it)
+        it->microbatches++;
+    t->fwd_layer = 0;
+}
+
 static void
 begin_forward(tl *t)
 {
@@ -272,14 +283,24 @@ apply_signal(tl *t, uint8_t role, am_cat_match m, const am_event *ev)
             break;
         }
         begin_forward(t);
+        /* Under 1F1B a stage runs several forwards before the first
+         * backward: a forward pass restarts at the embedding (first stage)
+         * or when a layer signal comes after the last layer of the model
+         * chunk (layers per chunk from the recorded flags). */
+        if (m.boundary == AM_BD_embedding && t->fwd_layer > 0)
+            new_forward_pass(t);
         if (m.flags & AM_CF_LAYER) {
             t->layer_ranges_seen = 1;
             t->out->layer_signal = 1;
+            if (t->out->layers_per_chunk > 0 && t->fwd_layer >= t->out->layers_per_chunk)
+                new_forward_pass(t);
             t->fwd_layer++;
         } else if ((m.flags & AM_CF_LAYER_FALLBACK) && !t->layer_ranges_seen) {
             t->te_layers_seen = 1;
             if (!t->out->layer_signal)
                 t->out->layer_signal = 2;
+            if (t->out->layers_per_chunk > 0 && t->fwd_layer >= t->out->layers_per_chunk)
+                new_forward_pass(t);
             t->fwd_layer++;
         }
         if (t->fwd_layer > t->fwd_max_layer)
