@@ -497,3 +497,64 @@ Test(analyze, grad_sync_and_param_sync_from_collectives)
     rmdir(dir);
 }
 #endif
+
+/* Regression (found on the main job, megasim PP=2 1F1B): stage 0 runs its
+ * warmup forwards back to back, with no backward between them. Each forward
+ * pass restarts the layer count (embedding, or past the chunk's last layer:
+ * --num-layers 4 over 2 stages = 2 per chunk), so both passes' tensors are
+ * layers 1 and 2 and the iteration counts 2 microbatches. Iteration 1 then
+ * allocates nothing: its peak is the 4000 bytes of optimizer state already
+ * live (it used to read 0). */
+Test(analyze, one_f_one_b_warmup_forwards_restart_layers)
+{
+    char *dir = ab_tmpdir(), *f = tmpfile_path(dir, "r0.rstrace");
+    ab *a = ab_new();
+    ab_rank(a, 0, 4);
+    ab_cmdline(a, 1, AB_ARGS("python", "pretrain_gpt.py", "--num-layers", "4",
+                             "--pipeline-model-parallel-size", "2"));
+    ab_thread(a, AB_MAIN, 5, "python");
+    ab_thread(a, AB_BWD, 6, "pt_autograd_0");
+    for (int mb = 0; mb < 2; mb++) {
+        uint64_t t = 100 + (uint64_t)mb * 300, base = 0x10000000ull * (uint64_t)(mb + 1);
+        ab_push(a, AB_MAIN, t, EMB);
+        ab_alloc(a, AB_MAIN, t + 1, base, 100);
+        ab_pop(a, AB_MAIN, t + 2);
+        layer_fwd(a, t + 10, base + 0x100000, 2000, 3000);
+        layer_fwd(a, t + 30, base + 0x200000, 2000, 3000);
+    }
+    /* backward of both microbatches frees everything */
+    for (int mb = 0; mb < 2; mb++) {
+        uint64_t t = 1000 + (uint64_t)mb * 20, base = 0x10000000ull * (uint64_t)(mb + 1);
+        ab_push(a, AB_BWD, t, "megatron.core.fusions.fused_bias_swiglu.backward");
+        ab_pop(a, AB_BWD, t + 1);
+        ab_free(a, AB_BWD, t + 2, base);
+        ab_free(a, AB_BWD, t + 3, base + 0x100000);
+        ab_free(a, AB_BWD, t + 4, base + 0x110000);
+        ab_free(a, AB_BWD, t + 5, base + 0x200000);
+        ab_free(a, AB_BWD, t + 6, base + 0x210000);
+    }
+    ab_push(a, AB_MAIN, 1100, "Optimizer.step#Adam.step");
+    ab_alloc(a, AB_MAIN, 1101, 0x90000000, 4000);
+    ab_pop(a, AB_MAIN, 1102);
+    /* iteration 1: a forward that allocates nothing new */
+    ab_push(a, AB_MAIN, 2000, EMB);
+    ab_pop(a, AB_MAIN, 2001);
+    ab_write(a, f, 1);
+    yajl_val j = analyze_json(AB_ARGS("--json", f), NULL);
+    cr_expect_eq(ab_int(j, "ranks[0].iterations[0].microbatches"), 2);
+    /* the peak: both forward passes live = 2 x (100 + 2 x 5000) */
+    cr_expect_eq(ab_int(j, "ranks[0].peak.bytes"), 20200);
+    for (int layer = 1; layer <= 2; layer++) {
+        int k = ab_contrib(j, "ranks[0].peak", "forward", "core_attn", layer);
+        cr_assert(k >= 0, "core_attn layer %d", layer);
+        char path[96];
+        snprintf(path, sizeof path, "ranks[0].peak.contributors[%d].count", k);
+        cr_expect_eq(ab_int(j, path), 2, "layer %d holds one tensor per microbatch", layer);
+    }
+    cr_expect(ab_contrib(j, "ranks[0].peak", "forward", "core_attn", 3) < 0);
+    cr_expect(ab_contrib(j, "ranks[0].peak", "forward", "core_attn", 4) < 0);
+    cr_expect_eq(ab_int(j, "ranks[0].iterations[1].peak_bytes.device"), 4000);
+    yajl_tree_free(j);
+    unlink(f);
+    rmdir(dir);
+}
