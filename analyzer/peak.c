@@ -613,7 +613,12 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
     if (s.nsnaps) {
         am_rank scratch;
         memset(&scratch, 0, sizeof scratch);
+        /* pass 2 must attribute exactly as pass 1: same pipeline layout */
         scratch.layer_global = out->layer_global;
+        scratch.pp = out->pp;
+        scratch.stage = out->stage;
+        scratch.layers_per_stage = out->layers_per_stage;
+        scratch.layers_per_chunk = out->layers_per_chunk;
         if (am_rewind(src) < 0) {
             snprintf(err, errlen, "%s", src->error);
             rc = -1;

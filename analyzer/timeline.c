@@ -182,6 +182,26 @@ new_forward_pass(tl *t)
     if (it)
         it->microbatches++;
     t->fwd_layer = 0;
+    t->post_norm_seen = 0;
+    t->post_logits_seen = 0;
+}
+
+/* Megatron's post-process on the last pipeline stage (final layernorm,
+ * output layer, vocab-parallel cross entropy) runs in GPTModel.forward,
+ * which has no NVTX range (megatron.md §1.2): it is the main thread's
+ * forward after the model chunk's last layer, with no layer range open. */
+static int
+in_post_process(const tl *t, const tl_thread *th)
+{
+    const am_rank *o = t->out;
+    if (th->role != AM_ROLE_MAIN || t->phase != AM_PH_forward || o->layers_per_chunk <= 0 ||
+        o->layers_per_chunk != o->layers_per_stage || t->fwd_layer < o->layers_per_chunk ||
+        o->stage < 0 || o->stage != o->pp - 1)
+        return 0;
+    for (size_t k = 0; k < th->depth; k++)
+        if (!(th->stack[k].m.flags & AM_CF_NVTE))
+            return 0;
+    return 1;
 }
 
 static void
@@ -202,6 +222,8 @@ begin_forward(tl *t)
             if (it)
                 it->microbatches++;
             t->fwd_layer = 0;
+            t->post_norm_seen = 0;
+            t->post_logits_seen = 0;
             t->bwd_in_iter = 0;
         }
         set_phase(t, AM_PH_forward);
@@ -356,6 +378,12 @@ push(tl *t, tl_thread *th, const am_event *ev)
     f.replay = (m.signal == AM_SIG_FWD && th->role == AM_ROLE_BACKWARD) ||
                (parent && parent->replay);
     f.eval = m.signal == AM_SIG_EVAL || (parent && parent->eval);
+    if ((m.flags & AM_CF_NVTE) && in_post_process(t, th)) {
+        if (f.boundary == AM_BD_layernorm)
+            t->post_norm_seen = 1;
+        else if (t->post_norm_seen)
+            t->post_logits_seen = 1; /* the output layer's GEMM */
+    }
     if (m.flags & AM_CF_NVTE) {
         f.call_id = th->module_call;
         if (th->npending && th->pending_call == th->module_call)
@@ -540,6 +568,13 @@ tl_attr(tl *t, const am_event *ev, uint64_t seq)
 
     if (ev->lib == AM_LIB_NCCL) {
         a.boundary = AM_BD_nccl;
+    } else if (in_post_process(t, th)) {
+        /* the final norm and the output GEMM (its logits are allocated
+         * just before TE's GEMM call) are the output layer; what the cross
+         * entropy allocates after that GEMM is the loss. Without a TE GEMM
+         * range (a plain torch matmul) it all stays output_layer. */
+        a.boundary = t->post_logits_seen ? AM_BD_loss : AM_BD_output_layer;
+        a.layer = 0;
     } else if (ev->lib == AM_LIB_CUBLAS || ev->lib == AM_LIB_CUDNN) {
         a.boundary = AM_BD_workspace;
     } else if (t->capture_depth > 0) {

@@ -71,6 +71,8 @@ typedef struct tl {
     int fwd_max_layer;
     int layer_ranges_seen;
     int te_layers_seen;
+    int post_norm_seen;       /* post-process: the final layernorm's TE call ran */
+    int post_logits_seen;     /* post-process: the output layer's logits were allocated */
     int capture_depth;        /* CUDA-graph capture windows open */
     uint32_t next_call;
     uint64_t now;

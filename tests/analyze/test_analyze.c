@@ -558,3 +558,44 @@ Test(analyze, one_f_one_b_warmup_forwards_restart_layers)
     unlink(f);
     rmdir(dir);
 }
+
+/* Megatron's post-process on the last pipeline stage has no NVTX range of
+ * its own (GPTModel.forward): after the chunk's last layer, the final norm's
+ * output and the logits (allocated before TE's GEMM call) are output_layer,
+ * what the cross entropy allocates after that GEMM is loss. Rank 2 of 4 with
+ * PP=2 and 4 layers is the last stage (layers 3-4). */
+Test(analyze, post_process_output_layer_and_loss)
+{
+    char *dir = ab_tmpdir(), *f = tmpfile_path(dir, "r2.rstrace");
+    ab *a = ab_new();
+    ab_rank(a, 2, 4);
+    ab_cmdline(a, 1, AB_ARGS("python", "pretrain_gpt.py", "--num-layers", "4",
+                             "--pipeline-model-parallel-size", "2"));
+    ab_thread(a, AB_MAIN, 5, "python");
+    layer_fwd(a, 100, 0x1000000, 2000, 3000);
+    layer_fwd(a, 200, 0x2000000, 2000, 3000);
+    ab_alloc(a, AB_MAIN, 300, 0x3000000, 64);         /* final norm output */
+    ab_push(a, AB_MAIN, 301, "nvte_rmsnorm_fwd");
+    ab_pop(a, AB_MAIN, 302);
+    ab_alloc(a, AB_MAIN, 303, 0x3100000, 7000);       /* logits */
+    ab_push(a, AB_MAIN, 304, "nvte_cublas_gemm_v2");
+    ab_pop(a, AB_MAIN, 305);
+    ab_alloc(a, AB_MAIN, 306, 0x3200000, 14000);      /* fp32 logits of the cross entropy */
+    ab_write(a, f, 1);
+    yajl_val j = analyze_json(AB_ARGS("--json", f), NULL);
+    cr_expect_eq(ab_int(j, "ranks[0].peak.bytes"), 10000 + 64 + 7000 + 14000);
+    int k = ab_contrib(j, "ranks[0].peak", "forward", "output_layer", 0);
+    cr_assert(k >= 0, "output_layer contributor");
+    char path[96];
+    snprintf(path, sizeof path, "ranks[0].peak.contributors[%d].bytes", k);
+    cr_expect_eq(ab_int(j, path), 64 + 7000);
+    k = ab_contrib(j, "ranks[0].peak", "forward", "loss", 0);
+    cr_assert(k >= 0, "loss contributor");
+    snprintf(path, sizeof path, "ranks[0].peak.contributors[%d].bytes", k);
+    cr_expect_eq(ab_int(j, path), 14000);
+    /* the layers keep their global numbers */
+    cr_expect(ab_contrib(j, "ranks[0].peak", "forward", "mlp", 4) >= 0);
+    yajl_tree_free(j);
+    unlink(f);
+    rmdir(dir);
+}
