@@ -149,6 +149,8 @@ void am_rank_free(am_rank *r);
 /* Append a note (printf-style) to r->notes. */
 void am_note(am_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+struct adv_verdict;
+
 /* Job-level results (ranks.c). */
 typedef struct am_job {
     am_rank *ranks;
@@ -157,6 +159,7 @@ typedef struct am_job {
     int hot;                  /* index into ranks of the hot rank, -1 */
     int hot_level;            /* AM_L_* compared */
     uint64_t min_peak, max_peak;
+    struct adv_verdict *verdict; /* the recompute advisor's (advisor.h), NULL none */
 } am_job;
 
 /* The job key of a source ("torchelastic:ID", "slurm:ID", ...), "" none. */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "advisor.h"
 #include "analysis.h"
 #include "report.h"
 
@@ -104,6 +105,12 @@ usage(FILE *f)
             "  --iteration K   also the peak of iteration K, with its live set\n"
             "  --top N         contributors shown per peak in the text report (default 12,\n"
             "                  0 = all)\n"
+            "  --budget SIZE   device capacity for the advisor (default: the trace header),\n"
+            "                  e.g. 80GiB, 79.1G, 85899345920\n"
+            "  --headroom SIZE kept free on every rank (default 2GiB)\n"
+            "  --config FILE   the job's Megatron config (TransformerConfig field names,\n"
+            "                  YAML or JSON) when its settings are not on the command line\n"
+            "  --no-advice     skip the recompute advisor\n"
             "exit: 0 ok, 1 usage, 2 unreadable or damaged traces, empty directory, mixed jobs\n");
 }
 
@@ -119,6 +126,39 @@ parse_int(const char *s, int *v)
     return 0;
 }
 
+/* "80GiB", "79.5G", "512MiB", "1024" (bytes) */
+static int
+parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return -1;
+    double m = 1;
+    if (*end == 'K' || *end == 'k')
+        m = 1024.0;
+    else if (*end == 'M' || *end == 'm')
+        m = 1024.0 * 1024;
+    else if (*end == 'G' || *end == 'g')
+        m = 1024.0 * 1024 * 1024;
+    else if (*end == 'T' || *end == 't')
+        m = 1024.0 * 1024 * 1024 * 1024;
+    else if (*end)
+        return -1;
+    if (*end) {
+        end++;
+        if (*end == 'i')
+            end++;
+        if (*end == 'B')
+            end++;
+        if (*end)
+            return -1;
+    }
+    *out = (uint64_t)(v * m);
+    return 0;
+}
+
 static int
 rank_cmp(const void *a, const void *b)
 {
@@ -131,11 +171,14 @@ rank_cmp(const void *a, const void *b)
 int
 main(int argc, char **argv)
 {
-    int json = 0, want_rank = -1, iteration = -1, top = 12;
+    int json = 0, want_rank = -1, iteration = -1, top = 12, advice = 1;
+    adv_opts aopts = {0, (uint64_t)2 << 30, NULL};
     static const struct option lo[] = {
         {"json", no_argument, 0, 'j'},          {"rank", required_argument, 0, 'r'},
         {"iteration", required_argument, 0, 'i'}, {"top", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+        {"help", no_argument, 0, 'h'},          {"budget", required_argument, 0, 'B'},
+        {"headroom", required_argument, 0, 'H'}, {"config", required_argument, 0, 'C'},
+        {"no-advice", no_argument, 0, 'N'},     {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "jr:i:t:h", lo, NULL)) != -1) {
@@ -161,6 +204,20 @@ main(int argc, char **argv)
                 fprintf(stderr, "recomp-analyze: --top wants a number, got '%s'\n", optarg);
                 return 1;
             }
+            break;
+        case 'B':
+        case 'H':
+            if (parse_size(optarg, c == 'B' ? &aopts.budget : &aopts.headroom) < 0) {
+                fprintf(stderr, "recomp-analyze: --%s wants a size (e.g. 80GiB), got '%s'\n",
+                        c == 'B' ? "budget" : "headroom", optarg);
+                return 1;
+            }
+            break;
+        case 'C':
+            aopts.config = optarg;
+            break;
+        case 'N':
+            advice = 0;
             break;
         case 'h':
             usage(stdout);
@@ -269,6 +326,16 @@ main(int argc, char **argv)
     }
     qsort(job.ranks, job.nranks, sizeof *job.ranks, rank_cmp);
     am_job_finish(&job);
+    adv_verdict verdict;
+    memset(&verdict, 0, sizeof verdict);
+    if (advice) {
+        if (adv_run(&job, &aopts, &verdict, err, sizeof err) < 0) {
+            fprintf(stderr, "recomp-analyze: advisor: %s\n", err);
+            rc = 2;
+            goto out;
+        }
+        job.verdict = &verdict;
+    }
     am_report_opts ro = {top, iteration};
     if (json) {
         if (am_report_json(stdout, &job, &ro) < 0) {
@@ -280,6 +347,7 @@ main(int argc, char **argv)
     }
     if (fflush(stdout) != 0)
         rc = 2;
+    adv_verdict_free(&verdict);
 out:
     for (size_t i = 0; i < job.nranks; i++)
         am_rank_free(&job.ranks[i]);

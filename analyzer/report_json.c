@@ -4,6 +4,7 @@
 #include <string.h>
 #include <yajl/yajl_gen.h>
 
+#include "advisor_report.h"
 #include "report.h"
 
 #define S(g, s) str_(g, s)
@@ -316,9 +317,14 @@ am_report_json(FILE *f, const am_job *j, const am_report_opts *o)
         rank(g, j, &j->ranks[i], o);
     yajl_gen_array_close(g);
     /* Extension point for the advisor (DESIGN.md §4): null until it exists. */
-    K(g, "verdict"); N(g);
-    K(g, "verdict_note");
-    S(g, "the recompute advisor is not implemented yet: no recompute advice is given");
+    K(g, "verdict");
+    if (j->verdict) {
+        adv_report_json(g, j->verdict);
+    } else {
+        N(g);
+        K(g, "verdict_note");
+        S(g, "the recompute advisor was not run (--no-advice)");
+    }
     yajl_gen_map_close(g);
     const unsigned char *buf;
     size_t len;

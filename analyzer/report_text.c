@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "advisor_report.h"
 #include "report.h"
 
 const char *
@@ -181,5 +182,8 @@ am_report_text(FILE *f, const am_job *j, const am_report_opts *o)
         if (h->stage >= 0 && h->pp > 1)
             fprintf(f, "  on pipeline stage %d of %d\n", h->stage, h->pp);
     }
-    fprintf(f, "verdict: none (the recompute advisor is not implemented yet)\n");
+    if (j->verdict)
+        adv_report_text(f, j->verdict);
+    else
+        fprintf(f, "verdict: none (the recompute advisor was not run)\n");
 }

@@ -1,0 +1,245 @@
+/* advisor.h: the recompute advisor (DESIGN.md §4; docs/advisor.md).
+ *
+ *   recorded command line / --config / overrides --> adv_cfg (advisor_config.c)
+ *   each rank's source, one more pass --> adv_trace: one compact record per
+ *       tensor-level allocation, the op stream (alloc/free order), the forward
+ *       layer instances with the positions of Megatron's regions (advisor_trace.c)
+ *   triage in DESIGN §4's order, each with numbers (advisor_triage.c)
+ *   counterfactuals: rewrite the op stream with each label's semantics and
+ *       sweep the whole iteration again (advisor_counterfactual.c)
+ *   replay cost: FLOP model of the replayed forward (advisor_cost.c)
+ *   validity: megatron.md §3 (advisor_validity.c)
+ *   verdict: primary code, findings, candidates, config diff (advisor_verdict.c)
+ */
+#ifndef RECOMP_ANALYZER_ADVISOR_H
+#define RECOMP_ANALYZER_ADVISOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "analysis.h"
+
+/* ---- recompute labels (megatron.md §2.2) ---- */
+#define ADV_LABELS(X) X(core_attn) X(moe_act) X(layernorm) X(mla_up_proj) X(mlp) X(moe) \
+    X(shared_experts) X(gdn_norm_out) X(gdp_in_proj) X(gdp_qkv) X(mhc)
+enum {
+#define X(n) ADV_L_##n,
+    ADV_LABELS(X)
+#undef X
+    ADV_NLABELS
+};
+const char *adv_label_name(int l);
+int adv_label_parse(const char *s, size_t n); /* -1 unknown */
+
+/* ---- configuration (advisor_config.c) ---- */
+typedef struct adv_cfg {
+    int megatron;             /* Megatron flags or a Megatron config were found */
+    char source[256];         /* "command line", "command line + --config FILE", ... */
+    int num_layers, hidden, ffn, heads, groups, kv_channels, seq, mbs, gbs, vocab;
+    int tp, pp, cp, ep, etp, vpp, sp, world, dp;
+    int dist_opt, bf16, fp16, swiglu, fused_attn; /* fused_attn: TE fused/flash (not local/unfused) */
+    int num_experts, topk, moe_ffn, shared_ffn, grouped_gemm, shared_overlap, ep_overlap;
+    int mla, q_lora, kv_lora, qk_head, qk_pos, v_head;
+    int granularity;          /* 0 none, 1 selective, 2 full */
+    int method;               /* 0 none, 1 uniform, 2 block */
+    int recompute_num_layers;
+    unsigned modules;         /* bitmask of ADV_L_* (selective) */
+    int fp8;                  /* --fp8-format set */
+    char fp8_recipe[24];
+    char cuda_graph_impl[24]; /* none, local, transformer_engine, full_iteration */
+    char cuda_graph_modules[128];
+    int distribute_saved;
+    int cpu_offloading;
+    int exp_avg_bf16;         /* precision-aware optimizer with bf16 moments */
+    int moe_layer_freq_k;     /* 1 every layer; k: every k-th */
+    char moe_pattern[512];    /* 0/1 per layer when a list pattern was given */
+    int alloc_expandable;     /* PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True */
+    char unknown[512];        /* settings that matter and were not recorded */
+    char flags_style;         /* 'c' CLI, 'y' config file, 'o' overrides */
+} adv_cfg;
+
+/* Fill cfg from the source's argv and environment (and a --config file named
+ * there or in extra_config). 0; cfg->megatron says whether it is Megatron. */
+int adv_config_read(const am_meta *m, const char *extra_config, const char *trace_dir,
+                    adv_cfg *cfg);
+int adv_cfg_layers_per_chunk(const adv_cfg *c);
+int adv_cfg_is_moe_layer(const adv_cfg *c, int global_layer0);
+
+/* ---- the per-rank tensor-level trace (advisor_trace.c) ---- */
+enum { ADV_NONE = 0xffffffffu };
+
+/* Context flags of an allocation (where in a layer's forward it happened). */
+enum {
+    ADV_C_ATTN = 1 << 0,      /* inside .self_attention */
+    ADV_C_CORE = 1 << 1,      /* inside .core_attention */
+    ADV_C_MLP = 1 << 2,       /* inside _run_mlp.mlp / _forward_mlp.mlp */
+    ADV_C_SUBMLP = 1 << 3,    /* inside mlp.forward.linear_fc1/activation/linear_fc2 */
+    ADV_C_BDA = 1 << 4,       /* inside a bda step */
+    ADV_C_MEGA = 1 << 5,      /* inside any Megatron layer range */
+    ADV_C_ATTN2 = 1 << 6,     /* made for the second fused-attention call (softmax stats) */
+};
+
+/* TE call class of the nvte range an allocation is attributed to (the next
+ * nvte_* call on its thread, TE allocates just before its calls). */
+enum { ADV_T_NONE = 0, ADV_T_NORM, ADV_T_GEMM, ADV_T_GROUPED, ADV_T_ATTN, ADV_T_ROPE,
+       ADV_T_OTHER };
+
+typedef struct adv_alloc {
+    uint64_t size;
+    uint32_t a_pos, f_pos;    /* positions in the op stream; f_pos ADV_NONE: never freed */
+    int32_t inst;             /* forward instance (microbatch x chunk), -1 none */
+    int16_t layer;            /* layer index inside the instance (0-based), -1 none */
+    uint8_t phase;            /* am_phase (analyzer attribution) */
+    uint8_t bwd;              /* allocated on the backward thread */
+    uint8_t fbwd;             /* freed on the backward thread */
+    uint8_t ctx;              /* ADV_C_* */
+    uint8_t te;               /* ADV_T_* */
+    uint8_t boundary;         /* am_boundary (analyzer attribution) */
+    uint8_t graph;            /* allocated inside a CUDA-graph capture window */
+    int32_t iteration;
+} adv_alloc;
+
+/* One layer of one forward instance: op-stream positions of its regions
+ * (ADV_NONE when absent). */
+typedef struct adv_layer {
+    int32_t inst, layer;      /* instance, layer index in it (0-based) */
+    int32_t global_layer;     /* 0-based global layer, -1 unknown */
+    int moe, mla;
+    uint32_t begin, end;      /* first op of the layer, op after its last (mlp_bda pop) */
+    uint32_t attn_b, attn_e, core_b, core_e, mlp_b, mlp_e;
+    /* standalone norms: alloc ids of their outputs (ADV_NONE absent) */
+    uint32_t in_ln, pre_ln;
+    /* moe_act: the expert activation output and the op after the fc2 output */
+    uint32_t moe_act, moe_act_discard;
+    /* mla_up_proj: Q, K, V alloc ids; region start op */
+    uint32_t mla_q, mla_k, mla_v, mla_up_b;
+} adv_layer;
+
+typedef struct adv_inst {
+    int32_t iteration;
+    uint32_t begin, end;      /* forward ops of the instance */
+    int nlayers;
+} adv_inst;
+
+typedef struct adv_trace {
+    adv_alloc *a;
+    size_t na, capa;
+    int32_t *ops;             /* +(id+1) alloc, -(id+1) free */
+    size_t nops, capops;
+    adv_layer *layers;
+    size_t nlayers, caplayers;
+    adv_inst *insts;
+    size_t ninsts, capinsts;
+    int megatron_ranges;      /* Megatron layer ranges were seen */
+    int replays;              /* forward code on the backward thread (recompute on) */
+    uint64_t replay_bytes;    /* bytes allocated in backward_replay */
+    uint64_t max_outside;     /* max(device live - PyTorch reserved), bytes */
+    uint64_t graph_pool_bytes;/* tensor+device bytes allocated inside capture windows, live max */
+    int graph_capture_oom;    /* the OOM happened inside a capture window */
+    int last_complete_iter;   /* last iteration whose optimizer step finished, -1 */
+    uint32_t opt_state_init_end; /* op after the first optimizer step, ADV_NONE */
+    int trunc;                /* the trace stops with a fatal OOM / unclosed */
+    /* the first fatal OOM */
+    int oom;
+    uint32_t oom_pos;
+    uint8_t oom_phase, oom_lib, oom_in_capture;
+    uint64_t oom_request, oom_allocated, oom_reserved, oom_device_live;
+    uint64_t init_bytes;      /* tensor bytes allocated in init and alive at the end */
+    int optimizer_seen;
+} adv_trace;
+
+int adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t errlen);
+void adv_trace_free(adv_trace *t);
+
+/* ---- candidates and the verdict ---- */
+enum { ADV_E_FITS = 0, ADV_E_INSUFFICIENT, ADV_E_INEFFECTIVE, ADV_E_COUNTER };
+const char *adv_effect_name(int e);
+
+#define ADV_MAX_RANKS 256
+typedef struct adv_cand {
+    char name[96];            /* "selective[mlp]", "full[uniform,1]", "none" */
+    char code[96];            /* R:SELECTIVE[mlp] / R:FULL[uniform,1] */
+    unsigned labels;          /* selective labels */
+    int full_method, full_n;  /* 0 none */
+    int family_best;          /* full: the best member of its family */
+    uint64_t peak[ADV_MAX_RANKS];
+    int fails_rank;           /* worst rank not fitting, -1 fits */
+    uint8_t fails_phase;
+    uint64_t max_peak;
+    int64_t saving;           /* baseline max - candidate max (bytes, may be < 0) */
+    double cost;              /* replay cost as a share of the step */
+    int effect, valid;
+    char reason[256];
+} adv_cand;
+
+typedef struct adv_finding {
+    char code[64];
+    char subtype[48];
+    int rank;                 /* -1 job */
+    char evidence[512];
+} adv_finding;
+
+typedef struct adv_verdict {
+    int available;            /* 0: no advice (note says why) */
+    char code[96];
+    char why[768];
+    char change[512];         /* the one-line change */
+    char config_diff[1024];   /* CLI flags + cfg.model.* lines, '\n' separated */
+    char confirm[512];        /* matched run */
+    char level_note[512];     /* what the source allows / what is needed */
+    char cost_source[96];     /* "FLOP model ..." */
+    adv_cfg cfg;
+    adv_finding *findings;
+    size_t nfindings;
+    adv_cand *cands;
+    size_t ncands;
+    int chosen;               /* index into cands, -1 */
+    uint64_t budget[ADV_MAX_RANKS];
+    uint64_t baseline[ADV_MAX_RANKS];
+    uint64_t predicted[ADV_MAX_RANKS];
+    uint64_t outside[ADV_MAX_RANKS];
+    uint64_t cache[ADV_MAX_RANKS];    /* PyTorch reserved - allocated at the tensor peak */
+    uint64_t capacity[ADV_MAX_RANKS];
+    int rank_id[ADV_MAX_RANKS];
+    size_t nranks;
+    uint64_t headroom;
+    char next_wall[512];      /* predicted optimizer state note */
+    char **hot_functions;     /* non-Megatron: where activation bytes were */
+    size_t nhot_functions;
+} adv_verdict;
+
+typedef struct adv_opts {
+    uint64_t budget;          /* --budget bytes (0: capacity from the trace) */
+    uint64_t headroom;        /* --headroom bytes */
+    const char *config;       /* --config FILE */
+} adv_opts;
+
+/* The whole advisor over an analysed job (ranks already analysed; sources
+ * are rewound and read once more). 0, or -1 with err. */
+int adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen);
+void adv_verdict_free(adv_verdict *v);
+
+/* internals shared by the advisor's files */
+void adv_finding_add(adv_verdict *v, const char *code, const char *subtype, int rank,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+int adv_triage(am_job *j, adv_trace *tr, adv_verdict *v);
+
+/* Counterfactual: peak bytes of the rewritten op stream of one rank for a
+ * setting; *phase gets the phase of the peak. */
+typedef struct adv_setting {
+    unsigned labels;
+    int full_method, full_n;  /* full recompute (labels ignored) */
+} adv_setting;
+uint64_t adv_counterfactual(const adv_trace *t, const adv_cfg *c, const adv_setting *s,
+                            uint64_t extra_state, uint8_t *phase);
+/* Replay cost of a setting as a share of the step (FLOP model). */
+double adv_replay_cost(const adv_cfg *c, const adv_setting *s, int stage_layers);
+/* Validity: 1 valid, else 0 with reason. */
+int adv_valid(const adv_cfg *c, const adv_setting *s, char *reason, size_t n);
+/* Labels the model has (bitmask). */
+unsigned adv_model_labels(const adv_cfg *c);
+/* Predicted Adam state bytes when the trace stops before the first step. */
+uint64_t adv_predict_optimizer_state(const adv_cfg *c, uint64_t init_bytes, char *note,
+                                     size_t n);
+
+#endif

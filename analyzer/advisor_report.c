@@ -1,0 +1,220 @@
+/* advisor_report.c: the verdict in the terminal report (its last lines are
+ * the verdict code and the change) and in the JSON document
+ * (docs/json-schema.md "verdict"). */
+#include <stdio.h>
+#include <string.h>
+#include <yajl/yajl_gen.h>
+
+#include "advisor.h"
+#include "advisor_report.h"
+#include "report.h"
+
+#define GB(x) am_fmt_bytes((x), (char[32]){0}, 32)
+
+void
+adv_report_text(FILE *f, const adv_verdict *v)
+{
+    fprintf(f, "recompute advisor\n");
+    fprintf(f, "  configuration: %s%s%s\n", v->cfg.megatron ? "Megatron, from " : "not Megatron",
+            v->cfg.megatron ? v->cfg.source : "",
+            v->cfg.unknown[0] ? "" : "");
+    if (v->cfg.unknown[0])
+        fprintf(f, "  unknown settings: %s\n", v->cfg.unknown);
+    if (v->level_note[0])
+        fprintf(f, "  note: %s\n", v->level_note);
+    if (v->next_wall[0])
+        fprintf(f, "  next wall: %s\n", v->next_wall);
+    fprintf(f, "  budget per rank = capacity - outside PyTorch - allocator cache (reserved - "
+               "allocated at the peak) - headroom %s:\n",
+            GB(v->headroom));
+    for (size_t i = 0; i < v->nranks; i++) {
+        long long margin = (long long)v->budget[i] - (long long)v->predicted[i];
+        fprintf(f, "    rank %-4d capacity %-11s outside %-11s cache %-11s budget %-11s peak now "
+                   "%-11s predicted %-11s margin %s%s\n",
+                v->rank_id[i], GB(v->capacity[i]), GB(v->outside[i]), GB(v->cache[i]),
+                GB(v->budget[i]),
+                GB(v->baseline[i]), GB(v->predicted[i]), margin < 0 ? "-" : "",
+                GB((uint64_t)(margin < 0 ? -margin : margin)));
+    }
+    for (size_t k = 0; k < v->nfindings; k++) {
+        const adv_finding *x = &v->findings[k];
+        fprintf(f, "  finding %s (%s", x->code, x->subtype);
+        if (x->rank >= 0)
+            fprintf(f, ", rank %d", x->rank);
+        fprintf(f, "): %s\n", x->evidence);
+    }
+    if (v->ncands) {
+        fprintf(f, "  candidates (replay cost: %s):\n", v->cost_source);
+        fprintf(f, "    %-30s %-12s %-8s %-18s %-6s %s\n", "setting", "max peak", "cost",
+                "effect", "valid", "why");
+        for (size_t k = 0; k < v->ncands; k++) {
+            const adv_cand *c = &v->cands[k];
+            char nm[128];
+            snprintf(nm, sizeof nm, "%s%s%s", (int)k == v->chosen ? "* " : "", c->name,
+                     c->family_best ? " (best n)" : "");
+            fprintf(f, "    %-30s %-12s %6.2f%%  %-18s %-6s %s\n", nm, GB(c->max_peak),
+                    100 * c->cost, adv_effect_name(c->effect), c->valid ? "yes" : "no",
+                    c->reason);
+        }
+    }
+    for (size_t k = 0; k < v->nhot_functions; k++)
+        fprintf(f, "  held at the peak: %s\n", v->hot_functions[k]);
+    if (v->why[0])
+        fprintf(f, "  why: %s\n", v->why);
+    if (v->config_diff[0] && strcmp(v->config_diff, v->change) != 0) {
+        fprintf(f, "  config diff:\n");
+        const char *p = v->config_diff;
+        while (*p) {
+            const char *e = strchr(p, '\n');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            fprintf(f, "    %.*s\n", (int)n, p);
+            p += n + (e ? 1 : 0);
+        }
+    }
+    if (v->confirm[0])
+        fprintf(f, "  confirm: %s\n", v->confirm);
+    fprintf(f, "verdict: %s\n", v->code[0] ? v->code : "n/a");
+    fprintf(f, "change: %s\n", v->change[0] ? v->change : "none");
+}
+
+#define S(g, s) yajl_gen_string((g), (const unsigned char *)(s), strlen(s))
+#define I(g, v) yajl_gen_integer((g), (long long)(v))
+static void
+u64(yajl_gen g, uint64_t v)
+{
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    yajl_gen_number(g, buf, (size_t)n);
+}
+
+static void
+labels_arr(yajl_gen g, const adv_cand *c)
+{
+    yajl_gen_array_open(g);
+    if (c) {
+        if (c->full_method)
+            S(g, "full");
+        for (int l = 0; l < ADV_NLABELS; l++)
+            if (c->labels & (1u << l))
+                S(g, adv_label_name(l));
+    }
+    yajl_gen_array_close(g);
+}
+
+void
+adv_report_json(void *gen, const adv_verdict *v)
+{
+    yajl_gen g = gen;
+    yajl_gen_map_open(g);
+    S(g, "code"); S(g, v->code[0] ? v->code : "n/a");
+    S(g, "why"); S(g, v->why);
+    S(g, "change"); S(g, v->change);
+    S(g, "labels");
+    labels_arr(g, v->chosen >= 0 ? &v->cands[v->chosen] : NULL);
+    S(g, "config_diff");
+    yajl_gen_array_open(g);
+    {
+        const char *p = v->config_diff;
+        while (*p) {
+            const char *e = strchr(p, '\n');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            yajl_gen_string(g, (const unsigned char *)p, n);
+            p += n + (e ? 1 : 0);
+        }
+    }
+    yajl_gen_array_close(g);
+    S(g, "confirm"); S(g, v->confirm);
+    S(g, "configuration");
+    yajl_gen_map_open(g);
+    S(g, "megatron"); yajl_gen_bool(g, v->cfg.megatron);
+    S(g, "source"); S(g, v->cfg.source);
+    S(g, "unknown"); S(g, v->cfg.unknown);
+    yajl_gen_map_close(g);
+    S(g, "note"); S(g, v->level_note);
+    S(g, "next_wall"); S(g, v->next_wall);
+    S(g, "replay_cost_source"); S(g, v->cost_source);
+    S(g, "headroom_bytes"); u64(g, v->headroom);
+    S(g, "ranks");
+    yajl_gen_array_open(g);
+    for (size_t i = 0; i < v->nranks; i++) {
+        yajl_gen_map_open(g);
+        S(g, "rank"); I(g, v->rank_id[i]);
+        S(g, "capacity_bytes"); u64(g, v->capacity[i]);
+        S(g, "outside_pytorch_bytes"); u64(g, v->outside[i]);
+        S(g, "allocator_cache_bytes"); u64(g, v->cache[i]);
+        S(g, "budget_bytes"); u64(g, v->budget[i]);
+        S(g, "baseline_peak_bytes"); u64(g, v->baseline[i]);
+        S(g, "predicted_peak_bytes"); u64(g, v->predicted[i]);
+        S(g, "margin_bytes"); I(g, (long long)v->budget[i] - (long long)v->predicted[i]);
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+    S(g, "predicted_peak_bytes");
+    yajl_gen_map_open(g);
+    for (size_t i = 0; i < v->nranks; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "%d", v->rank_id[i]);
+        S(g, k);
+        u64(g, v->predicted[i]);
+    }
+    yajl_gen_map_close(g);
+    S(g, "findings");
+    yajl_gen_array_open(g);
+    for (size_t k = 0; k < v->nfindings; k++) {
+        const adv_finding *x = &v->findings[k];
+        yajl_gen_map_open(g);
+        S(g, "code"); S(g, x->code);
+        S(g, "subtype"); S(g, x->subtype);
+        S(g, "rank");
+        if (x->rank >= 0) I(g, x->rank); else yajl_gen_null(g);
+        S(g, "evidence"); S(g, x->evidence);
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+    S(g, "candidates");
+    yajl_gen_array_open(g);
+    for (size_t k = 0; k < v->ncands; k++) {
+        const adv_cand *c = &v->cands[k];
+        yajl_gen_map_open(g);
+        S(g, "setting"); S(g, c->name);
+        S(g, "code"); S(g, c->code);
+        S(g, "labels"); labels_arr(g, c);
+        if (c->full_method) {
+            S(g, "method"); S(g, c->full_method == 1 ? "uniform" : "block");
+            S(g, "num_layers"); I(g, c->full_n);
+            S(g, "family_best"); yajl_gen_bool(g, c->family_best);
+        }
+        S(g, "predicted_peak_bytes");
+        yajl_gen_map_open(g);
+        for (size_t i = 0; i < v->nranks; i++) {
+            char kk[16];
+            snprintf(kk, sizeof kk, "%d", v->rank_id[i]);
+            S(g, kk);
+            u64(g, c->peak[i]);
+        }
+        yajl_gen_map_close(g);
+        S(g, "max_predicted_peak_bytes"); u64(g, c->max_peak);
+        S(g, "replay_cost_fraction"); yajl_gen_double(g, c->cost);
+        S(g, "effect"); S(g, adv_effect_name(c->effect));
+        S(g, "fails_at");
+        if (c->fails_rank >= 0) {
+            yajl_gen_map_open(g);
+            S(g, "rank"); I(g, c->fails_rank);
+            S(g, "phase"); S(g, am_phase_name(c->fails_phase));
+            yajl_gen_map_close(g);
+        } else {
+            yajl_gen_null(g);
+        }
+        S(g, "valid"); yajl_gen_bool(g, c->valid);
+        S(g, "reason"); S(g, c->reason);
+        S(g, "chosen"); yajl_gen_bool(g, (int)k == v->chosen);
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+    S(g, "held_at_peak");
+    yajl_gen_array_open(g);
+    for (size_t k = 0; k < v->nhot_functions; k++)
+        S(g, v->hot_functions[k]);
+    yajl_gen_array_close(g);
+    yajl_gen_map_close(g);
+}

@@ -1,0 +1,623 @@
+/* advisor_trace.c: one more pass over a rank's source that keeps what the
+ * counterfactuals need (advisor.h adv_trace):
+ *
+ *   - one compact record per tensor-level device allocation: size, op
+ *     positions of its allocation and free, the thread (main/backward) of
+ *     both, the analyzer's phase and boundary, the forward instance and layer
+ *     it belongs to, the Megatron region it was made in, and the Transformer
+ *     Engine call it belongs to (TE allocates just before its nvte_* calls, so
+ *     the next nvte_* range on the same thread owns an allocation);
+ *   - the op stream: +id allocation, -id free, in trace order;
+ *   - per forward layer instance, the op positions of Megatron's regions
+ *     (.self_attention, .core_attention, _run_mlp.mlp, .mlp_bda) and the
+ *     tensors the discard-style labels act on (standalone norms, the expert
+ *     activation, MLA's Q/K/V).
+ *
+ * Layers are counted on the main thread from Megatron's `.self_attention`
+ * range (--profile --nvtx-ranges); a forward instance (one microbatch of one
+ * model chunk) is layers_per_chunk consecutive layers. Memory: O(tensor
+ * allocations) records.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "advisor.h"
+#include "live.h"
+#include "timeline.h"
+
+static int
+grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap * 2 : 256;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+static int
+suffix(const char *s, uint32_t n, const char *suf)
+{
+    size_t k = strlen(suf);
+    return s && n >= k && memcmp(s + n - k, suf, k) == 0;
+}
+
+static int
+prefix(const char *s, uint32_t n, const char *pre)
+{
+    size_t k = strlen(pre);
+    return s && n >= k && memcmp(s, pre, k) == 0;
+}
+
+enum { R_NONE, R_ATTN, R_CORE, R_MLP, R_SUB, R_BDA, R_MLPBDA };
+
+static int
+region_of(const char *s, uint32_t n)
+{
+    if (suffix(s, n, ".self_attention"))
+        return R_ATTN;
+    if (suffix(s, n, ".core_attention"))
+        return R_CORE;
+    if (suffix(s, n, "._run_mlp.mlp") || suffix(s, n, "._forward_mlp.mlp"))
+        return R_MLP;
+    if (suffix(s, n, "mlp.forward.linear_fc1") || suffix(s, n, "mlp.forward.activation") ||
+        suffix(s, n, "mlp.forward.linear_fc2"))
+        return R_SUB;
+    if (suffix(s, n, ".mlp_bda"))
+        return R_MLPBDA;
+    if (suffix(s, n, ".self_attn_bda"))
+        return R_BDA;
+    return R_NONE;
+}
+
+static int
+te_class(const char *s, uint32_t n)
+{
+    if (!prefix(s, n, "nvte_"))
+        return ADV_T_NONE;
+    if (prefix(s, n, "nvte_rmsnorm_fwd") || prefix(s, n, "nvte_layernorm_fwd"))
+        return ADV_T_NORM;
+    if (prefix(s, n, "nvte_flash_attn_fwd") || prefix(s, n, "nvte_fused_attn_fwd"))
+        return ADV_T_ATTN;
+    if (prefix(s, n, "nvte_multi_tensor_gemm") || prefix(s, n, "nvte_multi_stream_cublas_gemm"))
+        return ADV_T_GROUPED;
+    if (prefix(s, n, "nvte_cublas_gemm"))
+        return ADV_T_GEMM;
+    if (prefix(s, n, "nvte_fused_rope"))
+        return ADV_T_ROPE;
+    return ADV_T_OTHER;
+}
+
+/* allocation ids by address: the analyzer's live set (seq = id + 1) */
+typedef live_set keymap;
+
+static int
+km_put(keymap *m, uint64_t addr, uint32_t id)
+{
+    live_ent e;
+    memset(&e, 0, sizeof e);
+    e.addr = addr;
+    e.seq = (uint64_t)id + 1;
+    return live_put(m, &e);
+}
+
+static int
+km_take(keymap *m, uint64_t addr, uint32_t *id)
+{
+    live_ent old;
+    if (!live_del(m, 0, addr, &old))
+        return 0;
+    *id = (uint32_t)(old.seq - 1);
+    return 1;
+}
+
+void
+adv_trace_free(adv_trace *t)
+{
+    free(t->a);
+    free(t->ops);
+    free(t->layers);
+    free(t->insts);
+    memset(t, 0, sizeof *t);
+}
+
+typedef struct cap {
+    adv_trace *t;
+    const adv_cfg *cfg;
+    am_rank *r;
+    tl tl;
+    keymap keys;
+    uint32_t main_tid;
+    int lpc, layer_seq, cur_layer;   /* cur_layer: index into t->layers, -1 */
+    int depth_attn, depth_core, depth_mlp, depth_sub, depth_bda;
+    uint32_t pend[64];               /* main-thread allocations waiting for an nvte call */
+    int npend;
+    uint32_t last_norm;              /* standalone norm output candidate */
+    int grouped_groups, flash_groups;
+    uint64_t dev_live, reserved;
+    uint64_t graph_live;
+    int capture;
+    uint32_t last_main_pos;          /* op position after the last main-thread op */
+    uint64_t mla_in_sizes[3];        /* kv latent, q latent, gathered k_pos_emb */
+} cap;
+
+static adv_layer *
+cur(cap *c)
+{
+    return c->cur_layer >= 0 ? &c->t->layers[c->cur_layer] : NULL;
+}
+
+static int
+new_layer(cap *c)
+{
+    adv_trace *t = c->t;
+    if (!c->lpc)
+        return 0;
+    int inst = c->layer_seq / c->lpc, li = c->layer_seq % c->lpc;
+    c->layer_seq++;
+    if (li == 0) {
+        if (grow((void **)&t->insts, &t->capinsts, t->ninsts + 1, sizeof *t->insts) < 0)
+            return -1;
+        t->insts[t->ninsts++] = (adv_inst){c->tl.iteration, (uint32_t)t->nops, (uint32_t)t->nops, 0};
+    }
+    if (grow((void **)&t->layers, &t->caplayers, t->nlayers + 1, sizeof *t->layers) < 0)
+        return -1;
+    adv_layer *L = &t->layers[t->nlayers];
+    memset(L, 0xff, sizeof *L);
+    L->inst = inst;
+    L->layer = li;
+    L->global_layer = (c->cfg->vpp > 1 || c->r->stage < 0) ? -1 : c->r->stage * c->lpc + li;
+    L->moe = adv_cfg_is_moe_layer(c->cfg, L->global_layer >= 0 ? L->global_layer : li);
+    L->mla = c->cfg->mla;
+    L->begin = (uint32_t)t->nops;
+    L->end = ADV_NONE;
+    c->cur_layer = (int)t->nlayers++;
+    t->insts[inst].nlayers++;
+    c->grouped_groups = c->flash_groups = 0;
+    return 0;
+}
+
+static void
+on_nvte(cap *c, int cls)
+{
+    adv_trace *t = c->t;
+    adv_layer *L = cur(c);
+    /* a grouped GEMM's nested per-expert GEMMs belong to it */
+    for (int i = 0; i < c->npend; i++)
+        t->a[c->pend[i]].te = (uint8_t)cls;
+    if (cls == ADV_T_NORM && c->npend && !c->depth_attn && !c->depth_mlp)
+        c->last_norm = c->pend[c->npend - 1];
+    if (L && L->end == ADV_NONE && c->tl.phase == AM_PH_forward) {
+        if (cls == ADV_T_GROUPED && c->depth_mlp && !c->depth_sub) {
+            c->grouped_groups++;
+            if (c->grouped_groups == 2 && c->npend >= 2) {
+                L->moe_act = c->pend[0];
+                L->moe_act_discard = (uint32_t)t->nops;
+            }
+        }
+        if (cls == ADV_T_ATTN && c->depth_attn) {
+            c->flash_groups++;
+            if (c->flash_groups == 1 && L->mla && c->npend >= 4) {
+                L->mla_q = c->pend[c->npend - 4];
+                L->mla_k = c->pend[c->npend - 3];
+                L->mla_v = c->pend[c->npend - 2];
+            }
+            if (c->flash_groups == 2) {
+                /* core attention's own saved state: the allocations of the
+                 * second call (workspace, softmax stats) */
+                for (int i = 0; i < c->npend; i++)
+                    t->a[c->pend[i]].ctx |= ADV_C_ATTN2;
+                L->core_e = (uint32_t)t->nops;
+                if (L->core_b == ADV_NONE && c->npend)
+                    L->core_b = t->a[c->pend[0]].a_pos;
+            }
+        }
+    }
+    c->npend = 0;
+}
+
+static int
+on_push(cap *c, const am_event *ev, tl_thread *th)
+{
+    if (th->role != AM_ROLE_MAIN)
+        return 0;
+    const char *s = ev->name;
+    uint32_t n = ev->name_len;
+    int cls = te_class(s, n);
+    if (cls != ADV_T_NONE) {
+        on_nvte(c, cls);
+        return 0;
+    }
+    int reg = region_of(s, n);
+    adv_trace *t = c->t;
+    if (reg == R_ATTN && c->tl.phase != AM_PH_eval) {
+        t->megatron_ranges = 1;
+        if (new_layer(c) < 0)
+            return -1;
+        adv_layer *L = cur(c);
+        if (L) {
+            L->attn_b = (uint32_t)t->nops;
+            if (c->last_norm != ADV_NONE) {
+                L->in_ln = c->last_norm;
+                t->a[c->last_norm].layer = (int16_t)L->layer;
+                t->a[c->last_norm].inst = L->inst;
+                L->begin = t->a[c->last_norm].a_pos;
+            }
+        }
+        c->last_norm = ADV_NONE;
+        c->depth_attn++;
+    } else if (reg == R_CORE) {
+        adv_layer *L = cur(c);
+        if (L && L->core_b == ADV_NONE)
+            L->core_b = (uint32_t)t->nops;
+        c->depth_core++;
+    } else if (reg == R_MLP) {
+        adv_layer *L = cur(c);
+        if (L) {
+            L->mlp_b = (uint32_t)t->nops;
+            if (c->last_norm != ADV_NONE)
+                L->pre_ln = c->last_norm;
+        }
+        c->last_norm = ADV_NONE;
+        c->depth_mlp++;
+    } else if (reg == R_SUB) {
+        c->depth_sub++;
+    } else if (reg == R_BDA || reg == R_MLPBDA) {
+        c->depth_bda++;
+    }
+    if (reg != R_NONE)
+        c->npend = 0;
+    if (reg != R_ATTN && reg != R_MLP)
+        c->last_norm = ADV_NONE;
+    return 0;
+}
+
+static void
+on_pop(cap *c, tl_thread *th, uint32_t domain)
+{
+    if (th->role != AM_ROLE_MAIN || !th->depth)
+        return;
+    size_t i = th->depth;
+    while (i > 0 && th->stack[i - 1].domain_id != domain)
+        i--;
+    if (!i)
+        return;
+    const tl_frame *f = &th->stack[i - 1];
+    int reg = region_of(f->name, f->len);
+    adv_layer *L = cur(c);
+    adv_trace *t = c->t;
+    switch (reg) {
+    case R_ATTN:
+        if (c->depth_attn)
+            c->depth_attn--;
+        if (L)
+            L->attn_e = (uint32_t)t->nops;
+        break;
+    case R_CORE:
+        if (c->depth_core)
+            c->depth_core--;
+        if (L && c->flash_groups < 2)
+            L->core_e = (uint32_t)t->nops;
+        break;
+    case R_MLP:
+        if (c->depth_mlp)
+            c->depth_mlp--;
+        if (L)
+            L->mlp_e = (uint32_t)t->nops;
+        break;
+    case R_SUB:
+        if (c->depth_sub)
+            c->depth_sub--;
+        break;
+    case R_MLPBDA:
+        if (c->depth_bda)
+            c->depth_bda--;
+        if (L) {
+            L->end = (uint32_t)t->nops;
+            t->insts[L->inst].end = L->end;
+        }
+        break;
+    case R_BDA:
+        if (c->depth_bda)
+            c->depth_bda--;
+        break;
+    default:
+        break;
+    }
+}
+
+static int
+op(cap *c, int32_t v)
+{
+    adv_trace *t = c->t;
+    if (grow((void **)&t->ops, &t->capops, t->nops + 1, sizeof *t->ops) < 0)
+        return -1;
+    t->ops[t->nops++] = v;
+    return 0;
+}
+
+static int
+on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
+{
+    adv_trace *t = c->t;
+    am_attr a = tl_attr(&c->tl, ev, seq);
+    /* private pools keep their segments: bytes allocated in capture windows */
+    if (c->capture && (ev->levels & AM_LVL_DEVICE)) {
+        c->graph_live += ev->size;
+        t->graph_pool_bytes = c->graph_live;
+    }
+    if (!(ev->levels & AM_LVL_TENSOR))
+        return 0;
+    if (grow((void **)&t->a, &t->capa, t->na + 1, sizeof *t->a) < 0)
+        return -1;
+    uint32_t id = (uint32_t)t->na++;
+    adv_alloc *x = &t->a[id];
+    memset(x, 0, sizeof *x);
+    x->size = ev->size;
+    x->a_pos = (uint32_t)t->nops;
+    x->f_pos = ADV_NONE;
+    x->phase = a.phase;
+    x->boundary = a.boundary;
+    x->bwd = th->role == AM_ROLE_BACKWARD;
+    x->iteration = c->tl.iteration;
+    x->graph = c->capture > 0;
+    x->inst = -1;
+    x->layer = -1;
+    adv_layer *L = cur(c);
+    if (th->role == AM_ROLE_MAIN && (a.phase == AM_PH_forward) && L && L->end == ADV_NONE) {
+        x->inst = L->inst;
+        x->layer = (int16_t)L->layer;
+    }
+    if (th->role == AM_ROLE_MAIN) {
+        uint8_t ctx = 0;
+        if (c->depth_attn)
+            ctx |= ADV_C_ATTN | ADV_C_MEGA;
+        if (c->depth_core)
+            ctx |= ADV_C_CORE | ADV_C_MEGA;
+        if (c->depth_mlp)
+            ctx |= ADV_C_MLP | ADV_C_MEGA;
+        if (c->depth_sub)
+            ctx |= ADV_C_SUBMLP | ADV_C_MEGA;
+        if (c->depth_bda)
+            ctx |= ADV_C_BDA | ADV_C_MEGA;
+        x->ctx = ctx;
+        if (L && L->mla && (ctx & ADV_C_ATTN) && L->mla_q == ADV_NONE && x->inst == L->inst)
+            for (int k = 0; k < 3; k++)
+                if (c->mla_in_sizes[k] && x->size == c->mla_in_sizes[k])
+                    L->mla_up_b = x->a_pos + 1;
+        if (c->npend < 64)
+            c->pend[c->npend++] = id;
+    }
+    if (a.phase == AM_PH_backward_replay)
+        t->replay_bytes += ev->size;
+    if (km_put(&c->keys, ev->addr, id) < 0)
+        return -1;
+    if (th->role == AM_ROLE_MAIN)
+        c->last_main_pos = (uint32_t)t->nops + 1;
+    return op(c, (int32_t)(id + 1));
+}
+
+static int
+on_free(cap *c, const am_event *ev, tl_thread *th)
+{
+    adv_trace *t = c->t;
+    if (!(ev->levels & AM_LVL_TENSOR))
+        return 0;
+    uint32_t id;
+    if (!km_take(&c->keys, ev->addr, &id))
+        return 0;
+    t->a[id].f_pos = (uint32_t)t->nops;
+    t->a[id].fbwd = th->role == AM_ROLE_BACKWARD;
+    if (th->role == AM_ROLE_MAIN)
+        c->last_main_pos = (uint32_t)t->nops + 1;
+    return op(c, -(int32_t)(id + 1));
+}
+
+int
+adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    t->last_complete_iter = -1;
+    t->opt_state_init_end = ADV_NONE;
+    am_source *src = r->src;
+    if (am_rewind(src) < 0) {
+        snprintf(err, errlen, "%s", src->error);
+        return -1;
+    }
+    cap c;
+    memset(&c, 0, sizeof c);
+    c.t = t;
+    c.cfg = cfg;
+    c.r = r;
+    c.cur_layer = -1;
+    c.last_norm = ADV_NONE;
+    c.lpc = adv_cfg_layers_per_chunk(cfg);
+    {
+        uint64_t beta = (cfg->bf16 || cfg->fp16) ? 2 : 4;
+        uint64_t sq = (uint64_t)(cfg->seq / (cfg->cp > 0 ? cfg->cp : 1));
+        uint64_t ts = cfg->sp ? (uint64_t)cfg->tp : 1, b = (uint64_t)cfg->mbs;
+        c.mla_in_sizes[0] = beta * (sq / ts) * b * (uint64_t)(cfg->kv_lora + cfg->qk_pos);
+        c.mla_in_sizes[1] = beta * (sq / ts) * b * (uint64_t)cfg->q_lora;
+        c.mla_in_sizes[2] = ts > 1 ? beta * sq * b * (uint64_t)cfg->qk_pos : 0;
+    }
+    am_rank scratch;
+    memset(&scratch, 0, sizeof scratch);
+    tl_init(&c.tl, src->meta.pid, &scratch);
+    am_event ev;
+    int rc;
+    uint64_t seq = 0;
+    int prev_phase = AM_PH_init;
+    /* device-level bytes per address for max(device live - reserved) */
+    keymap dkeys;
+    live_init(&dkeys);
+    live_init(&c.keys);
+    uint64_t *dsz = NULL;
+    size_t ndsz = 0, capdsz = 0;
+    while ((rc = am_next(src, &ev)) == 1) {
+        seq++;
+        if (t->oom) {
+            /* the fatal OOM ends the job: what follows is teardown */
+            t->trunc = 1;
+            break;
+        }
+        tl_thread *th = tl_thread_get(&c.tl, ev.tid);
+        if (!th) {
+            rc = -1;
+            break;
+        }
+        if (ev.kind == AM_EV_RANGE_POP)
+            on_pop(&c, th, ev.domain_id);
+        if (tl_event(&c.tl, &ev) < 0) {
+            rc = -1;
+            break;
+        }
+        th = tl_thread_get(&c.tl, ev.tid);
+        int e = 0;
+        switch ((am_ev_kind)ev.kind) {
+        case AM_EV_RANGE_PUSH:
+            e = on_push(&c, &ev, th);
+            break;
+        case AM_EV_ALLOC:
+            if (ev.mem != AM_MEM_DEVICE)
+                break;
+            if (ev.levels & AM_LVL_DEVICE) {
+                if (grow((void **)&dsz, &capdsz, ndsz + 1, sizeof *dsz) == 0 &&
+                    km_put(&dkeys, ev.addr ^ ((uint64_t)ev.space << 63), (uint32_t)ndsz) == 0) {
+                    dsz[ndsz++] = ev.size;
+                    c.dev_live += ev.size;
+                }
+            }
+            if (ev.has_totals)
+                c.reserved = ev.total_reserved;
+            e = on_alloc(&c, &ev, th, seq);
+            break;
+        case AM_EV_FREE:
+            if (ev.levels & AM_LVL_DEVICE) {
+                uint32_t id;
+                if (km_take(&dkeys, ev.addr ^ ((uint64_t)ev.space << 63), &id))
+                    c.dev_live -= dsz[id];
+            }
+            if (ev.has_totals)
+                c.reserved = ev.total_reserved;
+            e = on_free(&c, &ev, th);
+            break;
+        case AM_EV_OOM:
+            if (!t->oom && r->oom && ev.t_ns == r->oom->t_ns) {
+                am_attr oa = tl_attr(&c.tl, &ev, 0);
+                t->oom = 1;
+                t->oom_pos = (uint32_t)t->nops;
+                t->oom_phase = oa.phase;
+                t->oom_lib = ev.lib;
+                t->oom_in_capture = c.capture > 0;
+                t->oom_request = ev.size;
+                t->oom_reserved = c.reserved;
+                t->oom_device_live = c.dev_live;
+                if (c.capture)
+                    t->graph_capture_oom = 1;
+            }
+            break;
+        case AM_EV_GRAPH_BEGIN:
+            c.capture++;
+            break;
+        case AM_EV_GRAPH_END:
+            if (c.capture)
+                c.capture--;
+            break;
+        default:
+            break;
+        }
+        if (e < 0) {
+            rc = -1;
+            break;
+        }
+        /* outside PyTorch = device live - reserved, where PyTorch just reported its
+         * reserved bytes (a new segment shows at the device level first) */
+        if ((ev.kind == AM_EV_ALLOC || ev.kind == AM_EV_FREE) && ev.has_totals &&
+            (ev.levels & AM_LVL_TENSOR) && c.dev_live > c.reserved &&
+            c.dev_live - c.reserved > t->max_outside)
+            t->max_outside = c.dev_live - c.reserved;
+        if (th && th->role == AM_ROLE_BACKWARD && th->depth &&
+            th->stack[th->depth - 1].replay)
+            t->replays = 1;
+        /* the first optimizer step ends when the next phase starts */
+        if (prev_phase == AM_PH_optimizer_state_init && c.tl.phase != prev_phase &&
+            t->opt_state_init_end == ADV_NONE)
+            t->opt_state_init_end = (uint32_t)t->nops;
+        if ((prev_phase == AM_PH_optimizer || prev_phase == AM_PH_optimizer_state_init ||
+             prev_phase == AM_PH_param_sync) &&
+            c.tl.phase == AM_PH_forward)
+            t->last_complete_iter = c.tl.iteration - 1;
+        if (c.tl.phase == AM_PH_optimizer || c.tl.phase == AM_PH_optimizer_state_init)
+            t->optimizer_seen = 1;
+        prev_phase = c.tl.phase;
+    }
+    if (rc == 0 && (prev_phase == AM_PH_optimizer || prev_phase == AM_PH_param_sync) &&
+        !t->trunc)
+        t->last_complete_iter = c.tl.iteration;
+    if (rc == 0 && !src->meta.closed)
+        t->trunc = 1;
+    live_fini(&dkeys);
+    free(dsz);
+    live_fini(&c.keys);
+    tl_fini(&c.tl);
+    for (size_t i = 0; i < scratch.niters; i++)
+        free(scratch.iters[i].phases);
+    free(scratch.iters);
+    if (rc < 0) {
+        snprintf(err, errlen, "%s", src->error[0] ? src->error : "advisor: out of memory");
+        adv_trace_free(t);
+        return -1;
+    }
+    /* tensor bytes live at the OOM; init state */
+    {
+        uint64_t live = 0;
+        for (size_t p = 0; p < t->nops; p++) {
+            int32_t v = t->ops[p];
+            if (t->oom && p == t->oom_pos)
+                t->oom_allocated = live;
+            live = v > 0 ? live + t->a[v - 1].size : live - t->a[-v - 1].size;
+        }
+        if (t->oom && t->oom_pos >= t->nops)
+            t->oom_allocated = live;
+        for (size_t i = 0; i < t->na; i++)
+            if (t->a[i].phase == AM_PH_init && t->a[i].f_pos == ADV_NONE)
+                t->init_bytes += t->a[i].size;
+    }
+    /* instances without a finished last layer end at their last op */
+    for (size_t i = 0; i < t->nlayers; i++) {
+        adv_layer *L = &t->layers[i];
+        if (L->end == ADV_NONE)
+            L->end = (uint32_t)t->nops;
+        adv_inst *in = &t->insts[L->inst];
+        if (L->end > in->end)
+            in->end = L->end;
+    }
+    return 0;
+}
+
+/* RECOMP_ADVISOR_DEBUG=1: the layer table on stderr */
+void adv_trace_debug(const adv_trace *t);
+void
+adv_trace_debug(const adv_trace *t)
+{
+    fprintf(stderr, "advisor: %zu allocs, %zu ops, %zu layers, %zu insts, ranges %d, trunc %d, "
+                    "last complete %d, max_outside %llu, oom %d pos %u alloc %llu res %llu\n",
+            t->na, t->nops, t->nlayers, t->ninsts, t->megatron_ranges, t->trunc,
+            t->last_complete_iter, (unsigned long long)t->max_outside, t->oom, t->oom_pos,
+            (unsigned long long)t->oom_allocated, (unsigned long long)t->oom_reserved);
+    for (size_t i = 0; i < t->nlayers && i < 40; i++) {
+        const adv_layer *L = &t->layers[i];
+        fprintf(stderr, "  inst %d layer %d g %d moe %d [%u,%u) attn [%u,%u) core [%u,%u) mlp [%u,%u) "
+                        "in_ln %u pre_ln %u moe_act %u@%u mla %u,%u,%u b %u\n",
+                L->inst, L->layer, L->global_layer, L->moe, L->begin, L->end, L->attn_b, L->attn_e,
+                L->core_b, L->core_e, L->mlp_b, L->mlp_e, L->in_ln, L->pre_ln, L->moe_act,
+                L->moe_act_discard, L->mla_q, L->mla_k, L->mla_v, L->mla_up_b);
+    }
+}

@@ -1,0 +1,190 @@
+/* advisor_triage.c: what recompute cannot fix, checked before any
+ * counterfactual, in DESIGN.md §4.1's order, each with its numbers:
+ *
+ *   X:CUDA_GRAPH_POOL  the OOM is inside a capture window, or private pools
+ *                      hold > 50% of the capacity
+ *   X:NCCL_BUFFERS     the failing allocation's caller is NCCL (or another
+ *                      library outside PyTorch), or memory outside PyTorch
+ *                      plus PyTorch's cache exhausts the device
+ *   X:FRAGMENTATION    PyTorch's request failed although allocated + request
+ *                      fits the budget and reserved - allocated (the inactive
+ *                      split) exceeds the request
+ *   X:OPTIMIZER_STATE  the OOM/peak is in the optimizer step, or activations
+ *   X:PARAM_STATE      are a negligible share of what is live (state dominates)
+ *   X:RETENTION        activation or replay bytes alive into the next iteration
+ *   X:HOT_RANK[pp=k]   one pipeline stage's peak stands out (a finding: where,
+ *                      not why)
+ * Returns a bitmask of primary-capable findings per rank in v (the verdict
+ * code is decided in advisor_verdict.c).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "advisor.h"
+#include "report.h"
+
+#define GB(x) am_fmt_bytes((x), (char[32]){0}, 32)
+
+static int
+is_act(const adv_alloc *x)
+{
+    return x->inst >= 0 || x->phase == AM_PH_forward || x->phase == AM_PH_backward ||
+           x->phase == AM_PH_backward_replay;
+}
+
+int
+adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
+{
+    int primary = 0;
+    for (size_t i = 0; i < j->nranks && i < ADV_MAX_RANKS; i++) {
+        am_rank *r = &j->ranks[i];
+        adv_trace *t = &tr[i];
+        uint64_t cap = v->capacity[i], budget = v->budget[i];
+        /* 1. CUDA-graph private pools */
+        if (t->graph_capture_oom || (cap && t->graph_pool_bytes * 2 > cap)) {
+            adv_finding_add(v, "X:CUDA_GRAPH_POOL", t->graph_capture_oom ? "oom_in_capture"
+                                                                         : "pool_over_half",
+                            r->rank,
+                            "CUDA-graph private pools hold %s of %s capacity%s; PyTorch "
+                            "allocated %s, reserved %s at the OOM (the pool counts as reserved: "
+                            "not fragmentation). Narrow the graph scope (--cuda-graph-modules: "
+                            "drop moe_* first), share pools / reuse static buffers, or turn "
+                            "graphs off as the baseline; full recompute needs "
+                            "full_iteration graphs",
+                            GB(t->graph_pool_bytes), GB(cap),
+                            t->graph_capture_oom ? ", and the OOM happened inside a capture "
+                                                   "window"
+                                                 : "",
+                            GB(t->oom_allocated), GB(t->oom_reserved));
+            primary |= 1;
+            continue;
+        }
+        if (!t->oom && !(r->oom))
+            goto state;
+        /* 2. memory outside PyTorch failing or starved */
+        {
+            int lib = t->oom ? t->oom_lib : r->oom->lib;
+            uint64_t req = t->oom ? t->oom_request : r->oom->requested;
+            uint64_t cache = t->oom_reserved > t->oom_allocated ? t->oom_reserved - t->oom_allocated
+                                                                : 0;
+            if (lib == AM_LIB_NCCL || lib == AM_LIB_CUBLAS || lib == AM_LIB_CUDNN) {
+                adv_finding_add(v, "X:NCCL_BUFFERS", lib == AM_LIB_NCCL ? "nccl_failed"
+                                                                        : "library_failed",
+                                r->rank,
+                                "the failing %s allocation was made by %s, outside PyTorch; "
+                                "memory outside PyTorch up to %s; PyTorch's cache held %s "
+                                "reserved but unallocated then. Leave NCCL a margin "
+                                "(PYTORCH_CUDA_ALLOC_CONF expandable_segments:True lets the "
+                                "cache shrink; fewer/lazier communicators, NCCL_BUFFSIZE, "
+                                "NCCL_NVLS_ENABLE=0; torch.cuda.empty_cache() before the "
+                                "first collective)",
+                                GB(req), am_lib_name(lib), GB(v->outside[i]), GB(cache));
+                primary |= 2;
+                continue;
+            }
+            /* 3. fragmentation: PyTorch's own request */
+            if (t->oom && (r->levels & AM_LVL_TENSOR) && t->oom_reserved &&
+                t->oom_allocated + req <= budget && cache > req) {
+                adv_finding_add(v, "X:FRAGMENTATION", "inactive_split", r->rank,
+                                "PyTorch's request of %s failed with %s allocated (+ request = "
+                                "%s, within the %s budget) and %s reserved: %s reserved but "
+                                "unallocated (inactive split) exceeds the request %.1fx. Set "
+                                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (zero "
+                                "throughput cost); with CUDA graphs on pre-Blackwell GPUs also "
+                                "NCCL_GRAPH_REGISTER=0",
+                                GB(req), GB(t->oom_allocated), GB(t->oom_allocated + req),
+                                GB(budget), GB(t->oom_reserved), GB(cache),
+                                (double)cache / (double)(req ? req : 1));
+                primary |= 4;
+                continue;
+            }
+        }
+    state:
+        /* 4. optimizer / parameter state */
+        {
+            int in_opt = 0;
+            uint64_t act = 0, all = 0;
+            uint32_t at = t->oom ? t->oom_pos : ADV_NONE;
+            uint8_t ph = t->oom ? t->oom_phase : r->peak[AM_L_TENSOR].phase;
+            if (!t->oom && r->peak[AM_L_TENSOR].known) {
+                /* position of the tensor-level peak of the recorded trace */
+                uint64_t live = 0, mx = 0;
+                for (uint32_t p = 0; p < t->nops; p++) {
+                    int32_t o = t->ops[p];
+                    live = o > 0 ? live + t->a[o - 1].size : live - t->a[-o - 1].size;
+                    if (live > mx) {
+                        mx = live;
+                        at = p + 1;
+                    }
+                }
+            }
+            if (at != ADV_NONE)
+                for (size_t k = 0; k < t->na; k++) {
+                    const adv_alloc *x = &t->a[k];
+                    if (x->a_pos < at && (x->f_pos == ADV_NONE || x->f_pos >= at)) {
+                        all += x->size;
+                        if (is_act(x))
+                            act += x->size;
+                    }
+                }
+            in_opt = ph == AM_PH_optimizer || ph == AM_PH_optimizer_state_init;
+            int over = v->baseline[i] > budget;
+            if (over && all && (in_opt || act * 100 < all)) {
+                const char *code = ph == AM_PH_init ? "X:PARAM_STATE" : "X:OPTIMIZER_STATE";
+                adv_finding_add(v, code, in_opt ? "peak_in_optimizer" : "state_dominates",
+                                r->rank,
+                                "%s in phase %s with %s live, of which activations %s (%.2f%%): "
+                                "recompute cannot help. Use the distributed optimizer over a "
+                                "larger domain (--use-distributed-optimizer, more DP), "
+                                "lower-precision states (--use-precision-aware-optimizer "
+                                "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), optimizer CPU "
+                                "offload, or more TP/PP",
+                                t->oom ? "the OOM" : "the peak", am_phase_name(ph), GB(all),
+                                GB(act), all ? 100.0 * (double)act / (double)all : 0.0);
+                primary |= 8;
+            }
+        }
+        /* 5. retention: activation/replay bytes alive into the next iteration */
+        {
+            uint64_t kept = 0;
+            int it = -1, maxit = -1;
+            for (size_t k = 0; k < t->na; k++)
+                if (t->a[k].iteration > maxit)
+                    maxit = t->a[k].iteration;
+            uint32_t first_fwd[64];
+            for (int q = 0; q < 64; q++)
+                first_fwd[q] = ADV_NONE;
+            for (size_t k = 0; k < t->na; k++) {
+                const adv_alloc *x = &t->a[k];
+                if (x->iteration >= 0 && x->iteration < 64 && x->phase == AM_PH_forward &&
+                    first_fwd[x->iteration] == ADV_NONE)
+                    first_fwd[x->iteration] = x->a_pos;
+            }
+            for (size_t k = 0; k < t->na; k++) {
+                const adv_alloc *x = &t->a[k];
+                if (!is_act(x) || x->iteration < 0 || x->iteration + 1 >= 64 ||
+                    x->iteration >= maxit)
+                    continue;
+                uint32_t nf = first_fwd[x->iteration + 1];
+                if (nf == ADV_NONE || x->a_pos >= nf)
+                    continue;
+                if ((x->f_pos == ADV_NONE || x->f_pos > nf) && (it < 0 || x->iteration == it)) {
+                    it = x->iteration;
+                    kept += x->size;
+                }
+            }
+            if (kept > ((uint64_t)256 << 20) && kept * 100 > budget) {
+                adv_finding_add(v, "X:RETENTION", t->replay_bytes ? "replay_bytes" : "activations",
+                                r->rank,
+                                "%s of activation%s bytes allocated in iteration %d are still "
+                                "alive in iteration %d's forward: something keeps references "
+                                "(replay outputs, logged tensors, a cache); recompute cannot "
+                                "free them",
+                                GB(kept), t->replay_bytes ? "/recompute-replay" : "", it, it + 1);
+                primary |= 16;
+            }
+        }
+    }
+    return primary;
+}

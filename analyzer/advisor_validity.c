@@ -1,0 +1,70 @@
+/* advisor_validity.c: which recompute settings the recorded configuration
+ * allows (megatron.md §3, TransformerConfig.__post_init__ and validate_args),
+ * with Megatron's own message as the reason; and which labels the model has.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "advisor.h"
+
+unsigned
+adv_model_labels(const adv_cfg *c)
+{
+    unsigned m = 1u << ADV_L_core_attn | 1u << ADV_L_layernorm;
+    int dense = 0, moe = 0;
+    for (int l = 0; l < (c->num_layers > 0 ? c->num_layers : 1); l++) {
+        if (adv_cfg_is_moe_layer(c, l))
+            moe = 1;
+        else
+            dense = 1;
+    }
+    if (dense)
+        m |= 1u << ADV_L_mlp;
+    if (moe) {
+        m |= 1u << ADV_L_moe | 1u << ADV_L_moe_act;
+        if (c->shared_ffn)
+            m |= 1u << ADV_L_shared_experts;
+    }
+    if (c->mla)
+        m |= 1u << ADV_L_mla_up_proj;
+    return m;
+}
+
+#define FAIL(...) do { snprintf(reason, n, __VA_ARGS__); return 0; } while (0)
+
+int
+adv_valid(const adv_cfg *c, const adv_setting *s, char *reason, size_t n)
+{
+    reason[0] = 0;
+    int graphs = strcmp(c->cuda_graph_impl, "none") != 0 && c->cuda_graph_impl[0];
+    if (c->cpu_offloading)
+        FAIL("CPU offloading does not work when activation recomputation is enabled");
+    if (s->full_method) {
+        if (graphs && strcmp(c->cuda_graph_impl, "full_iteration") != 0)
+            FAIL("full recompute is only supported with full iteration CUDA graph.");
+        if (c->ep_overlap)
+            FAIL("disable full recomputation when enabling overlap_moe_expert_parallel_comm");
+        return 1;
+    }
+    unsigned m = s->labels;
+    if ((m & (1u << ADV_L_moe_act)) && !c->grouped_gemm)
+        FAIL("moe_act in recompute_modules is only supported with moe_grouped_gemm.");
+    if ((m & (1u << ADV_L_mla_up_proj)) && !c->mla)
+        FAIL("mla_up_proj in recompute_modules is only supported with multi_latent_attention.");
+    if ((m & (1u << ADV_L_shared_experts)) && c->shared_ffn && c->shared_overlap)
+        FAIL("shared_experts recompute cannot work with --moe-shared-expert-overlap.");
+    if ((m & (1u << ADV_L_moe)) && c->ep_overlap)
+        FAIL("disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm");
+    if (c->fp8 && (m & (1u << ADV_L_moe_act | 1u << ADV_L_layernorm)) &&
+        strcmp(c->fp8_recipe, "delayed") == 0)
+        FAIL("Delayed scaling does not support moe_act and layernorm recompute for fp8.");
+    if ((m & (1u << ADV_L_moe)) && strcmp(c->cuda_graph_impl, "transformer_engine") == 0 &&
+        strstr(c->cuda_graph_modules, "moe_router"))
+        FAIL("moe recompute is not supported with moe_router CUDA graph");
+    if ((m & (1u << ADV_L_gdn_norm_out)))
+        FAIL("gdn_norm_out in recompute_modules is only supported with "
+             "experimental_attention_variant='gdn' or 'gdn2'.");
+    if ((m & (1u << ADV_L_mhc)))
+        FAIL("'mhc' in recompute_modules requires enable_mhc_connections=True.");
+    return 1;
+}
