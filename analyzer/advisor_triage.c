@@ -41,6 +41,9 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
         am_rank *r = &j->ranks[i];
         adv_trace *t = &tr[i];
         uint64_t cap = v->capacity[i], budget = v->budget[i];
+        /* with expandable segments the cache needs no extra: the budget without it */
+        uint64_t keep = v->outside[i] + v->headroom;
+        uint64_t budget_exp = cap > keep ? cap - keep : 0;
         /* 1. CUDA-graph private pools */
         if (t->graph_capture_oom || (cap && t->graph_pool_bytes * 2 > cap)) {
             adv_finding_add(v, "X:CUDA_GRAPH_POOL", t->graph_capture_oom ? "oom_in_capture"
@@ -85,7 +88,8 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
             }
             /* 3. fragmentation: PyTorch's own request */
             if (t->oom && (r->levels & AM_LVL_TENSOR) && t->oom_reserved &&
-                t->oom_allocated + req <= budget && cache > req) {
+                t->oom_allocated + req <= budget_exp && cache > req &&
+                v->baseline[i] <= budget_exp) {
                 adv_finding_add(v, "X:FRAGMENTATION", "inactive_split", r->rank,
                                 "PyTorch's request of %s failed with %s allocated (+ request = "
                                 "%s, within the %s budget) and %s reserved: %s reserved but "
@@ -94,7 +98,7 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
                                 "throughput cost); with CUDA graphs on pre-Blackwell GPUs also "
                                 "NCCL_GRAPH_REGISTER=0",
                                 GB(req), GB(t->oom_allocated), GB(t->oom_allocated + req),
-                                GB(budget), GB(t->oom_reserved), GB(cache),
+                                GB(budget_exp), GB(t->oom_reserved), GB(cache),
                                 (double)cache / (double)(req ? req : 1));
                 primary |= 4;
                 continue;
