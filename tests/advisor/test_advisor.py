@@ -215,6 +215,13 @@ def scenarios():
                      "--global-batch-size", "8", "--train-iters", "3", "--sim-fragment",
                      "--sim-fragment-max-mib", "300"], 64,
              expect_code="X:FRAGMENTATION", must_not=["layernorm", "core_attn"])
+    # R12: OOM while capturing TE CUDA graphs: the private pools, no recompute fix
+    scenario("R12", ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
+                     "--max-position-embeddings", "2048", "--global-batch-size", "2",
+                     "--train-iters", "3", "--cuda-graph-impl", "transformer_engine",
+                     "--cuda-graph-warmup-steps", "1", "--sim-graph-pool-gib", "4"], 60,
+             expect_code="X:CUDA_GRAPH_POOL",
+             must_not=["X:FRAGMENTATION", "R:SELECTIVE", "R:FULL"])
     # R14: pipeline stage imbalance: the hot stage is a finding
     scenario("R14", ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
                      "--max-position-embeddings", "2048", "--pipeline-model-parallel-size", "4",
