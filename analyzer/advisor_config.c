@@ -513,7 +513,7 @@ adv_config_read(const am_meta *m, const char *extra_config, const char *trace_di
     if (cli) {
         char tmp[256];
         snprintf(tmp, sizeof tmp, "%s", c->source);
-        snprintf(c->source, sizeof c->source, "command line%s%s", tmp[0] ? " + " : "", tmp);
+        snprintf(c->source, sizeof c->source, "command line%s%.200s", tmp[0] ? " + " : "", tmp);
         c->flags_style = 'c';
     }
     (void)nsrc;

@@ -91,7 +91,7 @@ name_setting(const adv_setting *s, adv_cand *c)
         snprintf(c->name, sizeof c->name, "none");
         snprintf(c->code, sizeof c->code, "OK:FITS");
     } else {
-        char l[96];
+        char l[80];
         labels_str(s->labels, l, sizeof l, ",");
         snprintf(c->name, sizeof c->name, "selective[%s]", l);
         snprintf(c->code, sizeof c->code, "R:SELECTIVE[%s]", l);
@@ -379,7 +379,7 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                  "with --profile-step-start/--profile-step-end covering the traced steps)");
     } else if (!can_cf) {
         snprintf(v->level_note, sizeof v->level_note,
-                 "no Megatron layer ranges in the trace (or the model size is unknown: %s): the "
+                 "no Megatron layer ranges in the trace (or the model size is unknown: %.200s): the "
                  "counterfactuals need --profile --nvtx-ranges covering the traced steps and "
                  "--num-layers/--hidden-size/... on the command line or in --config",
                  cfg->unknown[0] ? cfg->unknown : "none missing");
@@ -561,13 +561,14 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
     if (v->chosen >= 0) {
         adv_cand *c = &v->cands[v->chosen];
         snprintf(v->confirm, sizeof v->confirm,
-                 "rerun the same job (same data and seed) with %s for at least the first "
-                 "optimizer step and two steady iterations, then `recomp-analyze compare "
-                 "CONTROL CANDIDATE`: expected peak <= %s on every rank (margin >= %s)",
+                 "rerun the same job (same data and seed) under the shim with %.300s for at "
+                 "least the first optimizer step and two steady iterations, then "
+                 "`recomp-analyze RUNDIR`: expected peak <= %s on every rank (margin >= %s)",
                  v->change, GB(c->max_peak), GB(v->headroom));
     } else if (strncmp(v->code, "X:", 2) == 0) {
         snprintf(v->confirm, sizeof v->confirm,
-                 "rerun the same job with %s and `recomp-analyze compare CONTROL CANDIDATE`",
+                 "rerun the same job under the shim with %.300s and compare `recomp-analyze "
+                 "RUNDIR` of both runs",
                  v->change);
     }
 out:

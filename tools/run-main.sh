@@ -7,8 +7,9 @@
 # 80 GiB GPUs (TP=1, PP=2, DP=2, distributed optimizer), 4 microbatches of
 # 8192 tokens, 3 iterations, no recompute, --profile --nvtx-ranges. Stage 0
 # (ranks 0 and 1) fits iteration 1 but runs out of memory in iteration 2's
-# forward, once the first optimizer step has created the Adam moments;
-# `--recompute-granularity selective --recompute-modules mlp` fits.
+# forward, once the first optimizer step has created the Adam moments. The
+# advisor recommends full block recompute of 2 layers (R:FULL[block,2], the
+# cheapest setting that fits every rank); selective mlp also fits.
 #
 # Extra arguments are passed to megasim (Megatron flags override the default).
 # Reads nothing outside the repository; writes the traces to a fresh temp dir
