@@ -91,9 +91,15 @@ rs_sanitize_name(char *dst, size_t cap, const char *src)
     dst[i] = '\0';
 }
 
+/* Settings are inherited by every process of a job: only the first shim of
+ * the process tree (the one that generates RECOMPSHIM_RUN_ID) complains. */
+static int g_quiet;
+
 static void
 bad_value(const char *name, const char *value, const char *dflt)
 {
+    if (g_quiet)
+        return;
     fprintf(stderr, "recompshim: %s=\"%s\" is not valid; using the default \"%s\"\n", name, value,
             dflt);
 }
@@ -173,6 +179,7 @@ void
 rs_config_load(void)
 {
     memset(&g_rs_cfg, 0, sizeof g_rs_cfg);
+    g_quiet = getenv("RECOMPSHIM_RUN_ID") != NULL;
 #define RS_ENV(NAME, type, dflt, help) set_##type(#NAME, getenv(#NAME), dflt);
 #include "env.def"
 #undef RS_ENV

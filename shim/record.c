@@ -2,6 +2,7 @@
  * plus the window gate. Every function fills one fixed-size record in the
  * caller's chunk; none allocates, locks or calls CUDA. */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,7 @@
 #include "writer.h"
 
 static atomic_int g_window_open;      /* steps/time/events: inside the window now */
+static atomic_int g_window_opened;    /* the window opened at least once */
 static atomic_ullong g_window_events; /* events mode: gated records seen */
 
 static void
@@ -29,6 +31,8 @@ static void
 window_set(int open, uint64_t value)
 {
     int prev = atomic_exchange(&g_window_open, open);
+    if (open)
+        atomic_store(&g_window_opened, 1);
     if (prev != open)
         write_window(open ? RS_WINDOW_OPEN : RS_WINDOW_CLOSE, value);
 }
@@ -60,6 +64,24 @@ rs_recording(void)
     }
     }
     return 1;
+}
+
+void
+rs_window_report_at_exit(void)
+{
+    if (g_rs_cfg.window_kind == RS_WINDOW_NONE || atomic_load(&g_window_opened) ||
+        rs_writer_state() != RS_W_OPEN)
+        return;
+    char msg[256];
+    int n = snprintf(msg, sizeof msg,
+                     "RECOMPSHIM_WINDOW never opened%s: only definitions and OOMs were recorded",
+                     g_rs_cfg.window_kind == RS_WINDOW_STEPS
+                         ? " (no NVTX range named like RECOMPSHIM_STEP_MARKER followed by a "
+                           "step number in the window; Megatron's --profile emits none)"
+                         : "");
+    if (n > 0)
+        rs_record_meta(RS_META_NOTE, msg, strlen(msg));
+    rs_log(0, "%s", msg);
 }
 
 void

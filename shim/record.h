@@ -119,6 +119,10 @@ RS_HIDDEN void rs_record_nvtx(uint16_t kind, uint32_t domain, uint32_t name_id,
 RS_HIDDEN void rs_record_nvtx_pop(uint32_t domain, uint32_t depth);
 RS_HIDDEN void rs_record_nvtx_end(uint64_t range_id);
 
+/* At clean exit: if a RECOMPSHIM_WINDOW never opened, say so once on stderr
+ * and in a META note (a steps window with no step markers records nothing). */
+RS_HIDDEN void rs_window_report_at_exit(void);
+
 /* A ProfilerStep#N-style marker was seen (window mode by steps). */
 RS_HIDDEN void rs_window_step_marker(const char *name, size_t len);
 

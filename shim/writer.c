@@ -35,7 +35,9 @@
 __thread rs_tls t_rs __attribute__((tls_model("initial-exec"))) = {.device = -1};
 
 #define RS_REGISTRY_SLOTS 4096
-#define RS_RESERVED_TAIL_CHUNKS 8u
+/* The reserved tail: an eighth of the chunks under RECOMPSHIM_MAX_BYTES,
+ * at least 1 and at most 8 (2 MiB): OOM records land there past the limit. */
+#define RS_RESERVED_TAIL_MAX 8u
 
 enum { SLOT_FREE = 0, SLOT_ACTIVE = 1, SLOT_SEALING = 2 };
 
@@ -435,22 +437,29 @@ create_file(void)
     }
     g_w.fd = fd;
     g_w.hdr = h;
-    uint64_t max_chunks = UINT32_MAX - 1;
+    /* The file stays within RECOMPSHIM_MAX_BYTES (whole chunks; at least
+     * the header and two chunks, 516 KiB): events fill all but the reserved
+     * tail. */
+    uint64_t max_chunks = UINT32_MAX - 1, tail = 0;
     if (g_rs_cfg.max_bytes) {
         uint64_t n = g_rs_cfg.max_bytes > RS_HEADER_SIZE
                          ? (g_rs_cfg.max_bytes - RS_HEADER_SIZE) / RS_CHUNK_SIZE
                          : 0;
-        if (n < RS_RESERVED_TAIL_CHUNKS + 1)
-            n = RS_RESERVED_TAIL_CHUNKS + 1;
+        if (n < 2)
+            n = 2;
+        tail = n / 8;
+        if (tail < 1)
+            tail = 1;
+        if (tail > RS_RESERVED_TAIL_MAX)
+            tail = RS_RESERVED_TAIL_MAX;
         max_chunks = n;
     }
     g_w.max_chunks = (uint32_t)max_chunks;
-    g_w.limit_chunks = g_rs_cfg.max_bytes ? g_w.max_chunks - RS_RESERVED_TAIL_CHUNKS
-                                          : g_w.max_chunks;
+    g_w.limit_chunks = (uint32_t)(max_chunks - tail);
     atomic_store(&g_w.next_chunk, 0);
     atomic_store(&g_w.limit_hit, 0);
     rs_header_fill(g_w.hdr, run_dir);
-    g_w.hdr->reserved_chunks = g_rs_cfg.max_bytes ? RS_RESERVED_TAIL_CHUNKS : 0;
+    g_w.hdr->reserved_chunks = (uint32_t)tail;
     /* Magic last: a reader never sees a half-written header as valid. */
     __atomic_thread_fence(__ATOMIC_RELEASE);
     memcpy(g_w.hdr->magic, RS_TRACE_MAGIC, RS_TRACE_MAGIC_LEN);
@@ -492,6 +501,7 @@ rs_writer_close(void)
         return;
     /* Objects loaded after the file was created (dlopen'ed plugins). */
     rs_modules_refresh();
+    rs_window_report_at_exit();
     int expect = RS_W_OPEN;
     if (!atomic_compare_exchange_strong(&g_w.state, &expect, RS_W_CLOSED))
         return;

@@ -193,9 +193,9 @@ Test(writer, per_thread_time_order_and_free_before_reuse)
 
 Test(writer, byte_limit_stops_events_but_oom_lands_in_tail)
 {
-    /* header + 12 chunks: 4 usable before the 8-chunk reserved tail */
+    /* header + 16 chunks: 14 usable before the reserved tail of 16/8 = 2 */
     char max[32];
-    snprintf(max, sizeof max, "%u", RS_HEADER_SIZE + 12u * RS_CHUNK_SIZE);
+    snprintf(max, sizeof max, "%u", RS_HEADER_SIZE + 16u * RS_CHUNK_SIZE);
     setup_env(max, NULL);
     cr_assert_eq(rs_trace_open(), 1);
     for (int i = 0; i < 100000; i++)
@@ -208,13 +208,19 @@ Test(writer, byte_limit_stops_events_but_oom_lands_in_tail)
     const rs_file_header *h = rs_reader_header(r);
     cr_assert(h->flags & RS_HDR_LIMIT_HIT);
     cr_assert_neq(h->limit_hit_ns, 0);
-    cr_assert_eq(h->reserved_chunks, 8);
+    cr_assert_eq(h->reserved_chunks, 2);
     uint64_t allocs = count_kind(r, RS_REC_ALLOC, NULL);
     cr_assert_eq(allocs + h->dropped_records, 100000, "allocs %lu dropped %lu",
                  (unsigned long)allocs, (unsigned long)h->dropped_records);
-    /* 4 chunks before the tail; chunk 0 also holds the startup records */
-    cr_assert_leq(allocs, (uint64_t)4 * (RS_CHUNK_PAYLOAD / sizeof(rs_rec_alloc)));
-    cr_assert_gt(allocs, (uint64_t)3 * (RS_CHUNK_PAYLOAD / sizeof(rs_rec_alloc)));
+    /* 14 chunks before the tail; chunk 0 also holds the startup records */
+    cr_assert_leq(allocs, (uint64_t)14 * (RS_CHUNK_PAYLOAD / sizeof(rs_rec_alloc)));
+    cr_assert_gt(allocs, (uint64_t)13 * (RS_CHUNK_PAYLOAD / sizeof(rs_rec_alloc)));
+    /* the file never exceeds the limit */
+    char path[512];
+    find_trace(path, sizeof path);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_leq((uint64_t)st.st_size, (uint64_t)RS_HEADER_SIZE + 16u * RS_CHUNK_SIZE);
     cr_assert_eq(count_kind(r, RS_REC_LIMIT, NULL), 1);
     cr_assert_eq(count_kind(r, RS_REC_OOM, NULL), 1);
     rs_reader_close(r);
@@ -310,4 +316,49 @@ Test(writer, trace_file_is_private_and_named_by_rank)
     snprintf(want, sizeof want, "-%d.rstrace", (int)getpid());
     cr_assert_not_null(strstr(path, "/rank3-"), "%s", path);
     cr_assert_not_null(strstr(path, want), "%s", path);
+}
+
+Test(writer, tiny_byte_limit_keeps_header_and_two_chunks)
+{
+    /* below two chunks: one for events, one reserved for OOM records */
+    setup_env("100", NULL);
+    cr_assert_eq(rs_trace_open(), 1);
+    for (int i = 0; i < 20000; i++)
+        rs_record_alloc(RS_API_cudaMalloc, RS_MEM_DEVICE, 0x1000 + (uint64_t)i, 512, 0, 0, 0);
+    rs_record_oom(RS_API_cudaMalloc, RS_MEM_DEVICE, 1ull << 40, 0x1234, 2, 100, 200, 0);
+    rs_writer_close();
+    rs_reader *r = open_trace();
+    const rs_file_header *h = rs_reader_header(r);
+    cr_assert_eq(h->reserved_chunks, 1);
+    cr_assert(h->flags & RS_HDR_LIMIT_HIT);
+    cr_assert_eq(count_kind(r, RS_REC_OOM, NULL), 1);
+    uint64_t allocs = count_kind(r, RS_REC_ALLOC, NULL);
+    cr_assert_gt(allocs, 0);
+    cr_assert_leq(allocs, (uint64_t)(RS_CHUNK_PAYLOAD / sizeof(rs_rec_alloc)));
+    rs_reader_close(r);
+    char path[512];
+    find_trace(path, sizeof path);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq((uint64_t)st.st_size, (uint64_t)RS_HEADER_SIZE + 2u * RS_CHUNK_SIZE);
+}
+
+Test(writer, steps_window_that_never_opens_says_so)
+{
+    setup_env(NULL, "steps:2-3");
+    cr_assert_eq(rs_trace_open(), 1);
+    rs_record_alloc(RS_API_cudaMalloc, RS_MEM_DEVICE, 0x1000, 512, 0, 0, 0);
+    rs_writer_close();
+    rs_reader *r = open_trace();
+    cr_assert_eq(count_kind(r, RS_REC_ALLOC, NULL), 0);
+    int found = 0;
+    for (size_t i = 0; i < rs_reader_meta_count(r); i++) {
+        uint32_t key, len;
+        const char *v;
+        rs_reader_meta(r, i, &key, &v, &len);
+        if (key == RS_META_NOTE && memmem(v, len, "never opened", 12))
+            found = 1;
+    }
+    cr_assert(found, "a META note says the window never opened");
+    rs_reader_close(r);
 }
