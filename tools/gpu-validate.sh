@@ -67,6 +67,13 @@ else
         { log "cc build of the shim failed (see validate.log)"; exit 2; }
 fi
 log "shim: $shim"
+if [ "$dry" = 0 ]; then
+    if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+            >>"$out/validate.log" 2>&1; then
+        log "no usable PyTorch with CUDA here ($py): run this on the GPU machine, or use --dry-run"
+        exit 2
+    fi
+fi
 
 # ---- the workload, once per mode ----
 modes=(native expandable async nocache oom)
@@ -103,6 +110,10 @@ run_mode() {
     log "run $mode: exit $rc"
 }
 for m in "${modes[@]}"; do run_mode "$m"; done
+missing=0
+for m in "${modes[@]}"; do
+    [ -f "$out/counters-$m.json" ] || { log "run $m left no counters-$m.json (see run-$m.log)"; missing=1; }
+done
 
 # ---- the check (here when dry; on the build machine after a real run) ----
 if [ "$dry" = 1 ]; then
@@ -111,3 +122,4 @@ if [ "$dry" = 1 ]; then
     exit $?
 fi
 log "done: bring $out back and run tools/gpu-validate-check.py on it"
+exit $missing

@@ -6,7 +6,7 @@
 # Default job (docs/megasim.md): a Llama-3 8B-like model on 4 simulated
 # 80 GiB GPUs (TP=1, PP=2, DP=2, distributed optimizer), 4 microbatches of
 # 8192 tokens, 3 iterations, no recompute, --profile --nvtx-ranges. Stage 0
-# (ranks 0 and 1) fits iteration 1 but runs out of memory in iteration 2's
+# (ranks 0 and 1) fits the first iteration but runs out of memory in the second's
 # forward, once the first optimizer step has created the Adam moments. The
 # advisor recommends full block recompute of 2 layers (R:FULL[block,2], the
 # cheapest setting that fits every rank); selective mlp also fits.
@@ -37,7 +37,11 @@ chmod 700 "$out"
 default=(--sim-preset llama3-8b --pipeline-model-parallel-size 2 --sim-world-size 4
          --use-distributed-optimizer --global-batch-size 8 --train-iters 3
          --profile --nvtx-ranges --profile-step-start 0 --profile-step-end 3)
-echo "== megasim: Llama-3 8B-like, 4 ranks (TP=1 PP=2 DP=2), 3 iterations, no recompute, under the shim"
+if [ $# -gt 0 ]; then
+    echo "== megasim: Llama-3 8B-like, 4 ranks (TP=1 PP=2 DP=2), 3 iterations, with: $*, under the shim"
+else
+    echo "== megasim: Llama-3 8B-like, 4 ranks (TP=1 PP=2 DP=2), 3 iterations, no recompute, under the shim"
+fi
 echo "== traces: $out"
 MEGASIM_LIB_DIR="$libdir" PYTHONPATH="$PWD/tools/megasim" \
     LD_PRELOAD="$shim" RECOMPSHIM_OUT="$out" \
