@@ -293,25 +293,23 @@ static const struct { const char *flag, *key; } renames[] = {
     {"--disable-bias-linear", NULL},
 };
 
+/* one "key: value" / "\"key\": value" piece of a config file */
 static void
-parse_file(adv_cfg *c, seen *s, const char *path)
+parse_piece(adv_cfg *c, seen *s, char *line, char *listkey, size_t lkn, char *listval,
+            size_t lvn)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    char line[1024], listkey[64] = "", listval[512] = "";
-    while (fgets(line, sizeof line, f)) {
+    {
         char *p = line;
         while (*p == ' ' || *p == '\t' || *p == '{' || *p == ',')
             p++;
         if (*p == '#' || !*p || *p == '\n')
-            continue;
+            return;
         if (*p == '-' && listkey[0]) { /* YAML list item */
             p++;
             size_t l = strlen(listval);
-            snprintf(listval + l, sizeof listval - l, " %s", p);
+            snprintf(listval + l, lvn - l, " %s", p);
             apply(c, s, listkey, listval);
-            continue;
+            return;
         }
         listkey[0] = 0;
         /* key: value / "key": value */
@@ -327,7 +325,7 @@ parse_file(adv_cfg *c, seen *s, const char *path)
         while (*p == ' ')
             p++;
         if (*p != ':' || !k)
-            continue;
+            return;
         p++;
         while (*p == ' ' || *p == '\t')
             p++;
@@ -337,21 +335,62 @@ parse_file(adv_cfg *c, seen *s, const char *path)
         const char *last = strrchr(key, '.');
         const char *kk = last ? last + 1 : key;
         if (!*p) { /* nested map or a YAML list follows */
-            snprintf(listkey, sizeof listkey, "%s", kk);
+            snprintf(listkey, lkn, "%s", kk);
             listval[0] = 0;
-            continue;
+            return;
         }
         if (*p == '{')
-            continue;
+            return;
         char val[512];
         set_str(val, sizeof val, p);
         if (strcmp(val, "null") == 0 || strcmp(val, "~") == 0 || strcmp(val, "None") == 0) {
             if (apply(c, s, kk, NULL))
                 c->megatron = 1;
-            continue;
+            return;
         }
         if (apply(c, s, kk, val))
             c->megatron = 1;
+    }
+}
+
+/* Config files: YAML (one key per line, nested maps flattened, "- x" lists)
+ * or JSON (several "key": value pairs per line are split at the commas and
+ * braces outside strings and lists). */
+static void
+parse_file(adv_cfg *c, seen *s, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[4096], listkey[64] = "", listval[512] = "";
+    while (fgets(line, sizeof line, f)) {
+        char *q = line;
+        while (*q == ' ' || *q == '\t' || *q == '{')
+            q++;
+        if (*q != '"') {
+            parse_piece(c, s, line, listkey, sizeof listkey, listval, sizeof listval);
+            continue;
+        }
+        /* JSON: split at top-level commas */
+        int depth = 0, str = 0;
+        char *start = q;
+        for (char *p = q;; p++) {
+            if (*p == '"' && (p == q || p[-1] != '\\'))
+                str = !str;
+            else if (!str && *p == '[')
+                depth++;
+            else if (!str && *p == ']' && depth > 0)
+                depth--;
+            /* nested maps are flattened: '{' and '}' end a piece like ',' */
+            if (!*p || (!str && !depth && (*p == ',' || *p == '{' || *p == '}'))) {
+                char save = *p;
+                *p = 0;
+                parse_piece(c, s, start, listkey, sizeof listkey, listval, sizeof listval);
+                if (!save)
+                    break;
+                start = p + 1;
+            }
+        }
     }
     fclose(f);
 }

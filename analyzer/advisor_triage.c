@@ -4,8 +4,10 @@
  *   X:CUDA_GRAPH_POOL  the OOM is inside a capture window, or private pools
  *                      hold > 50% of the capacity
  *   X:NCCL_BUFFERS     the failing allocation's caller is NCCL (or another
- *                      library outside PyTorch), or memory outside PyTorch
- *                      plus PyTorch's cache exhausts the device
+ *                      library outside PyTorch), or PyTorch's request failed
+ *                      while memory outside PyTorch (NCCL buffers, another
+ *                      process: >= 1 GiB and >= 5% of the device) held what
+ *                      the job's own peak + cache + headroom needed
  *   X:FRAGMENTATION    PyTorch's request failed although allocated + request
  *                      fits the budget and reserved - allocated (the inactive
  *                      split) exceeds the request
@@ -85,6 +87,37 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
                                 GB(req), am_lib_name(lib), GB(v->outside[i]), GB(cache));
                 primary |= 2;
                 continue;
+            }
+            /* 2b. PyTorch's request failed because memory outside PyTorch (NCCL
+             * buffers, another process, the context) took what it needed: without
+             * it the same peak fits, at no compute cost */
+            {
+                uint64_t outside = v->outside[i];
+                uint64_t need = v->baseline[i] + v->cache[i] + v->headroom;
+                if (outside >= ((uint64_t)1 << 30) && outside * 20 >= cap && cap &&
+                    v->baseline[i] > budget && need <= cap) {
+                    uint64_t nccl = r->peak[AM_L_DEVICE].known
+                                        ? r->peak[AM_L_DEVICE].by_lib[AM_LIB_NCCL]
+                                        : 0;
+                    int other = r->max_other * 2 > outside;
+                    adv_finding_add(v, "X:NCCL_BUFFERS", other ? "other_process"
+                                                               : "outside_pytorch",
+                                    r->rank,
+                                    "PyTorch's request of %s failed with %s of the %s device "
+                                    "outside PyTorch (NCCL %s; context and other processes "
+                                    "%s, from cudaMemGetInfo): the job's own peak %s plus "
+                                    "the allocator cache %s and %s headroom fits the device "
+                                    "without it. %s",
+                                    GB(req), GB(outside), GB(cap), GB(nccl), GB(r->max_other),
+                                    GB(v->baseline[i]), GB(v->cache[i]), GB(v->headroom),
+                                    other ? "Free the device (another process holds memory "
+                                            "on it) or budget for it"
+                                          : "Leave NCCL a margin: fewer/lazier "
+                                            "communicators, NCCL_BUFFSIZE, "
+                                            "NCCL_NVLS_ENABLE=0");
+                    primary |= 2;
+                    continue;
+                }
             }
             /* 3. fragmentation: PyTorch's own request */
             if (t->oom && (r->levels & AM_LVL_TENSOR) && t->oom_reserved &&

@@ -502,6 +502,9 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                          : strstr(prim->code, "CUDA_GRAPH")
                              ? "narrow --cuda-graph-modules (drop moe_* first) or "
                                "--cuda-graph-impl none"
+                         : strstr(prim->code, "NCCL") && strcmp(prim->subtype, "other_process") == 0
+                             ? "free the device: another process (or context) holds the memory "
+                               "outside PyTorch the job needs"
                          : strstr(prim->code, "NCCL")
                              ? "leave NCCL a margin: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
                                "True, fewer communicators or smaller NCCL buffers"

@@ -229,6 +229,77 @@ def scenarios():
              None, expect_findings=["X:HOT_RANK[pp="], must_not=["uniform"])
 
 
+def finding(v, code):
+    return next((f for f in v["findings"] if f["code"] == code), None)
+
+
+# a small dense job whose parameters, grads and Adam state dominate less
+SMALLJOB = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size", "2048",
+            "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "4096",
+            "--max-position-embeddings", "4096", "--train-iters", "3"]
+
+
+def triage():
+    """memory outside PyTorch failing or starved, and retention"""
+    # NCCL's own buffers fail: 4 GiB per communicator, 8 communicators on a 30 GiB device
+    v = scenario("NCCL failing", SMALLJOB + ["--global-batch-size", "2",
+                                              "--sim-nccl-buffers-mib", "4096",
+                                              "--sim-nccl-communicators", "4"], 30,
+                 expect_code="X:NCCL_BUFFERS", must_not=["R:SELECTIVE", "R:FULL",
+                                                         "X:FRAGMENTATION"])
+    f = v and finding(v, "X:NCCL_BUFFERS")
+    if ok(f is not None, "NCCL failing: finding"):
+        ok(f["subtype"] == "nccl_failed" and f["rank"] == 0, "NCCL failing: subtype nccl_failed",
+           f)
+        ok("the failing 4.00 GiB allocation was made by nccl" in f["evidence"] and
+           "outside PyTorch up to 28.00 GiB" in f["evidence"],
+           "NCCL failing: evidence names the 4 GiB request and 28 GiB outside PyTorch",
+           f["evidence"])
+        ok("NCCL" in v["change"], "NCCL failing: the change leaves NCCL a margin", v["change"])
+    # another process holds 10 GiB: PyTorch is starved; without it the job fits
+    v = scenario("outside PyTorch starved", SMALLJOB + ["--global-batch-size", "2",
+                                                         "--sim-foreign-gib", "10"], 24,
+                 expect_code="X:NCCL_BUFFERS", must_not=["R:SELECTIVE", "R:FULL"])
+    f = v and finding(v, "X:NCCL_BUFFERS")
+    if ok(f is not None, "outside PyTorch starved: finding"):
+        ok(f["subtype"] == "other_process", "starved: subtype other_process", f)
+        ev = f["evidence"]
+        ok("PyTorch's request of 56.00 MiB failed with 10.50 GiB of the 24.00 GiB device "
+           "outside PyTorch" in ev and "context and other processes 10.50 GiB" in ev and
+           "the job's own peak 16.71 GiB" in ev,
+           "starved: evidence (56 MiB request, 10.5 GiB outside, peak 16.71 GiB)", ev)
+        r0 = v["ranks"][0]
+        ok(r0["outside_pytorch_bytes"] == 10 * GIB + 512 * (1 << 20),
+           "starved: outside PyTorch 10.5 GiB in the budget", r0)
+        ok(r0["baseline_peak_bytes"] + r0["allocator_cache_bytes"] + 2 * GIB <=
+           r0["capacity_bytes"], "starved: the peak fits the device without the other process",
+           r0)
+    # the same job without the other process fits: no triage finding at all
+    v = scenario("outside PyTorch control", SMALLJOB + ["--global-batch-size", "2"], 24,
+                 expect_code="OK:FITS", must_not=["X:NCCL_BUFFERS"])
+    ok(v is not None and not [c for c in codes(v) if c.startswith("X:")],
+       "outside PyTorch control: no X: finding", v and codes(v))
+    # retention: recompute replay outputs kept alive into the next iteration
+    v = scenario("retention", SMALLJOB + ["--global-batch-size", "8", "--sim-retain-replay",
+                                           "--recompute-granularity", "selective",
+                                           "--recompute-modules", "mlp"], 24,
+                 expect_code="X:RETENTION", must_not=["R:SELECTIVE", "R:FULL"])
+    f = v and finding(v, "X:RETENTION")
+    if ok(f is not None, "retention: finding"):
+        ok(f["subtype"] == "replay_bytes", "retention: subtype replay_bytes", f)
+        ok(f["evidence"].startswith("544.00 MiB of activation/recompute-replay bytes allocated "
+                                    "in iteration 0 are still alive in iteration 1's forward"),
+           "retention: 544 MiB of iteration 0 replay bytes alive in iteration 1",
+           f["evidence"])
+    # the control without the fault: no retention
+    v = scenario("retention control", SMALLJOB + ["--global-batch-size", "8",
+                                                   "--recompute-granularity", "selective",
+                                                   "--recompute-modules", "mlp"], 24,
+                 must_not=["X:RETENTION"])
+    ok(v is not None and "X:RETENTION" not in codes(v), "retention control: no finding",
+       v and codes(v))
+
+
 def main():
     only = sys.argv[1:]
     for p in SMALL:
@@ -236,6 +307,8 @@ def main():
             accuracy(p)
     if not only or "scenarios" in only:
         scenarios()
+    if not only or "triage" in only:
+        triage()
     print("1..%d" % n)
     return 0
 
