@@ -204,8 +204,15 @@ typedef struct adv_verdict {
     size_t nranks;
     uint64_t headroom;
     char next_wall[512];      /* predicted optimizer state note */
-    char **hot_functions;     /* non-Megatron: where activation bytes were */
+    char **hot_functions;     /* non-Megatron: where activation bytes were (lines) */
     size_t nhot_functions;
+    struct adv_hotfn {        /* ... the same, per allocating Python function */
+        int rank;
+        char function[256];   /* "file:line:function" */
+        uint64_t bytes, count;
+        uint8_t phase;        /* phase holding most of its bytes */
+    } *hot;
+    size_t nhot;
 } adv_verdict;
 
 typedef struct adv_opts {

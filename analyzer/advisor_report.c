@@ -216,5 +216,17 @@ adv_report_json(void *gen, const adv_verdict *v)
     for (size_t k = 0; k < v->nhot_functions; k++)
         S(g, v->hot_functions[k]);
     yajl_gen_array_close(g);
+    S(g, "functions");
+    yajl_gen_array_open(g);
+    for (size_t k = 0; k < v->nhot; k++) {
+        yajl_gen_map_open(g);
+        S(g, "rank"); yajl_gen_integer(g, v->hot[k].rank);
+        S(g, "function"); S(g, v->hot[k].function);
+        S(g, "bytes"); yajl_gen_integer(g, (long long)v->hot[k].bytes);
+        S(g, "count"); yajl_gen_integer(g, (long long)v->hot[k].count);
+        S(g, "phase"); S(g, am_phase_name(v->hot[k].phase));
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
     yajl_gen_map_close(g);
 }

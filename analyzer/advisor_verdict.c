@@ -66,6 +66,7 @@ adv_verdict_free(adv_verdict *v)
     for (size_t i = 0; i < v->nhot_functions; i++)
         free(v->hot_functions[i]);
     free(v->hot_functions);
+    free(v->hot);
     memset(v, 0, sizeof *v);
 }
 
@@ -216,38 +217,97 @@ cand_cost_cmp(const void *a, const void *b)
     return x->max_peak < y->max_peak ? -1 : x->max_peak > y->max_peak;
 }
 
-/* non-Megatron jobs: the innermost ranges (Python functions of imported
- * snapshots) holding the most forward-allocated bytes at the peak */
+static void
+hot_line(adv_verdict *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void
+hot_line(adv_verdict *v, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **q = realloc(v->hot_functions, (v->nhot_functions + 1) * sizeof *q);
+    if (!q)
+        return;
+    v->hot_functions = q;
+    q[v->nhot_functions] = strdup(buf);
+    if (q[v->nhot_functions])
+        v->nhot_functions++;
+}
+
+static int
+activation_phase(int ph)
+{
+    return ph == AM_PH_forward || ph == AM_PH_backward || ph == AM_PH_backward_replay ||
+           ph == AM_PH_eval || ph == AM_PH_other;
+}
+
+/* non-Megatron jobs: the Python functions (allocation sites) holding the most
+ * activation bytes (allocated in forward/backward, not parameters, grads of
+ * init or optimizer state) at each rank's tensor-level peak; without sites,
+ * the largest groups */
 static void
 hot_functions(adv_verdict *v, am_job *j)
 {
-    for (size_t i = 0; i < j->nranks && v->nhot_functions < 8; i++) {
-        const am_peak *p = &j->ranks[i].peak[AM_L_TENSOR];
+    for (size_t i = 0; i < j->nranks && i < ADV_MAX_RANKS; i++) {
+        am_rank *r = &j->ranks[i];
+        const am_peak *p = &r->peak[AM_L_TENSOR];
         if (!p->known)
-            p = &j->ranks[i].peak[AM_L_DEVICE];
+            p = &r->peak[AM_L_DEVICE];
         if (!p->known)
             continue;
-        for (size_t g = 0; g < p->ngroups && v->nhot_functions < 8; g++) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "rank %d: %s allocated in %s (%s), %" PRIu64 " tensors",
-                     j->ranks[i].rank, GB(p->groups[g].bytes), am_phase_name(p->groups[g].phase),
-                     am_boundary_name(p->groups[g].boundary), p->groups[g].count);
-            char **q = realloc(v->hot_functions, (v->nhot_functions + 1) * sizeof *q);
-            if (!q)
-                return;
-            v->hot_functions = q;
-            q[v->nhot_functions++] = strdup(buf);
+        size_t before = v->nhot;
+        if (r->by_site) {
+            /* sum per site over the activation groups */
+            for (size_t g = 0; g < p->ngroups; g++) {
+                const am_group *x = &p->groups[g];
+                const char *fn = am_site_name(r, x->site);
+                if (!fn || !activation_phase(x->phase))
+                    continue;
+                size_t k = before;
+                while (k < v->nhot && strcmp(v->hot[k].function, fn))
+                    k++;
+                if (k == v->nhot) {
+                    struct adv_hotfn *q = realloc(v->hot, (v->nhot + 1) * sizeof *q);
+                    if (!q)
+                        return;
+                    v->hot = q;
+                    memset(&q[k], 0, sizeof q[k]);
+                    q[k].rank = r->rank;
+                    q[k].phase = x->phase;
+                    snprintf(q[k].function, sizeof q[k].function, "%s", fn);
+                    v->nhot++;
+                }
+                v->hot[k].bytes += x->bytes;
+                v->hot[k].count += x->count;
+            }
+            /* largest first, at most 8 per rank */
+            for (size_t a = before; a < v->nhot; a++)
+                for (size_t b = a + 1; b < v->nhot; b++)
+                    if (v->hot[b].bytes > v->hot[a].bytes) {
+                        struct adv_hotfn t = v->hot[a];
+                        v->hot[a] = v->hot[b];
+                        v->hot[b] = t;
+                    }
+            if (v->nhot - before > 8)
+                v->nhot = before + 8;
+            for (size_t a = before; a < v->nhot; a++)
+                hot_line(v, "rank %d: %s holds %s of activations (%" PRIu64 " tensors, %s)",
+                         r->rank, v->hot[a].function, GB(v->hot[a].bytes), v->hot[a].count,
+                         am_phase_name(v->hot[a].phase));
+            if (v->nhot == before)
+                hot_line(v, "rank %d: no activation bytes with a Python frame at the peak",
+                         r->rank);
+        } else {
+            for (size_t g = 0; g < p->ngroups && g < 8; g++)
+                hot_line(v, "rank %d: %s allocated in %s (%s), %" PRIu64 " tensors (no Python "
+                            "frames recorded)",
+                         r->rank, GB(p->groups[g].bytes), am_phase_name(p->groups[g].phase),
+                         am_boundary_name(p->groups[g].boundary), p->groups[g].count);
         }
-        if (p->setter.where[0]) {
-            char buf[320];
-            snprintf(buf, sizeof buf, "rank %d: the peak was set in %s", j->ranks[i].rank,
-                     p->setter.where);
-            char **q = realloc(v->hot_functions, (v->nhot_functions + 1) * sizeof *q);
-            if (!q)
-                return;
-            v->hot_functions = q;
-            q[v->nhot_functions++] = strdup(buf);
-        }
+        if (p->setter.where[0])
+            hot_line(v, "rank %d: the peak was set in %.400s", r->rank, p->setter.where);
     }
 }
 
@@ -368,8 +428,8 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
     if (!cfg->megatron) {
         snprintf(v->level_note, sizeof v->level_note,
                  "not a Megatron job (no Megatron flags, config or frames recorded): triage "
-                 "only, no recompute flags; the allocations holding the most bytes at the peak "
-                 "are listed");
+                 "only, no recompute flags; the Python functions holding the most activation "
+                 "bytes at the peak are listed");
         hot_functions(v, j);
     } else if (!tensor) {
         snprintf(v->level_note, sizeof v->level_note,

@@ -21,10 +21,12 @@ typedef struct am_attr {
     int32_t layer;            /* local 1-based layer, 0 none */
 } am_attr;
 
-/* One group of a live set: phase of allocation x boundary x layer. */
+/* One group of a live set: phase of allocation x boundary x layer (x the
+ * allocation site when the rank groups by it, am_rank.by_site). */
 typedef struct am_group {
     uint8_t phase, boundary;
     int32_t layer;            /* as reported (global when known), 0 none */
+    uint32_t site;            /* index + 1 into am_rank.sites, 0 none */
     uint64_t bytes;
     uint64_t count;
 } am_group;
@@ -130,6 +132,14 @@ typedef struct am_rank {
     uint64_t nevents, nallocs, nfrees, nunmatched_frees, ncollectives;
     int has_step_markers;
     int layer_signal;         /* 0 none, 1 Megatron layer ranges, 2 TE fallback */
+    /* allocation sites (the allocating Python function, "file:line:function",
+     * from importers that know it), interned; groups refer to them */
+    char **sites;
+    size_t nsites, capsites;
+    uint32_t *site_hash;      /* open addressing: index + 1, 0 empty */
+    size_t site_hcap;
+    int by_site;              /* not a Megatron job and sites known: live sets are
+                               * grouped by allocation site too */
     /* analysis notes (NUL-terminated lines) */
     char **notes;
     size_t nnotes;
@@ -145,6 +155,9 @@ typedef struct am_opts {
 int am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t errlen);
 
 void am_rank_free(am_rank *r);
+
+/* The allocation site of a group ("file:line:function"), or NULL. */
+const char *am_site_name(const am_rank *r, uint32_t site);
 
 /* Append a note (printf-style) to r->notes. */
 void am_note(am_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -114,6 +114,13 @@ typedef struct kin {
     char (*thnames)[40];
     uint32_t *thtids;
     size_t nth;
+    /* Python frames (python_function ranges) open per thread, innermost
+     * last: the allocation site of a [memory] event */
+    struct pystack {
+        uint32_t tid, n;
+        uint32_t span[128], name[128];
+    } *py;
+    size_t npy, cappy;
 } kin;
 
 /* ---- interning ---- */
@@ -598,6 +605,7 @@ end_event(pstate *p)
     r.kind = R_PUSH;
     r.t = p->ts;
     r.cls = 1;
+    r.op = !strcmp(p->cat, "python_function"); /* a Python frame: allocation sites */
     r.key2 = UINT64_MAX - end;    /* outer (longer) first */
     r.tid = tid;
     r.name = id;
@@ -929,6 +937,7 @@ kin_free(kin *k)
     free(k->warn);
     free(k->thnames);
     free(k->thtids);
+    free(k->py);
     free(k);
 }
 
@@ -998,6 +1007,7 @@ kin_reset(kin *k)
         heap_down(k, i);
     k->running = 0;
     k->reserved = 0;
+    k->npy = 0;
     k->nsegs = 0;
     k->nlv = 0;
     k->next_syn = 1;
@@ -1088,6 +1098,70 @@ reserve_to(kin *k, const krec *r, uint64_t res)
     return 0;
 }
 
+static struct pystack *
+py_of(kin *k, uint32_t tid, int make)
+{
+    for (size_t i = 0; i < k->npy; i++)
+        if (k->py[i].tid == tid)
+            return &k->py[i];
+    if (!make || grow((void **)&k->py, &k->cappy, k->npy + 1, sizeof *k->py) < 0)
+        return NULL;
+    struct pystack *q = &k->py[k->npy++];
+    q->tid = tid;
+    q->n = 0;
+    return q;
+}
+
+/* Frames of torch itself are not the user's allocation site. */
+static int
+torch_frame(const char *s, size_t n)
+{
+    return (n >= 6 && !memcmp(s, "torch/", 6)) || (n >= 1 && s[0] == '<') ||
+           (n >= 9 && memmem(s, n, "/torch/", 7) != NULL) || (n >= 5 && !memcmp(s, "nn.Mo", 5));
+}
+
+/* The allocation site of a [memory] event on tid: the innermost Python frame
+ * outside torch, "file(line): fn" rewritten "file:line:fn". Name id + 1, 0. */
+static uint32_t
+py_site(kin *k, uint32_t tid)
+{
+    struct pystack *q = py_of(k, tid, 0);
+    if (!q || !q->n)
+        return 0;
+    uint32_t pick = UINT32_MAX;
+    for (uint32_t i = q->n; i-- > 0;) {
+        uint32_t nm = q->name[i];
+        if (!torch_frame(k->names[nm], k->name_len[nm])) {
+            pick = nm;
+            break;
+        }
+    }
+    if (pick == UINT32_MAX)
+        pick = q->name[q->n - 1];
+    const char *s = k->names[pick];
+    size_t n = k->name_len[pick];
+    const char *lp = memchr(s, '(', n);
+    const char *rp = lp ? memchr(lp, ')', n - (size_t)(lp - s)) : NULL;
+    char buf[NAME_MAX_LEN + 8];
+    int w;
+    if (lp && rp && rp + 1 < s + n && rp[1] == ':') {
+        const char *fn = rp + 2;
+        if (fn < s + n && *fn == ' ')
+            fn++;
+        w = snprintf(buf, sizeof buf, "%.*s:%.*s:%.*s", (int)(lp - s), s, (int)(rp - lp - 1),
+                     lp + 1, (int)(s + n - fn), fn);
+    } else {
+        w = snprintf(buf, sizeof buf, "%.*s", (int)n, s);
+    }
+    if (w <= 0)
+        return 0;
+    size_t bl = (size_t)w < sizeof buf ? (size_t)w : sizeof buf - 1;
+    uint32_t id;
+    if (intern(k, buf, bl, &id) < 0)
+        return 0;
+    return id + 1;
+}
+
 static int
 translate(am_source *s, kin *k, const krec *r)
 {
@@ -1107,6 +1181,19 @@ translate(am_source *s, kin *k, const krec *r)
     }
     case R_PUSH:
     case R_POP: {
+        if (r->op) {
+            struct pystack *q = py_of(k, r->tid, r->kind == R_PUSH);
+            if (q && r->kind == R_PUSH && q->n < 128) {
+                q->span[q->n] = r->span;
+                q->name[q->n++] = r->name;
+            } else if (q && r->kind == R_POP) {
+                for (uint32_t i = q->n; i-- > 0;)
+                    if (q->span[i] == r->span) {
+                        q->n = i;
+                        break;
+                    }
+            }
+        }
         am_event *e = qpush(k, r);
         e->kind = r->kind == R_PUSH ? AM_EV_RANGE_PUSH : AM_EV_RANGE_POP;
         e->domain_id = r->span;
@@ -1158,6 +1245,13 @@ translate(am_source *s, kin *k, const krec *r)
             return 0;
         am_event *e = qpush(k, r);
         e->kind = r->bytes > 0 ? AM_EV_ALLOC : AM_EV_FREE;
+        if (r->bytes > 0) {
+            uint32_t site = py_site(k, r->tid);
+            if (site) {
+                e->site = k->names[site - 1];
+                e->site_len = k->name_len[site - 1];
+            }
+        }
         e->levels = AM_LVL_TENSOR;
         e->mem = AM_MEM_DEVICE;
         e->lib = AM_LIB_PYTORCH;

@@ -33,10 +33,10 @@
  *     frames (torch/optim/, an optimizer.py `step`) outside an
  *     Optimizer.step# annotation get the range name prefixed
  *     "Optimizer.step#frames " (an optimizer signal);
- *   - external_annotations START/END -> RANGE_PUSH/POP on the main thread.
- * The functions holding the most live bytes at the allocated peak are
- * computed here (the model has no per-function boundary) and reported as
- * a warning line.
+ *   - external_annotations START/END -> RANGE_PUSH/POP on the main thread;
+ *   - every tensor allocation (and block live before the window) carries its
+ *     allocation site, the same innermost user frame as "file:line:function"
+ *     (am_event.site): the analysis groups a non-Megatron job's live set by it.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -63,6 +63,7 @@ typedef struct sev {
     uint32_t fn;              /* name id (0: none) */
     uint32_t off;             /* trace index, for messages */
     uint8_t kind, tid, levels, opt;
+    uint32_t site;            /* name id of "file:line:function" (0: none) */
 } sev;
 
 typedef struct snap {
@@ -298,6 +299,33 @@ frame_name(snap *s, const pk_val *fr, const char *prefix)
             break;
         }
     int w = snprintf(buf, sizeof buf, "%s%.*s(%" PRId64 "): %.*s", prefix ? prefix : "",
+                     (int)(pn - cut > 200 ? 200 : pn - cut), p + cut, line,
+                     nm && nm->type == PK_STR ? (int)(nm->u.str.n > 200 ? 200 : nm->u.str.n)
+                                              : 1,
+                     nm && nm->type == PK_STR ? nm->u.str.s : "?");
+    if (w < 0)
+        return 0;
+    return add_name(s, buf, (size_t)w < sizeof buf ? (size_t)w : sizeof buf - 1);
+}
+
+/* the allocation site: "dir/file.py:line:function" */
+static uint32_t
+frame_site(snap *s, const pk_val *fr)
+{
+    char buf[512];
+    const pk_val *f = pk_get(fr, "filename"), *nm = pk_get(fr, "name");
+    int64_t line = 0;
+    pk_int(pk_get(fr, "line"), &line);
+    const char *p = f && f->type == PK_STR ? f->u.str.s : "?";
+    size_t pn = f && f->type == PK_STR ? f->u.str.n : 1;
+    size_t cut = 0;
+    int slashes = 0;
+    for (size_t i = pn; i > 0; i--)
+        if (p[i - 1] == '/' && ++slashes == 2) {
+            cut = i;
+            break;
+        }
+    int w = snprintf(buf, sizeof buf, "%.*s:%" PRId64 ":%.*s",
                      (int)(pn - cut > 200 ? 200 : pn - cut), p + cut, line,
                      nm && nm->type == PK_STR ? (int)(nm->u.str.n > 200 ? 200 : nm->u.str.n)
                                               : 1,
@@ -611,7 +639,7 @@ build(snap *s, const pk_val *root, char *err, size_t errlen)
         finfo fi;
         frames_info(pk_get(bl, "frames"), &fi);
         sev p = {0, endblk.keys[j], (uint64_t)bsz, fi.fn ? frame_name(s, fi.fn, NULL) : 0, 0,
-                 E_PRE, TID_MAIN, AM_LVL_TENSOR, 0};
+                 E_PRE, TID_MAIN, AM_LVL_TENSOR, 0, fi.fn ? frame_site(s, fi.fn) : 0};
         npre++;
         if (add_ev(s, &cap, &p) < 0)
             goto oom;
@@ -736,8 +764,10 @@ build(snap *s, const pk_val *root, char *err, size_t errlen)
             if (fi.forward && !fi.engine)
                 seen_fwd = 1;
             p.opt = (uint8_t)(fi.opt && !in_opt);
-            if (fi.fn)
+            if (fi.fn) {
                 p.fn = frame_name(s, fi.fn, p.opt ? "Optimizer.step#frames " : NULL);
+                p.site = frame_site(s, fi.fn);
+            }
             else if (p.opt)
                 p.fn = add_name(s, "Optimizer.step#frames", 21);
         } else if (!strcmp(a, has_free_req ? "free_requested" : "free_completed") ||
@@ -893,6 +923,10 @@ snap_next(am_source *src, am_event *out)
             v->has_totals = 1;
             v->total_allocated = s->allocated;
             v->total_reserved = s->reserved;
+            if (e->site && (e->levels & AM_LVL_TENSOR)) {
+                v->site = s->names[e->site - 1];
+                v->site_len = s->name_len[e->site - 1];
+            }
             if (e->kind == E_ALLOC && e->fn) {
                 v = qpush(s, e);
                 v->kind = AM_EV_RANGE_POP;
@@ -969,75 +1003,6 @@ snap_close(am_source *src)
 static const am_source_ops snap_ops = {"pytorch-snapshot", snap_next, snap_rewind, snap_close,
                                        NULL};
 
-/* The allocated peak and the functions holding most of it (a warning). */
-static void
-top_functions(am_source *src, snap *s)
-{
-    am_event ev;
-    uint64_t peak = 0, n = 0, at = 0;
-    reset(s);
-    while (snap_next(src, &ev) == 1) {
-        n++;
-        if (ev.kind == AM_EV_ALLOC && (ev.levels & AM_LVL_TENSOR) && s->allocated > peak) {
-            peak = s->allocated;
-            at = n;
-        }
-    }
-    if (!peak)
-        return;
-    /* replay to the peak, remembering each live block's function */
-    size_t nf = s->nnames + 1;
-    uint64_t *bytes = calloc(nf, sizeof *bytes);
-    uint64_t *count = calloc(nf, sizeof *count);
-    addr_seen fn = {0};
-    if (!bytes || !count)
-        goto done;
-    reset(s);
-    n = 0;
-    uint32_t cur_fn = 0;
-    while (n < at && snap_next(src, &ev) == 1) {
-        n++;
-        if (ev.kind == AM_EV_RANGE_PUSH && ev.name && ev.tid != 0 && !(ev.domain_id >> 31))
-            cur_fn = (uint32_t)(s->ev[s->i - 1].fn);
-        if (ev.kind == AM_EV_ALLOC && (ev.levels & AM_LVL_TENSOR))
-            seen_put(&fn, ev.addr, s->ev[s->i - 1].fn, 1);
-        (void)cur_fn;
-    }
-    for (size_t j = 0; j < s->lcap; j++) {
-        if (!s->live[j].size)
-            continue;
-        uint32_t f = 0;
-        seen_get(&fn, s->live[j].addr, &f);
-        if (f >= nf)
-            f = 0;
-        bytes[f] += s->live[j].size;
-        count[f]++;
-    }
-    char line[1024];
-    int off = snprintf(line, sizeof line,
-                       "functions holding the most allocated bytes at the peak (%.1f MiB): ",
-                       (double)peak / 1048576.0);
-    for (int k = 0; k < 5; k++) {
-        size_t b = 0;
-        for (size_t f = 1; f < nf; f++)
-            if (bytes[f] > bytes[b])
-                b = f;
-        if (!bytes[b])
-            break;
-        off += snprintf(line + off, sizeof line - (size_t)off, "%s%s %.1f MiB (%" PRIu64 ")",
-                        k ? "; " : "", b ? s->names[b - 1] : "(no Python frame, or from before the window)",
-                        (double)bytes[b] / 1048576.0, count[b]);
-        bytes[b] = 0;
-        if (off >= (int)sizeof line - 1)
-            break;
-    }
-    warnf(s, "%s", line);
-done:
-    free(bytes);
-    free(count);
-    seen_free(&fn);
-}
-
 static int
 snap_sniff(const char *path, const unsigned char *head, size_t n)
 {
@@ -1113,7 +1078,6 @@ snap_open(const char *path, am_source **out, char *err, size_t errlen)
     int r;
     if (sscanf(b, "snapshot_%d.pickle", &r) == 1 && r >= 0)
         m->rank = r;
-    top_functions(src, s);
     reset(s);
     m->nwarnings = s->nwarn;
     m->warnings = (const char *const *)s->warn;

@@ -115,6 +115,11 @@ typedef struct am_event {
     uint32_t domain_len;
     uint32_t domain_id;       /* source's domain id (0 = default) for push/pop pairing */
     const uint64_t *frames;
+    /* ALLOC: the allocation site, the allocating Python function as
+     * "file:line:function" (importers that know it: snapshots' frames,
+     * Kineto's python_function events); NULL when unknown (the native trace) */
+    const char *site;
+    uint32_t site_len;
     uint64_t src_offset;      /* where in the source (file byte offset), for messages */
 } am_event;
 

@@ -97,8 +97,75 @@ am_rank_free(am_rank *r)
     for (size_t i = 0; i < r->nnotes; i++)
         free(r->notes[i]);
     free(r->notes);
+    for (size_t i = 0; i < r->nsites; i++)
+        free(r->sites[i]);
+    free(r->sites);
+    free(r->site_hash);
     am_source_close(r->src);
     memset(r, 0, sizeof *r);
+}
+
+/* ---- allocation sites ---- */
+
+const char *
+am_site_name(const am_rank *r, uint32_t site)
+{
+    return site && site <= r->nsites ? r->sites[site - 1] : NULL;
+}
+
+static uint64_t
+site_hashf(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Intern a site string; its index + 1, or 0 (none / out of memory). */
+static uint32_t
+site_intern(am_rank *r, const char *s, size_t n)
+{
+    if (!s || !n)
+        return 0;
+    if ((r->nsites + 1) * 2 > r->site_hcap) {
+        size_t cap = r->site_hcap ? r->site_hcap * 2 : 256;
+        uint32_t *h = calloc(cap, sizeof *h);
+        if (!h)
+            return 0;
+        for (size_t i = 0; i < r->nsites; i++) {
+            size_t k = site_hashf(r->sites[i], strlen(r->sites[i])) & (cap - 1);
+            while (h[k])
+                k = (k + 1) & (cap - 1);
+            h[k] = (uint32_t)i + 1;
+        }
+        free(r->site_hash);
+        r->site_hash = h;
+        r->site_hcap = cap;
+    }
+    size_t k = site_hashf(s, n) & (r->site_hcap - 1);
+    while (r->site_hash[k]) {
+        const char *x = r->sites[r->site_hash[k] - 1];
+        if (strlen(x) == n && memcmp(x, s, n) == 0)
+            return r->site_hash[k];
+        k = (k + 1) & (r->site_hcap - 1);
+    }
+    if (r->nsites == r->capsites) {
+        size_t c = r->capsites ? r->capsites * 2 : 64;
+        char **q = realloc(r->sites, c * sizeof *q);
+        if (!q)
+            return 0;
+        r->sites = q;
+        r->capsites = c;
+    }
+    char *d = malloc(n + 1);
+    if (!d)
+        return 0;
+    memcpy(d, s, n);
+    d[n] = 0;
+    r->sites[r->nsites++] = d;
+    r->site_hash[k] = (uint32_t)r->nsites;
+    return (uint32_t)r->nsites;
 }
 
 /* ---- grouping ---- */
@@ -121,7 +188,9 @@ group_key_cmp(const void *a, const void *b)
         return x->phase < y->phase ? -1 : 1;
     if (x->boundary != y->boundary)
         return x->boundary < y->boundary ? -1 : 1;
-    return x->layer < y->layer ? -1 : x->layer > y->layer;
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
+    return x->site < y->site ? -1 : x->site > y->site;
 }
 
 static int
@@ -143,8 +212,8 @@ group_entries(const am_rank *r, const live_ent *const *ents, size_t n, am_group 
         return -1;
     for (size_t i = 0; i < n; i++)
         g[i] = (am_group){ents[i]->phase, ents[i]->boundary,
-                          report_layer(r, ents[i]->boundary, ents[i]->layer), ents[i]->size,
-                          1};
+                          report_layer(r, ents[i]->boundary, ents[i]->layer),
+                          r->by_site ? ents[i]->site : 0, ents[i]->size, 1};
     qsort(g, n, sizeof *g, group_key_cmp);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -382,7 +451,7 @@ on_event(sweep *s, const am_event *ev)
         }
         am_attr a = tl_attr(&s->tl, ev, s->seq);
         live_ent e = {ev->addr, ev->size, s->seq, ev->space, a.phase, a.boundary, ev->lib,
-                      a.layer};
+                      a.layer, site_intern(r, ev->site, ev->site_len)};
         for (int l = 0; l < AM_NLEVELS; l++) {
             if (!(ev->levels & (1 << l)))
                 continue;
@@ -600,6 +669,17 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
                                            "iterations after it"
                                          : "fewer than two iterations after the optimizer "
                                            "state was initialised";
+    }
+
+    /* a job that is not Megatron (no Megatron layer ranges, no Megatron flags)
+     * whose source knows the allocation sites: group by the allocating
+     * function (issue 5: the boundaries are the Python functions) */
+    if (out->nsites && out->layer_signal != 1 && !am_argv_value(&src->meta, "--num-layers")) {
+        int mega = 0;
+        for (size_t i = 0; i < src->meta.argc && !mega; i++)
+            if (strstr(src->meta.argv[i], "pretrain_") || strstr(src->meta.argv[i], "megatron"))
+                mega = 1;
+        out->by_site = !mega;
     }
 
     /* pass 2: replay to the peaks */

@@ -63,7 +63,7 @@ iter_or_null(yajl_gen g, int it)
 }
 
 static void
-groups(yajl_gen g, const am_group *v, size_t n)
+groups(yajl_gen g, const am_rank *r, const am_group *v, size_t n)
 {
     yajl_gen_array_open(g);
     for (size_t i = 0; i < n; i++) {
@@ -74,6 +74,11 @@ groups(yajl_gen g, const am_group *v, size_t n)
         if (v[i].layer > 0) I(g, v[i].layer); else N(g);
         K(g, "bytes"); u64(g, v[i].bytes);
         K(g, "count"); u64(g, v[i].count);
+        K(g, "function");
+        {
+            const char *fn = am_site_name(r, v[i].site);
+            if (fn) S(g, fn); else N(g);
+        }
         yajl_gen_map_close(g);
     }
     yajl_gen_array_close(g);
@@ -118,7 +123,7 @@ peak(yajl_gen g, const am_rank *r, const am_peak *p, int level)
             }
         yajl_gen_map_close(g);
     }
-    K(g, "contributors"); groups(g, p->groups, p->ngroups);
+    K(g, "contributors"); groups(g, r, p->groups, p->ngroups);
     yajl_gen_map_close(g);
     (void)r;
 }
@@ -152,7 +157,7 @@ oom(yajl_gen g, const am_rank *r)
     K(g, "live_device_bytes"); u64(g, o->live[AM_L_DEVICE]);
     K(g, "live_tensor_bytes");
     if (r->levels & AM_LVL_TENSOR) u64(g, o->live[AM_L_TENSOR]); else N(g);
-    K(g, "live"); groups(g, o->groups, o->ngroups);
+    K(g, "live"); groups(g, r, o->groups, o->ngroups);
     K(g, "stack");
     yajl_gen_array_open(g);
     for (size_t i = 0; i < o->nframes; i++)

@@ -24,19 +24,22 @@ am_fmt_bytes(uint64_t b, char *buf, size_t n)
 }
 
 static void
-print_groups(FILE *f, const am_group *g, size_t n, int top, const char *indent)
+print_groups(FILE *f, const am_rank *r, const am_group *g, size_t n, int top, const char *indent)
 {
     char b[32];
     size_t shown = top > 0 && (size_t)top < n ? (size_t)top : n;
-    fprintf(f, "%s%-12s %-22s %-18s %6s %8s\n", indent, "bytes", "phase", "boundary", "layer",
-            "count");
+    int site = r && r->by_site;
+    fprintf(f, "%s%-12s %-22s %-18s %6s %8s%s\n", indent, "bytes", "phase", "boundary", "layer",
+            "count", site ? "  function" : "");
     for (size_t i = 0; i < shown; i++) {
         char layer[16] = "-";
         if (g[i].layer > 0)
             snprintf(layer, sizeof layer, "%d", g[i].layer);
-        fprintf(f, "%s%-12s %-22s %-18s %6s %8" PRIu64 "\n", indent,
+        const char *fn = site ? am_site_name(r, g[i].site) : NULL;
+        fprintf(f, "%s%-12s %-22s %-18s %6s %8" PRIu64 "%s%s\n", indent,
                 am_fmt_bytes(g[i].bytes, b, sizeof b), am_phase_name(g[i].phase),
-                am_boundary_name(g[i].boundary), layer, g[i].count);
+                am_boundary_name(g[i].boundary), layer, g[i].count, site ? "  " : "",
+                site ? (fn ? fn : "-") : "");
     }
     if (shown < n) {
         uint64_t rest = 0;
@@ -48,7 +51,7 @@ print_groups(FILE *f, const am_group *g, size_t n, int top, const char *indent)
 }
 
 static void
-print_peak(FILE *f, const am_peak *p, const char *label, int top)
+print_peak(FILE *f, const am_rank *r, const am_peak *p, const char *label, int top)
 {
     char b[32], b2[32];
     if (!p->known) {
@@ -83,8 +86,9 @@ print_peak(FILE *f, const am_peak *p, const char *label, int top)
         }
     if (any)
         fputc('\n', f);
-    fprintf(f, "    live at the peak (phase of allocation x boundary x layer):\n");
-    print_groups(f, p->groups, p->ngroups, top, "      ");
+    fprintf(f, "    live at the peak (phase of allocation x boundary x layer%s):\n",
+            r->by_site ? " x allocating function" : "");
+    print_groups(f, r, p->groups, p->ngroups, top, "      ");
 }
 
 static void
@@ -97,8 +101,8 @@ print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o)
     if (r->pp > 1)
         fprintf(f, "  pipeline stage %d of %d (%s)\n", r->stage, r->pp,
                 r->stage_source ? r->stage_source : "unknown");
-    print_peak(f, &r->peak[AM_L_TENSOR], "tensor-level (PyTorch allocated)", o->top);
-    print_peak(f, &r->peak[AM_L_DEVICE], "device-level (segments + outside PyTorch)", o->top);
+    print_peak(f, r, &r->peak[AM_L_TENSOR], "tensor-level (PyTorch allocated)", o->top);
+    print_peak(f, r, &r->peak[AM_L_DEVICE], "device-level (segments + outside PyTorch)", o->top);
     if (m->device_capacity)
         fprintf(f, "  device capacity: %s\n", am_fmt_bytes(m->device_capacity, b, sizeof b));
     if (r->nmeminfo)
@@ -127,8 +131,8 @@ print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o)
         fprintf(f, "    ... %zu more iterations\n", r->niters - 20);
     if (o->iteration >= 0) {
         fprintf(f, "  iteration %d:\n", o->iteration);
-        print_peak(f, &r->iter_peak[AM_L_TENSOR], "  tensor-level", o->top);
-        print_peak(f, &r->iter_peak[AM_L_DEVICE], "  device-level", o->top);
+        print_peak(f, r, &r->iter_peak[AM_L_TENSOR], "  tensor-level", o->top);
+        print_peak(f, r, &r->iter_peak[AM_L_DEVICE], "  device-level", o->top);
     }
     if (r->nretries)
         fprintf(f, "  alloc_retry: %zu failed allocation(s) succeeded after the allocator freed "
@@ -154,7 +158,7 @@ print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o)
             fprintf(f, "    ranges: %s\n", x->where);
         for (size_t i = 0; i < x->nframes && i < 16; i++)
             fprintf(f, "    #%zu %s\n", i, x->frames[i]);
-        print_groups(f, x->groups, x->ngroups, o->top, "      ");
+        print_groups(f, r, x->groups, x->ngroups, o->top, "      ");
     }
     for (size_t i = 0; i < m->nwarnings; i++)
         fprintf(f, "  warning: %s\n", m->warnings[i]);

@@ -300,6 +300,58 @@ def triage():
        v and codes(v))
 
 
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
+                        "fixtures", "real")
+
+
+def not_megatron():
+    """issue 5 + 7: imported jobs that are not Megatron get the triage and the
+    Python functions holding the most activation bytes, never Megatron flags"""
+    cs = os.path.join(FIXTURES, "cs336", "Wedsonlin", "medium_128_training_memory_snapshot.pickle")
+    qw = os.path.join(FIXTURES, "tracelens", "mi300", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+    if not os.path.exists(cs) or not os.path.exists(qw):
+        print("# real fixtures not found beside the source tree: not-Megatron checks skipped")
+        return
+    doc = analyze(cs)
+    v = doc["verdict"]
+    ok(not v["configuration"]["megatron"], "cs336: not Megatron")
+    ok(v["code"] == "X:OPTIMIZER_STATE", "cs336: triage verdict X:OPTIMIZER_STATE", v["code"])
+    flags = " ".join([v["change"]] + v["config_diff"] + [c.get("setting", "") for c in
+                                                         v["candidates"]])
+    ok("recompute" not in flags and not v["candidates"], "cs336: no Megatron recompute flags",
+       flags)
+    fns = [(f["function"], f["bytes"], f["count"], f["phase"]) for f in v["functions"]]
+    ok(fns == [("cs336_basics/model.py:39:forward", 20480000, 1, "forward"),
+               ("cs336_basics/nn_utils.py:18:cross_entropy", 512, 1, "forward")],
+       "cs336: the functions holding activation bytes at the peak (model.py:39 forward "
+       "20480000 B, nn_utils.py:18 cross_entropy 512 B)", fns)
+    ok(not [f for f in v["functions"] if "optimizer.py" in f["function"]],
+       "cs336: optimizer state is not listed as activations")
+    contrib = doc["ranks"][0]["peak"]["contributors"]
+    top = [(c["function"], c["phase"], c["bytes"]) for c in contrib if c["function"]][:3]
+    ok(top == [("cs336_basics/optimizer.py:76:step", "optimizer_state_init", 1694699520),
+               ("cs336_basics/optimizer.py:77:step", "optimizer_state_init", 1694699520),
+               ("cs336_basics/optimizer.py:80:step", "optimizer_state_init", 122880000)],
+       "cs336: contributors carry the allocating function; Adam moments in "
+       "optimizer_state_init", top)
+    doc = analyze(qw)
+    v = doc["verdict"]
+    fns = [(f["function"], f["bytes"]) for f in v["functions"]][:3]
+    ok(fns == [("transformers/models/qwen2/modeling_qwen2.py:150:forward", 439615488),
+               ("transformers/models/qwen2/modeling_qwen2.py:68:apply_rotary_pos_emb",
+                439615488),
+               ("transformers/models/qwen2/modeling_qwen2.py:56:forward", 180436992)],
+       "Qwen Kineto trace: python_function frames name the activation holders", fns)
+    ok("recompute" not in v["change"], "Qwen: no recompute flags", v["change"])
+    # a native (Megatron) trace has no allocation sites: function is null
+    run, rc, tmp, err = run_megasim(SMALLJOB + ["--global-batch-size", "1", "--train-iters", "2"])
+    if ok(run is not None, "native trace ran"):
+        d = analyze(run, "--no-advice")
+        ok(all(c["function"] is None for c in d["ranks"][0]["peak"]["contributors"]),
+           "native trace: contributors' function is null")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     only = sys.argv[1:]
     for p in SMALL:
@@ -309,6 +361,8 @@ def main():
         scenarios()
     if not only or "triage" in only:
         triage()
+    if not only or "not-megatron" in only:
+        not_megatron()
     print("1..%d" % n)
     return 0
 
