@@ -352,6 +352,64 @@ def not_megatron():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+R04 = ["--sim-preset", "moonlight-16b", "--num-layers", "4", "--moe-layer-freq", "([0]+[1]*3)",
+       "--num-experts", "8", "--expert-model-parallel-size", "2", "--seq-length", "4096",
+       "--max-position-embeddings", "4096", "--sim-world-size", "4", "--sim-only-ranks", "0",
+       "--moe-grouped-gemm", "--global-batch-size", "2", "--train-iters", "3"]
+
+
+def r04():
+    """R04: MoE/MLA labels: moe_act insufficient, whole moe fits, core_attn does
+    nothing; must-not core_attn, mlp (no dense MLP on the MoE layers), moe_act as
+    a pass. megasim executes moe and moe_act to confirm."""
+    run, rc, tmp, err = run_megasim(R04 + PROFILE)
+    if not ok(rc == 0 and run, "R04: megasim ran", err[-1500:]):
+        return
+    base = analyze(run)
+    v0 = base["verdict"]
+    cache = max(r["allocator_cache_bytes"] for r in v0["ranks"])
+    outside = max(r["outside_pytorch_bytes"] for r in v0["ranks"])
+    # a torch budget (11.4 GiB) that whole-moe clears and moe_act does not
+    budget = int(11.4 * GIB) + cache + outside + 2 * GIB
+    v = analyze(run, "--budget", str(budget))["verdict"]
+    detail = json.dumps({k: v[k] for k in ("code", "why", "findings")}, indent=1)[:3000]
+    ok(v["code"] == "R:SELECTIVE[moe]", "R04: verdict R:SELECTIVE[moe] (got %s)" % v["code"],
+       detail)
+    ok("R:INEFFECTIVE[core_attn]" in codes(v), "R04: finding R:INEFFECTIVE[core_attn]", detail)
+    for m in ("core_attn", "mlp", "moe_act"):
+        ok(m not in v["code"] and m not in v["change"], "R04: verdict is not %s" % m, detail)
+    cand = {c["setting"]: c for c in v["candidates"]}
+    ok(cand.get("selective[moe_act]", {}).get("effect") == "insufficient",
+       "R04: moe_act alone insufficient", cand.get("selective[moe_act]"))
+    ok(cand.get("selective[core_attn]", {}).get("effect") == "ineffective",
+       "R04: core_attn ineffective", cand.get("selective[core_attn]"))
+    ok(cand.get("selective[moe]", {}).get("effect") == "fits" and
+       cand["selective[moe]"].get("chosen"), "R04: whole moe fits and is chosen",
+       cand.get("selective[moe]"))
+    ok(cand["selective[moe_act]"]["fails_at"] is not None and
+       cand["selective[moe]"]["fails_at"] is None, "R04: fails_at set for moe_act only")
+    ok(cand["selective[moe_act]"]["replay_cost_fraction"] <
+       cand["selective[moe]"]["replay_cost_fraction"],
+       "R04: moe_act is cheaper than moe (insufficient, not a pass)")
+    budgets = {r["rank"]: r["budget_bytes"] for r in v["ranks"]}
+    for setting, labels, fits in (("selective[moe]", ["moe"], True),
+                                  ("selective[moe_act]", ["moe_act"], False)):
+        r2, rc2, tmp2, err2 = run_megasim(R04 + PROFILE + ["--recompute-granularity", "selective",
+                                                           "--recompute-modules"] + labels)
+        if not ok(rc2 == 0 and r2, "R04: megasim runs %s" % setting, err2[-1500:]):
+            continue
+        sp = tensor_peaks(analyze(r2, "--no-advice"))
+        pred = cand[setting]["predicted_peak_bytes"]
+        errs = ["rank %s predicted %d simulated %d" % (rk, p, sp[int(rk)])
+                for rk, p in pred.items() if abs(p - sp[int(rk)]) / sp[int(rk)] > 0.02]
+        ok(not errs, "R04: %s predicted within 2%%" % setting, "\n".join(errs))
+        ok(all(sp[rk] <= budgets[rk] for rk in sp) == fits,
+           "R04: %s %s in simulation" % (setting, "fits" if fits else "does not fit"),
+           json.dumps({"sim": sp, "budgets": budgets}))
+        shutil.rmtree(tmp2, ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     only = sys.argv[1:]
     for p in SMALL:
@@ -359,6 +417,8 @@ def main():
             accuracy(p)
     if not only or "scenarios" in only:
         scenarios()
+    if not only or "R04" in only:
+        r04()
     if not only or "triage" in only:
         triage()
     if not only or "not-megatron" in only:
