@@ -95,7 +95,20 @@ typedef struct am_oom {
     size_t nframes;
     char where[256];
     uint64_t offset;          /* file offset of the OOM record */
+    int past_limit;           /* recorded after the byte limit stopped recording:
+                               * iteration, phase and live set are those of the
+                               * last recorded event before it */
+    size_t shim_frames;       /* frames inside librecompshim.so, dropped */
 } am_oom;
+
+/* What part of the run a rank's source holds (docs/analysis.md, Coverage). */
+typedef struct am_coverage {
+    int complete;             /* 1: the whole run as far as the source knows */
+    int capped, windowed;
+    const char *status;       /* "complete", "capped", "windowed", "capped_windowed" */
+    char summary[160];        /* "capped at 1.234 s", "windowed: steps 3..5" */
+    char meaning[768];        /* what is missing and what it means for the figures */
+} am_coverage;
 
 typedef struct am_rank {
     am_source *src;
@@ -140,6 +153,9 @@ typedef struct am_rank {
     size_t site_hcap;
     int by_site;              /* not a Megatron job and sites known: live sets are
                                * grouped by allocation site too */
+    am_coverage coverage;
+    int device_lower_bound;   /* the device peak is below the tensor peak: device
+                               * memory outside the recorded part is missing */
     /* analysis notes (NUL-terminated lines) */
     char **notes;
     size_t nnotes;
@@ -172,10 +188,15 @@ typedef struct am_job {
     int hot;                  /* index into ranks of the hot rank, -1 */
     int hot_level;            /* AM_L_* compared */
     uint64_t min_peak, max_peak;
+    int rank_selected;        /* 1: --rank given: job-level fields cover only it */
+    int rank_filter;          /* the N of --rank N */
+    size_t nfiles;            /* traces given (before --rank) */
     struct adv_verdict *verdict; /* the recompute advisor's (advisor.h), NULL none */
 } am_job;
 
-/* The job key of a source ("torchelastic:ID", "slurm:ID", ...), "" none. */
+/* The job key of a source: the job ("torchelastic_run_id=ID", "slurm_job_id=ID",
+ * "master=HOST:PORT") plus the run ("run_id=DIR") and attempt ("attempt=N")
+ * when known; "" none. Sources with different keys are never one job. */
 void am_job_key(const am_meta *m, char *buf, size_t n);
 
 /* Cross-rank: pipeline stages from the command line, hot rank, spread. */

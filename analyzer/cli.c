@@ -1,8 +1,10 @@
 /* cli.c: recomp-analyze TRACE...|DIR [--json] [--rank N] [--iteration K].
  *
  * Exit codes: 0 analysed (also for a trace that was not closed: warning);
- * 1 usage error; 2 unreadable/damaged input, empty directory, traces of
- * different jobs mixed.
+ * 1 usage error (also --iteration K that an analysed rank lacks: the valid
+ * range per rank is printed); 2 unreadable/damaged input, empty directory,
+ * traces of different jobs, runs (run directories) or attempts mixed, two
+ * traces of one rank.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -102,7 +104,8 @@ usage(FILE *f)
             "  boundary and layer of what was live, OOMs, and the hot rank.\n"
             "  --json          the JSON document (docs/json-schema.md) on stdout\n"
             "  --rank N        only rank N\n"
-            "  --iteration K   also the peak of iteration K, with its live set\n"
+            "  --iteration K   also the peak of iteration K, with its live set (numbered as\n"
+            "                  the report prints them: ProfilerStep#N, else from 0)\n"
             "  --top N         contributors shown per peak in the text report (default 12,\n"
             "                  0 = all)\n"
             "  --budget SIZE   device capacity for the advisor (default: the trace header),\n"
@@ -111,7 +114,8 @@ usage(FILE *f)
             "  --config FILE   the job's Megatron config (TransformerConfig field names,\n"
             "                  YAML or JSON) when its settings are not on the command line\n"
             "  --no-advice     skip the recompute advisor\n"
-            "exit: 0 ok, 1 usage, 2 unreadable or damaged traces, empty directory, mixed jobs\n");
+            "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
+            "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank\n");
 }
 
 static int
@@ -279,9 +283,9 @@ main(int argc, char **argv)
                     m->path);
     }
 
-    /* one job per analysis */
+    /* one job per analysis: the same job, run directory and attempt */
     {
-        char k0[160], ki[160];
+        char k0[256], ki[256];
         am_job_key(&srcs[0]->meta, k0, sizeof k0);
         int mixed = 0;
         for (size_t i = 1; i < files.n; i++) {
@@ -290,8 +294,9 @@ main(int argc, char **argv)
                 mixed = 1;
         }
         if (mixed) {
-            fprintf(stderr, "recomp-analyze: traces from different jobs; analyse one job at a "
-                            "time:\n");
+            fprintf(stderr, "recomp-analyze: traces from different jobs, runs or attempts "
+                            "(job id, run directory, restart count); analyse one run at a "
+                            "time (point recomp-analyze at one run directory):\n");
             for (size_t i = 0; i < files.n; i++) {
                 am_job_key(&srcs[i]->meta, ki, sizeof ki);
                 fprintf(stderr, "  %s: %s\n", files.v[i], ki[0] ? ki : "(no job identity)");
@@ -299,6 +304,18 @@ main(int argc, char **argv)
             rc = 2;
             goto out;
         }
+        /* one trace per rank */
+        for (size_t i = 0; i < files.n; i++)
+            for (size_t k = i + 1; k < files.n; k++)
+                if (srcs[i]->meta.rank >= 0 && srcs[i]->meta.rank == srcs[k]->meta.rank) {
+                    fprintf(stderr,
+                            "recomp-analyze: two traces of rank %d in one job: %s and %s "
+                            "(different processes or restarts of one rank; analyse one run "
+                            "at a time)\n",
+                            srcs[i]->meta.rank, files.v[i], files.v[k]);
+                    rc = 2;
+                    goto out;
+                }
     }
 
     am_opts opts = {iteration};
@@ -325,6 +342,38 @@ main(int argc, char **argv)
         goto out;
     }
     qsort(job.ranks, job.nranks, sizeof *job.ranks, rank_cmp);
+    /* --iteration K must name an iteration every analysed rank has */
+    if (iteration >= 0) {
+        int missing = 0;
+        for (size_t i = 0; i < job.nranks; i++) {
+            int found = 0;
+            for (size_t k = 0; k < job.ranks[i].niters; k++)
+                found |= job.ranks[i].iters[k].number == iteration;
+            missing |= !found;
+        }
+        if (missing) {
+            fprintf(stderr, "recomp-analyze: --iteration %d: no such iteration; iterations "
+                            "are numbered as the report prints them (ProfilerStep#N numbers "
+                            "when the trace has step markers, else from 0):\n",
+                    iteration);
+            for (size_t i = 0; i < job.nranks; i++) {
+                const am_rank *r = &job.ranks[i];
+                if (!r->niters)
+                    fprintf(stderr, "  rank %d: no iterations\n", r->rank);
+                else
+                    fprintf(stderr, "  rank %d: %d..%d (%zu iteration(s), %s)\n", r->rank,
+                            r->iters[0].number, r->iters[r->niters - 1].number, r->niters,
+                            r->has_step_markers ? "ProfilerStep numbers"
+                                                : "numbered from 0 by the "
+                                                  "forward/backward/optimizer cycle");
+            }
+            rc = 1;
+            goto out;
+        }
+    }
+    job.rank_selected = want_rank >= 0;
+    job.rank_filter = want_rank;
+    job.nfiles = files.n;
     am_job_finish(&job);
     adv_verdict verdict;
     memset(&verdict, 0, sizeof verdict);

@@ -1470,6 +1470,7 @@ kin_open(const char *path, am_source **out, char *err, size_t errlen)
     am_meta *m = &s->meta;
     m->path = path;
     m->rank = p->has_rank ? (int)p->rank : -1;
+    m->attempt = -1;
     m->world_size = (int)p->world;
     m->local_rank = -1;
     m->device = -1;

@@ -1065,6 +1065,7 @@ snap_open(const char *path, am_source **out, char *err, size_t errlen)
     am_meta *m = &src->meta;
     m->path = path;
     m->rank = m->local_rank = m->world_size = -1;
+    m->attempt = -1;
     m->pid = (int)TID_MAIN;
     m->device = -1;
     m->mode = "snapshot";

@@ -134,11 +134,13 @@ typedef struct am_meta {
     char host[64];
     /* Job identity (empty strings when unknown). Two sources belong to one
      * job when their first non-empty key in this order matches:
-     * torchelastic_run_id, slurm_job_id, master, run_id. */
+     * torchelastic_run_id, slurm_job_id, master; and one run of it when
+     * run_id (the run directory) and attempt match too. */
     char torchelastic_run_id[64];
     char slurm_job_id[32];
     char master[80];
-    char run_id[96];
+    char run_id[96];          /* the run directory's name (native traces) */
+    int attempt;              /* TORCHELASTIC_RESTART_COUNT, -1 unknown */
     uint64_t device_capacity; /* bytes, 0 unknown */
     const char *mode;         /* "default", "async", "nocache", or importer's */
     int closed;               /* 1 clean exit / complete file; 0 killed or cut */
@@ -152,6 +154,17 @@ typedef struct am_meta {
     size_t nwarnings;
     const char *const *warnings;
     uint64_t record_count;    /* events/records the source holds (informative) */
+    /* Coverage: what part of the run the source holds (native traces).
+     * Set at open, except window_opened/open_ns/closed/close_ns, which
+     * the source fills while streaming (final after the first pass). */
+    int limit_hit;            /* 1: a byte limit (RECOMPSHIM_MAX_BYTES) stopped recording */
+    uint64_t limit_ns;        /* when, ns since the start (0 unknown) */
+    uint64_t max_bytes, dropped_records;
+    int window_kind;          /* 0 none, 1 time (ns), 2 events (index), 3 steps */
+    uint64_t window_a, window_b;
+    int window_never_opened;  /* the source says the window never opened */
+    int window_opened, window_closed;
+    uint64_t window_open_ns, window_close_ns; /* first open, last close */
 } am_meta;
 
 /* ---- the source interface ---- */

@@ -309,6 +309,12 @@ on_oom(sweep *s, const am_event *ev)
                 char buf[300];
                 if (!am_format_addr(s->src, ev->frames[i], buf, sizeof buf))
                     snprintf(buf, sizeof buf, "0x%" PRIx64, ev->frames[i]);
+                /* the profiler's own frames (the hook that recorded the
+                 * OOM) say nothing about the program: dropped, counted */
+                if (strncmp(buf, "librecompshim.so", 16) == 0) {
+                    o->shim_frames++;
+                    continue;
+                }
                 o->frames[o->nframes] = strdup(buf);
                 if (o->frames[o->nframes])
                     o->nframes++;
@@ -598,6 +604,76 @@ layer_numbering(am_rank *r, const am_meta *m)
     r->layer_global = 1;
 }
 
+static const char *
+window_kind_name(int k)
+{
+    return k == 1 ? "time" : k == 2 ? "events" : k == 3 ? "steps" : "?";
+}
+
+/* What part of the run the source holds (after pass 1: window records seen). */
+static void
+coverage(am_rank *r, const am_meta *m)
+{
+    am_coverage *c = &r->coverage;
+    c->capped = m->limit_hit;
+    c->windowed = m->window_kind != 0;
+    c->complete = !c->capped && !c->windowed;
+    c->status = c->complete ? "complete"
+                : c->capped && c->windowed ? "capped_windowed"
+                : c->capped                ? "capped"
+                                           : "windowed";
+    size_t k = 0;
+    char *s = c->summary, *mn = c->meaning;
+    size_t ms = 0;
+#define SUM(...) (k += (size_t)snprintf(s + k, k < sizeof c->summary ? sizeof c->summary - k : 0, __VA_ARGS__))
+#define MEAN(...) (ms += (size_t)snprintf(mn + ms, ms < sizeof c->meaning ? sizeof c->meaning - ms : 0, __VA_ARGS__))
+    if (c->complete) {
+        SUM("complete");
+        MEAN("no recording limit or window: the trace covers the process from the shim's "
+             "start%s", m->closed ? " to its exit" : " to its last published record");
+        return;
+    }
+    if (c->capped) {
+        if (m->limit_ns)
+            SUM("capped at %.3f s", (double)m->limit_ns / 1e9);
+        else
+            SUM("capped (time unknown)");
+        MEAN("RECOMPSHIM_MAX_BYTES=%" PRIu64 " stopped recording", m->max_bytes);
+        if (m->limit_ns)
+            MEAN(" at %.3f s", (double)m->limit_ns / 1e9);
+        MEAN("; %" PRIu64 " record(s) after it were not written (only OOM records are kept "
+             "past the limit): everything after the limit is missing, so peaks, iterations, "
+             "phases and the hot rank describe only the recorded part of the run, and the "
+             "true peak may be higher. ",
+             m->dropped_records);
+    }
+    if (c->windowed) {
+        SUM("%swindowed: %s %" PRIu64 "..%" PRIu64, k ? ", " : "",
+            window_kind_name(m->window_kind), m->window_a, m->window_b);
+        MEAN("RECOMPSHIM_WINDOW=%s %" PRIu64 "..%" PRIu64 " recorded only events inside the "
+             "window (definitions and OOMs always)",
+             window_kind_name(m->window_kind), m->window_a, m->window_b);
+        if (m->window_never_opened || !m->window_opened) {
+            SUM(" (never opened)");
+            MEAN("; the window never opened: no memory event was recorded and nothing about "
+                 "the run's memory can be said. ");
+        } else {
+            MEAN("; it opened at %.3f s", (double)m->window_open_ns / 1e9);
+            if (m->window_closed)
+                MEAN(" and closed at %.3f s", (double)m->window_close_ns / 1e9);
+            else
+                MEAN(" and never closed");
+            MEAN(". Memory allocated before the window is missing from the live sets (its "
+                 "frees are unmatched) and events outside it are missing: device-level "
+                 "figures are lower bounds, and the peak is the window's, not the run's. ");
+        }
+    }
+    if (ms && mn[ms < sizeof c->meaning ? ms - 1 : sizeof c->meaning - 2] == ' ')
+        mn[ms < sizeof c->meaning ? ms - 1 : sizeof c->meaning - 2] = 0;
+#undef SUM
+#undef MEAN
+}
+
 int
 am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t errlen)
 {
@@ -632,6 +708,19 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
         goto done;
 
     out->levels = s.levels_seen;
+    coverage(out, &src->meta);
+    if (out->oom && src->meta.limit_hit && src->meta.limit_ns &&
+        out->oom->t_ns > src->meta.limit_ns)
+        out->oom->past_limit = 1;
+    if ((s.levels_seen & AM_LVL_TENSOR) && (s.levels_seen & AM_LVL_DEVICE) &&
+        out->peak[AM_L_DEVICE].known && out->peak[AM_L_TENSOR].known &&
+        out->peak[AM_L_DEVICE].bytes < out->peak[AM_L_TENSOR].bytes) {
+        out->device_lower_bound = 1;
+        am_note(out, "the device-level peak is below the tensor-level peak, which cannot "
+                     "happen in a complete record (PyTorch's allocated memory lives in its "
+                     "segments): device memory reserved outside the recorded part is "
+                     "missing, so the device-level figures are lower bounds");
+    }
     if (!(s.levels_seen & AM_LVL_TENSOR)) {
         out->tensor_na = strcmp(src->meta.mode, "default") == 0
                              ? "default-mode trace without TENSOR records (PyTorch's allocator "

@@ -25,16 +25,30 @@ am_argv_value(const am_meta *m, const char *flag)
 void
 am_job_key(const am_meta *m, char *buf, size_t n)
 {
+    if (!n)
+        return;
+    buf[0] = 0;
+    size_t k = 0;
+#define ADD(...)                                                                               \
+    do {                                                                                       \
+        if (k < n) {                                                                           \
+            int w_ = snprintf(buf + k, n - k, __VA_ARGS__);                                    \
+            k += w_ > 0 ? (size_t)w_ : 0;                                                      \
+        }                                                                                      \
+    } while (0)
     if (m->torchelastic_run_id[0])
-        snprintf(buf, n, "torchelastic_run_id=%s", m->torchelastic_run_id);
+        ADD("torchelastic_run_id=%s", m->torchelastic_run_id);
     else if (m->slurm_job_id[0])
-        snprintf(buf, n, "slurm_job_id=%s", m->slurm_job_id);
+        ADD("slurm_job_id=%s", m->slurm_job_id);
     else if (m->master[0])
-        snprintf(buf, n, "master=%s", m->master);
-    else if (m->run_id[0])
-        snprintf(buf, n, "run_id=%s", m->run_id);
-    else if (n)
-        buf[0] = 0;
+        ADD("master=%s", m->master);
+    /* the run (RECOMPSHIM_OUT's run directory) and the elastic attempt: one
+     * job name can cover several runs, which must never be merged */
+    if (m->run_id[0])
+        ADD("%srun_id=%s", k ? " " : "", m->run_id);
+    if (m->attempt >= 0)
+        ADD("%sattempt=%d", k ? " " : "", m->attempt);
+#undef ADD
 }
 
 static uint64_t
@@ -69,6 +83,11 @@ am_job_finish(am_job *j)
         any = 1;
     }
     am_job_key(&j->ranks[0].src->meta, j->id, sizeof j->id);
+    if (j->rank_selected)
+        for (size_t i = 0; i < j->nranks; i++)
+            am_note(&j->ranks[i], "--rank %d: only this rank of the %zu trace(s) given was "
+                                  "analysed; the job-level hot rank and spread cover only it",
+                    j->rank_filter, j->nfiles);
     /* a subset of the ranks is a partial job: say so (importers: Kineto) */
     int w = j->ranks[0].src->meta.world_size;
     if (w > 0 && j->nranks < (size_t)w)

@@ -123,9 +123,18 @@ peak(yajl_gen g, const am_rank *r, const am_peak *p, int level)
             }
         yajl_gen_map_close(g);
     }
+    K(g, "lower_bound"); B(g, level == AM_L_DEVICE && r->device_lower_bound);
+    K(g, "coverage_caveat");
+    if (r->coverage.complete) {
+        N(g);
+    } else {
+        char cv[256];
+        snprintf(cv, sizeof cv, "of the recorded part only (%s): the run's true peak may differ",
+                 r->coverage.summary);
+        S(g, cv);
+    }
     K(g, "contributors"); groups(g, r, p->groups, p->ngroups);
     yajl_gen_map_close(g);
-    (void)r;
 }
 
 static void
@@ -157,7 +166,20 @@ oom(yajl_gen g, const am_rank *r)
     K(g, "live_device_bytes"); u64(g, o->live[AM_L_DEVICE]);
     K(g, "live_tensor_bytes");
     if (r->levels & AM_LVL_TENSOR) u64(g, o->live[AM_L_TENSOR]); else N(g);
+    K(g, "past_limit"); B(g, o->past_limit);
+    K(g, "caveat");
+    if (o->past_limit)
+        S(g, "recorded after the byte limit stopped recording: iteration, phase and live set "
+             "are those of the last recorded event, not of the OOM; what ran in between is "
+             "missing");
+    else if (!r->coverage.complete)
+        S(g, r->coverage.meaning);
+    else
+        N(g);
+    K(g, "live_device_lower_bound");
+    B(g, (r->levels & AM_LVL_TENSOR) && o->live[AM_L_DEVICE] < o->live[AM_L_TENSOR]);
     K(g, "live"); groups(g, r, o->groups, o->ngroups);
+    K(g, "stack_profiler_frames_dropped"); u64(g, o->shim_frames);
     K(g, "stack");
     yajl_gen_array_open(g);
     for (size_t i = 0; i < o->nframes; i++)
@@ -180,6 +202,34 @@ rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
     K(g, "format"); S(g, m->format);
     K(g, "mode"); S(g, m->mode);
     K(g, "closed"); B(g, m->closed);
+    K(g, "coverage");
+    yajl_gen_map_open(g);
+    K(g, "status"); S(g, r->coverage.status);
+    K(g, "complete"); B(g, r->coverage.complete);
+    K(g, "summary"); S(g, r->coverage.summary);
+    K(g, "meaning"); S(g, r->coverage.meaning);
+    K(g, "capped_at_ns");
+    if (m->limit_hit && m->limit_ns) u64(g, m->limit_ns); else N(g);
+    K(g, "max_bytes");
+    if (m->limit_hit) u64(g, m->max_bytes); else N(g);
+    K(g, "dropped_records"); u64(g, m->dropped_records);
+    K(g, "window");
+    if (m->window_kind) {
+        yajl_gen_map_open(g);
+        K(g, "kind");
+        S(g, m->window_kind == 1 ? "time" : m->window_kind == 2 ? "events" : "steps");
+        K(g, "a"); u64(g, m->window_a);
+        K(g, "b"); u64(g, m->window_b);
+        K(g, "opened"); B(g, m->window_opened && !m->window_never_opened);
+        K(g, "opened_ns");
+        if (m->window_opened) u64(g, m->window_open_ns); else N(g);
+        K(g, "closed_ns");
+        if (m->window_closed) u64(g, m->window_close_ns); else N(g);
+        yajl_gen_map_close(g);
+    } else {
+        N(g);
+    }
+    yajl_gen_map_close(g);
     K(g, "level"); S(g, level == AM_L_TENSOR ? "tensor" : "device");
     K(g, "levels");
     yajl_gen_map_open(g);
@@ -315,6 +365,33 @@ am_report_json(FILE *f, const am_job *j, const am_report_opts *o)
     K(g, "max_peak_bytes"); u64(g, j->max_peak);
     K(g, "min_peak_bytes"); u64(g, j->min_peak);
     K(g, "peak_spread_bytes"); u64(g, j->max_peak - j->min_peak);
+    K(g, "scope");
+    if (j->rank_selected) {
+        char sc[160];
+        snprintf(sc, sizeof sc, "selected ranks only (--rank %d, %zu trace(s) given): nranks, "
+                 "hot_rank and the peaks compared cover only them", j->rank_filter, j->nfiles);
+        S(g, sc);
+    } else {
+        S(g, "all ranks given");
+    }
+    K(g, "coverage_caveat");
+    {
+        char cv[512];
+        size_t k = 0;
+        cv[0] = 0;
+        for (size_t i = 0; i < j->nranks && k < sizeof cv; i++)
+            if (!j->ranks[i].coverage.complete)
+                k += (size_t)snprintf(cv + k, sizeof cv - k, "%srank %d %s", k ? "; " : "",
+                                      j->ranks[i].rank, j->ranks[i].coverage.summary);
+        if (cv[0]) {
+            char full[700];
+            snprintf(full, sizeof full, "incomplete traces (%s): the hot rank and the spread "
+                     "compare only the recorded parts", cv);
+            S(g, full);
+        } else {
+            N(g);
+        }
+    }
     yajl_gen_map_close(g);
     K(g, "ranks");
     yajl_gen_array_open(g);

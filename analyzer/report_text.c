@@ -2,6 +2,7 @@
  * phase, top contributors, OOM details; the hot rank). */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "advisor_report.h"
 #include "report.h"
@@ -58,13 +59,20 @@ print_peak(FILE *f, const am_rank *r, const am_peak *p, const char *label, int t
         fprintf(f, "  %s peak: n/a (%s)\n", label, p->reason ? p->reason : "unknown");
         return;
     }
-    fprintf(f, "  %s peak: %s (%" PRIu64 " bytes) at %.3f s", label,
+    int lower = r->device_lower_bound && strncmp(label, "device", 6) == 0;
+    fprintf(f, "  %s peak: %s%s (%" PRIu64 " bytes) at %.3f s", label, lower ? "at least " : "",
             am_fmt_bytes(p->bytes, b, sizeof b), p->bytes, (double)p->time_ns / 1e9);
     if (p->iteration >= 0)
         fprintf(f, ", iteration %d", p->iteration);
     else
         fprintf(f, ", before the first iteration");
     fprintf(f, ", phase %s\n", am_phase_name(p->phase));
+    if (!r->coverage.complete)
+        fprintf(f, "    (of the recorded part only: %s; the run's true peak may differ)\n",
+                r->coverage.summary);
+    if (lower)
+        fprintf(f, "    (lower bound: below the tensor-level peak, impossible for a complete "
+                   "record; device memory outside the recorded part is missing)\n");
     fprintf(f, "    set by: %s allocation (%s / %s", am_fmt_bytes(p->setter.size, b, sizeof b),
             am_phase_name(p->setter.attr.phase), am_boundary_name(p->setter.attr.boundary));
     if (p->setter.attr.layer > 0)
@@ -96,8 +104,16 @@ print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o)
 {
     const am_meta *m = &r->src->meta;
     char b[32];
-    fprintf(f, "rank %d  (%s, host %s, pid %d, %s mode%s)\n", r->rank, m->path, m->host, m->pid,
-            m->mode, m->closed ? "" : ", NOT CLOSED: read to the last published record");
+    fprintf(f, "rank %d  (%s, host %s, pid ", r->rank, m->path, m->host[0] ? m->host : "?");
+    if (m->pid > 0)
+        fprintf(f, "%d", m->pid);
+    else
+        fputc('?', f);
+    fprintf(f, ", %s mode%s)\n", m->mode,
+            m->closed ? "" : ", NOT CLOSED: read to the last published record");
+    if (!r->coverage.complete)
+        fprintf(f, "  COVERAGE: INCOMPLETE, %s. %s\n", r->coverage.summary,
+                r->coverage.meaning);
     if (r->pp > 1)
         fprintf(f, "  pipeline stage %d of %d (%s)\n", r->stage, r->pp,
                 r->stage_source ? r->stage_source : "unknown");
@@ -119,11 +135,14 @@ print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o)
     for (size_t i = 0; i < r->niters && i < 20; i++) {
         const am_iteration *it = &r->iters[i];
         fprintf(f, "    iteration %d: %d microbatch(es), peak", it->number, it->microbatches);
+        if (!r->peak[AM_L_TENSOR].known && !r->peak[AM_L_DEVICE].known)
+            fprintf(f, " n/a (no memory events)");
         if (r->peak[AM_L_TENSOR].known)
             fprintf(f, " tensor %s (%s)", am_fmt_bytes(it->peak[AM_L_TENSOR], b, sizeof b),
                     am_phase_name(it->peak_phase[AM_L_TENSOR]));
         if (r->peak[AM_L_DEVICE].known)
-            fprintf(f, " device %s (%s)", am_fmt_bytes(it->peak[AM_L_DEVICE], b, sizeof b),
+            fprintf(f, " device %s%s (%s)", r->device_lower_bound ? ">= " : "",
+                    am_fmt_bytes(it->peak[AM_L_DEVICE], b, sizeof b),
                     am_phase_name(it->peak_phase[AM_L_DEVICE]));
         fputc('\n', f);
     }
@@ -150,14 +169,30 @@ print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o)
             fprintf(f, ", free %s of %s", am_fmt_bytes(x->free_bytes, b, sizeof b),
                     am_fmt_bytes(x->total_bytes, (char[32]){0}, 32));
         fprintf(f, " (%zu fatal OOM(s))\n", r->noom_fatal);
-        fprintf(f, "    live then: device %s", am_fmt_bytes(x->live[AM_L_DEVICE], b, sizeof b));
+        if (x->past_limit)
+            fprintf(f, "    NOTE: recorded %.3f s after the byte limit stopped recording: the "
+                       "iteration, phase and live set here are those of the last recorded "
+                       "event, not of the OOM; what ran in between is missing\n",
+                    (double)(x->t_ns - m->limit_ns) / 1e9);
+        int olow = (r->levels & AM_LVL_TENSOR) && x->live[AM_L_DEVICE] < x->live[AM_L_TENSOR];
+        fprintf(f, "    live then: device %s%s", olow ? "at least " : "",
+                am_fmt_bytes(x->live[AM_L_DEVICE], b, sizeof b));
         if (r->levels & AM_LVL_TENSOR)
             fprintf(f, ", tensor %s", am_fmt_bytes(x->live[AM_L_TENSOR], b, sizeof b));
+        if (olow)
+            fprintf(f, " (device below tensor is impossible for a complete record: device "
+                       "memory outside the recorded part is missing)");
         fputc('\n', f);
         if (x->where[0])
             fprintf(f, "    ranges: %s\n", x->where);
+        if (x->nframes || x->shim_frames)
+            fprintf(f, "    native stack (innermost first%s):\n",
+                    x->shim_frames ? "; the profiler's own frames hidden" : "");
         for (size_t i = 0; i < x->nframes && i < 16; i++)
             fprintf(f, "    #%zu %s\n", i, x->frames[i]);
+        fprintf(f, "    live at the OOM (device level; phase of allocation x boundary x "
+                   "layer%s):\n",
+                r->by_site ? " x allocating function" : "");
         print_groups(f, r, x->groups, x->ngroups, o->top, "      ");
     }
     for (size_t i = 0; i < m->nwarnings; i++)
@@ -171,8 +206,11 @@ void
 am_report_text(FILE *f, const am_job *j, const am_report_opts *o)
 {
     char b[32], b2[32];
-    fprintf(f, "recomp-analyze: %zu rank(s)%s%s\n\n", j->nranks, j->id[0] ? ", job " : "",
-            j->id);
+    fprintf(f, "recomp-analyze: %zu rank(s)%s%s", j->nranks, j->id[0] ? ", job " : "", j->id);
+    if (j->rank_selected)
+        fprintf(f, " (--rank %d of %zu trace(s): job-level figures cover only it)",
+                j->rank_filter, j->nfiles);
+    fprintf(f, "\n\n");
     for (size_t i = 0; i < j->nranks; i++) {
         print_rank(f, j, &j->ranks[i], o);
         fputc('\n', f);
@@ -185,6 +223,11 @@ am_report_text(FILE *f, const am_job *j, const am_report_opts *o)
                 am_fmt_bytes(j->max_peak - j->min_peak, (char[32]){0}, 32));
         if (h->stage >= 0 && h->pp > 1)
             fprintf(f, "  on pipeline stage %d of %d\n", h->stage, h->pp);
+        for (size_t i = 0; i < j->nranks; i++)
+            if (!j->ranks[i].coverage.complete)
+                fprintf(f, "  qualified: rank %d's trace is incomplete (%s): the comparison "
+                           "covers only the recorded parts\n",
+                        j->ranks[i].rank, j->ranks[i].coverage.summary);
     }
     if (j->verdict)
         adv_report_text(f, j->verdict);

@@ -37,6 +37,7 @@ typedef struct native {
     rs_reader *r;
     rs_iter *it;
     int mode;
+    am_meta *meta;            /* coverage: WINDOW records update it */
     mod_range *mods;
     size_t nmods;
     const char **argv;
@@ -224,8 +225,19 @@ translate(native *n, const rs_event *re, am_event *ev)
     case RS_REC_NVTX_DOMAIN:
     case RS_REC_META:
     case RS_REC_MODULE:
+    case RS_REC_WINDOW: {
+        const rs_rec_window *w = (const void *)h;
+        if (h->aux == RS_WINDOW_OPEN && !n->meta->window_opened) {
+            n->meta->window_opened = 1;
+            n->meta->window_open_ns = ev->t_ns;
+        } else if (h->aux == RS_WINDOW_CLOSE) {
+            n->meta->window_closed = 1;
+            n->meta->window_close_ns = ev->t_ns;
+        }
+        (void)w;
+        return 0;
+    }
     case RS_REC_LIMIT:
-    case RS_REC_WINDOW:
     case RS_REC_POOL_ATTR:
         return 0;
 #if RS_TRACE_VERSION_MINOR >= 1
@@ -482,10 +494,26 @@ native_open(const char *path, am_source **out, char *err, size_t errlen)
     COPY_STR(m->slurm_job_id, h->slurm_job_id);
     COPY_STR(m->master, h->master);
     COPY_STR(m->run_id, h->run_id);
+    m->attempt = h->restart_count >= 0 ? h->restart_count : -1;
     m->device_capacity = h->device_capacity;
     n->mode = (int)h->mode;
     m->mode = rs_mode_name(h->mode) ? rs_mode_name(h->mode) : "unknown";
     m->closed = rs_reader_closed(n->r);
+    n->meta = m;
+    m->limit_hit = (h->flags & RS_HDR_LIMIT_HIT) != 0;
+    m->limit_ns = m->limit_hit && h->limit_hit_ns ? rel(n, h->limit_hit_ns) : 0;
+    m->max_bytes = h->max_bytes;
+    m->dropped_records = h->dropped_records;
+    m->window_kind = (int)h->window_kind;
+    m->window_a = h->window_a;
+    m->window_b = h->window_b;
+    for (size_t i = 0; i < rs_reader_meta_count(n->r); i++) {
+        uint32_t key, len;
+        const char *v;
+        rs_reader_meta(n->r, i, &key, &v, &len);
+        if (key == RS_META_NOTE && len >= 12 && memmem(v, len, "never opened", 12))
+            m->window_never_opened = 1;
+    }
     m->record_count = rs_reader_record_count(n->r);
     size_t nw = rs_reader_warning_count(n->r);
     n->warnings = calloc(nw + 1, sizeof *n->warnings);

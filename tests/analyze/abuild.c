@@ -56,6 +56,41 @@ ab_job(ab *a, const char *id)
     snprintf(tb_header(a->tb)->torchelastic_run_id, 64, "%s", id);
 }
 
+rs_file_header *
+ab_header(ab *a)
+{
+    return tb_header(a->tb);
+}
+
+void
+ab_window(ab *a, uint64_t t, uint32_t state, uint32_t kind, uint64_t value)
+{
+    rs_rec_window w = {0};
+    w.window_kind = kind;
+    w.value = value;
+    put(a, AB_MAIN, &w, sizeof w, RS_REC_WINDOW, state, t, NULL, 0);
+}
+
+void
+ab_note(ab *a, uint64_t t, const char *text)
+{
+    rs_rec_meta m = {0};
+    m.key = RS_META_NOTE;
+    m.len = (uint32_t)strlen(text);
+    put(a, AB_MAIN, &m, sizeof m, RS_REC_META, 0, t, text, m.len);
+}
+
+void
+ab_module(ab *a, uint64_t t, uint64_t lo, uint64_t hi, const char *path)
+{
+    rs_rec_module m = {0};
+    m.base = lo;
+    m.lo = lo;
+    m.hi = hi;
+    m.path_len = (uint32_t)strlen(path);
+    put(a, AB_MAIN, &m, sizeof m, RS_REC_MODULE, 0, t, path, m.path_len);
+}
+
 void
 ab_mode(ab *a, uint32_t mode)
 {

@@ -48,6 +48,14 @@ void ab_tensor(ab *a, uint32_t tid, uint64_t t, uint64_t ptr, int64_t size, uint
                uint64_t total_reserved);
 void ab_coll(ab *a, uint32_t tid, uint64_t t, uint32_t op, uint64_t bytes);
 #endif
+/* The header, for fields without a helper (run_id, restart_count, limit,
+ * window, host, ...). */
+rs_file_header *ab_header(ab *a);
+/* A WINDOW record (state RS_WINDOW_OPEN/CLOSE), a META note, a MODULE. */
+void ab_window(ab *a, uint64_t t, uint32_t state, uint32_t kind, uint64_t value);
+void ab_note(ab *a, uint64_t t, const char *text);
+void ab_module(ab *a, uint64_t t, uint64_t lo, uint64_t hi, const char *path);
+
 /* Write to path (closed or not); frees the builder. Returns the length. */
 size_t ab_write(ab *a, const char *path, int closed);
 

@@ -1,0 +1,326 @@
+/* test_robust.c: inputs a fresh user found misreported, each as the trace
+ * that showed it: capped and windowed traces presented as complete, runs
+ * merged, --iteration of a missing iteration, the report's small lies. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "abuild.h"
+
+#define T0 1000000ull /* the builder's mono_start_ns (abuild.c) */
+#define SHIM_LO 0x7f0000000000ull
+#define TORCH_LO 0x7f1000000000ull
+
+static char *
+path_in(const char *dir, const char *name)
+{
+    char *p = malloc(strlen(dir) + strlen(name) + 2);
+    sprintf(p, "%s/%s", dir, name);
+    return p;
+}
+
+static yajl_val
+run_json(const char *const *args)
+{
+    char *out, *err;
+    int rc = ab_run(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d; stderr:\n%s", rc, err);
+    yajl_val j = ab_json(out);
+    cr_assert(j, "stdout is not one JSON document:\n%s", out);
+    free(out);
+    free(err);
+    return j;
+}
+
+static char *
+run_text(const char *const *args)
+{
+    char *out, *err;
+    int rc = ab_run(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d; stderr:\n%s", rc, err);
+    free(err);
+    return out;
+}
+
+/* RECOMPSHIM_MAX_BYTES stopped recording at 500 ns; 1234 records dropped;
+ * an OOM recorded past the limit (reserved tail) at 900 ns, whose stack
+ * starts with the shim's own frames. */
+static void
+capped_trace(const char *path)
+{
+    ab *a = ab_new();
+    rs_file_header *h = ab_header(a);
+    h->flags |= RS_HDR_LIMIT_HIT;
+    h->max_bytes = 65536;
+    h->limit_hit_ns = T0 + 500;
+    h->dropped_records = 1234;
+    ab_module(a, 1, SHIM_LO, SHIM_LO + 0x100000, "/opt/recompshim/lib/librecompshim.so");
+    ab_module(a, 2, TORCH_LO, TORCH_LO + 0x100000, "/usr/lib/libtorch_cuda.so");
+    ab_thread(a, AB_MAIN, 5, "python");
+    ab_alloc(a, AB_MAIN, 10, 0x100000, 1000);
+    ab_alloc(a, AB_MAIN, 20, 0x200000, 3000);
+    ab_free(a, AB_MAIN, 30, 0x200000);
+    const uint64_t frames[4] = {SHIM_LO + 0x1234, SHIM_LO + 0x2345, TORCH_LO + 0x10,
+                                TORCH_LO + 0x20};
+    ab_oom(a, AB_MAIN, 900, 1 << 20, 100, 8192, frames, 4);
+    ab_write(a, path, 1);
+}
+
+Test(robust, capped_trace_says_so_and_qualifies_peak_and_oom)
+{
+    char *dir = ab_tmpdir(), *f = path_in(dir, "r0.rstrace");
+    capped_trace(f);
+    yajl_val j = run_json(AB_ARGS("--json", "--no-advice", f));
+    cr_expect_str_eq(ab_str(j, "ranks[0].coverage.status"), "capped");
+    cr_expect_eq(ab_get(j, "ranks[0].coverage.complete")->type, yajl_t_false);
+    cr_expect_eq(ab_int(j, "ranks[0].coverage.capped_at_ns"), 500);
+    cr_expect_eq(ab_int(j, "ranks[0].coverage.dropped_records"), 1234);
+    cr_expect_eq(ab_int(j, "ranks[0].coverage.max_bytes"), 65536);
+    cr_expect(strstr(ab_str(j, "ranks[0].coverage.meaning"), "after the limit is missing"));
+    cr_expect(ab_is_null(j, "ranks[0].coverage.window"));
+    cr_expect_eq(ab_int(j, "ranks[0].peak.bytes"), 4000);
+    cr_expect(strstr(ab_str(j, "ranks[0].peak.coverage_caveat"), "capped at"));
+    cr_expect(strstr(ab_str(j, "job.coverage_caveat"), "rank 0 capped"));
+    /* the OOM past the limit: flagged, its stack without the shim's frames */
+    cr_expect_eq(ab_get(j, "ranks[0].oom.past_limit")->type, yajl_t_true);
+    cr_expect(strstr(ab_str(j, "ranks[0].oom.caveat"), "last recorded event"));
+    yajl_val st = ab_get(j, "ranks[0].oom.stack");
+    cr_assert(st && YAJL_IS_ARRAY(st));
+    cr_expect_eq(st->u.array.len, 2);
+    cr_expect_str_eq(ab_str(j, "ranks[0].oom.stack[0]"), "libtorch_cuda.so+0x10");
+    cr_expect_eq(ab_int(j, "ranks[0].oom.stack_profiler_frames_dropped"), 2);
+    yajl_tree_free(j);
+
+    char *out = run_text(AB_ARGS("--no-advice", f));
+    cr_expect(strstr(out, "COVERAGE: INCOMPLETE, capped at 0.000 s"), "%s", out);
+    cr_expect(strstr(out, "(of the recorded part only: capped at"), "%s", out);
+    cr_expect(strstr(out, "NOTE: recorded 0.000 s after the byte limit"), "%s", out);
+    cr_expect(strstr(out, "live at the OOM (device level"), "%s", out);
+    cr_expect(!strstr(out, "librecompshim"), "%s", out);
+    cr_expect(strstr(out, "#0 libtorch_cuda.so+0x10"), "%s", out);
+    free(out);
+    unlink(f);
+    rmdir(dir);
+}
+
+/* A complete trace says so (and nothing is qualified). */
+Test(robust, complete_trace_coverage)
+{
+    char *dir = ab_tmpdir(), *f = path_in(dir, "r0.rstrace");
+    ab *a = ab_new();
+    ab_header(a)->host[0] = 0;
+    ab_alloc(a, AB_MAIN, 10, 0x100000, 1000);
+    ab_write(a, f, 1);
+    yajl_val j = run_json(AB_ARGS("--json", "--no-advice", f));
+    cr_expect_str_eq(ab_str(j, "ranks[0].coverage.status"), "complete");
+    cr_expect_eq(ab_get(j, "ranks[0].coverage.complete")->type, yajl_t_true);
+    cr_expect(ab_is_null(j, "ranks[0].peak.coverage_caveat"));
+    cr_expect(ab_is_null(j, "job.coverage_caveat"));
+    cr_expect_eq(ab_get(j, "ranks[0].peak.lower_bound")->type, yajl_t_false);
+    yajl_tree_free(j);
+    char *out = run_text(AB_ARGS("--no-advice", f));
+    cr_expect(!strstr(out, "COVERAGE"), "%s", out);
+    cr_expect(strstr(out, "host ?"), "empty host printed as ?: %s", out);
+    free(out);
+    unlink(f);
+    rmdir(dir);
+}
+
+#if RS_TRACE_VERSION_MINOR >= 1
+/* RECOMPSHIM_WINDOW=steps 3..5: segments cudaMalloc'd before the window are
+ * missing, PyTorch's own totals are not: the device level (3000) is below
+ * the tensor level (10000), which must not be printed as a fact. */
+Test(robust, windowed_trace_device_below_tensor_is_a_lower_bound)
+{
+    char *dir = ab_tmpdir(), *f = path_in(dir, "r0.rstrace");
+    ab *a = ab_new();
+    rs_file_header *h = ab_header(a);
+    h->window_kind = RS_WINDOW_STEPS;
+    h->window_a = 3;
+    h->window_b = 5;
+    ab_thread(a, AB_MAIN, 5, "python");
+    ab_window(a, 100, RS_WINDOW_OPEN, RS_WINDOW_STEPS, 3);
+    ab_alloc(a, AB_MAIN, 110, 0x100000, 3000);
+    ab_tensor(a, AB_MAIN, 120, 0x100000, 2000, 10000, 12000);
+    ab_tensor(a, AB_MAIN, 130, 0x100000, -2000, 8000, 12000);
+    ab_window(a, 800, RS_WINDOW_CLOSE, RS_WINDOW_STEPS, 6);
+    ab_write(a, f, 1);
+    yajl_val j = run_json(AB_ARGS("--json", "--no-advice", f));
+    cr_expect_str_eq(ab_str(j, "ranks[0].coverage.status"), "windowed");
+    cr_expect_str_eq(ab_str(j, "ranks[0].coverage.window.kind"), "steps");
+    cr_expect_eq(ab_int(j, "ranks[0].coverage.window.a"), 3);
+    cr_expect_eq(ab_int(j, "ranks[0].coverage.window.b"), 5);
+    cr_expect_eq(ab_int(j, "ranks[0].coverage.window.opened_ns"), 100);
+    cr_expect_eq(ab_int(j, "ranks[0].coverage.window.closed_ns"), 800);
+    cr_expect_eq(ab_int(j, "ranks[0].peak.bytes"), 10000);
+    cr_expect_eq(ab_int(j, "ranks[0].device_peak.bytes"), 3000);
+    cr_expect_eq(ab_get(j, "ranks[0].device_peak.lower_bound")->type, yajl_t_true);
+    cr_expect(strstr(ab_str(j, "ranks[0].device_peak.coverage_caveat"), "windowed: steps 3..5"));
+    yajl_tree_free(j);
+    char *out = run_text(AB_ARGS("--no-advice", f));
+    cr_expect(strstr(out, "COVERAGE: INCOMPLETE, windowed: steps 3..5"), "%s", out);
+    cr_expect(strstr(out, "peak: at least 2.93 KiB"), "%s", out);
+    cr_expect(strstr(out, "lower bound"), "%s", out);
+    free(out);
+    unlink(f);
+    rmdir(dir);
+}
+#endif
+
+/* The window never opened (the shim's META note): nothing can be said. */
+Test(robust, window_never_opened)
+{
+    char *dir = ab_tmpdir(), *f = path_in(dir, "r0.rstrace");
+    ab *a = ab_new();
+    rs_file_header *h = ab_header(a);
+    h->window_kind = RS_WINDOW_STEPS;
+    h->window_a = 3;
+    h->window_b = 5;
+    ab_note(a, 1, "RECOMPSHIM_WINDOW never opened: only definitions and OOMs were recorded");
+    ab_write(a, f, 1);
+    yajl_val j = run_json(AB_ARGS("--json", "--no-advice", f));
+    cr_expect_str_eq(ab_str(j, "ranks[0].coverage.status"), "windowed");
+    cr_expect_eq(ab_get(j, "ranks[0].coverage.window.opened")->type, yajl_t_false);
+    cr_expect(strstr(ab_str(j, "ranks[0].coverage.summary"), "never opened"));
+    cr_expect(strstr(ab_str(j, "ranks[0].coverage.meaning"), "nothing about"));
+    yajl_tree_free(j);
+    unlink(f);
+    rmdir(dir);
+}
+
+static void
+run_trace(const char *path, int rank, const char *run_id, int attempt, uint64_t big)
+{
+    ab *a = ab_new();
+    ab_rank(a, rank, 4);
+    ab_job(a, "megasim");
+    rs_file_header *h = ab_header(a);
+    snprintf(h->run_id, sizeof h->run_id, "%s", run_id);
+    h->restart_count = attempt;
+    ab_alloc(a, AB_MAIN, 10, 0x100000, big);
+    ab_free(a, AB_MAIN, 20, 0x100000);
+    ab_write(a, path, 1);
+}
+
+/* A RECOMPSHIM_OUT root with two run directories of one job name: never
+ * one 8-rank job; pointing at one run directory works. */
+Test(robust, two_runs_of_one_job_are_not_merged)
+{
+    char *root = ab_tmpdir();
+    char *da = path_in(root, "megasim-20250101T000000Z-1"),
+         *db = path_in(root, "megasim-20250101T010000Z-2");
+    mkdir(da, 0700);
+    mkdir(db, 0700);
+    char *f[8];
+    for (int i = 0; i < 8; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "rank%d.rstrace", i % 4);
+        f[i] = path_in(i < 4 ? da : db, name);
+        run_trace(f[i], i % 4, i < 4 ? "megasim-20250101T000000Z-1" : "megasim-20250101T010000Z-2",
+                  -1, 1000 + (uint64_t)i);
+    }
+    char *out, *err;
+    cr_expect_eq(ab_run(AB_ARGS("--json", root), &out, &err), 2);
+    cr_expect_str_eq(out, "");
+    cr_expect(strstr(err, "different jobs, runs or attempts"), "%s", err);
+    cr_expect(strstr(err, "megasim-20250101T000000Z-1/rank0.rstrace: torchelastic_run_id=megasim "
+                          "run_id=megasim-20250101T000000Z-1"),
+              "%s", err);
+    cr_expect(strstr(err, "run_id=megasim-20250101T010000Z-2"), "%s", err);
+    free(out), free(err);
+    yajl_val j = run_json(AB_ARGS("--json", "--no-advice", db));
+    cr_expect_eq(ab_int(j, "job.nranks"), 4);
+    cr_expect_eq(ab_int(j, "job.hot_rank"), 3);
+    cr_expect_str_eq(ab_str(j, "job.id"), "torchelastic_run_id=megasim "
+                                          "run_id=megasim-20250101T010000Z-2");
+    yajl_tree_free(j);
+    for (int i = 0; i < 8; i++)
+        unlink(f[i]), free(f[i]);
+    rmdir(da), rmdir(db), rmdir(root);
+}
+
+/* Two attempts (torchelastic restarts) of one run, and two traces of one rank. */
+Test(robust, attempts_and_duplicate_ranks_exit_2)
+{
+    char *dir = ab_tmpdir();
+    char *f0 = path_in(dir, "a.rstrace"), *f1 = path_in(dir, "b.rstrace");
+    run_trace(f0, 0, "run-1", 0, 1000);
+    run_trace(f1, 1, "run-1", 1, 1000);
+    char *out, *err;
+    cr_expect_eq(ab_run(AB_ARGS(dir), &out, &err), 2);
+    cr_expect(strstr(err, "a.rstrace: torchelastic_run_id=megasim run_id=run-1 attempt=0"), "%s",
+              err);
+    cr_expect(strstr(err, "b.rstrace: torchelastic_run_id=megasim run_id=run-1 attempt=1"), "%s",
+              err);
+    free(out), free(err);
+    run_trace(f1, 0, "run-1", 0, 2000);
+    cr_expect_eq(ab_run(AB_ARGS(dir), &out, &err), 2);
+    cr_expect(strstr(err, "two traces of rank 0 in one job"), "%s", err);
+    cr_expect(strstr(err, "a.rstrace") && strstr(err, "b.rstrace"), "%s", err);
+    free(out), free(err);
+    unlink(f0), unlink(f1);
+    rmdir(dir);
+}
+
+/* Three cycle iterations (numbered 0..2): --iteration 7 is an error naming
+ * the range; --iteration 2 is the last one the report prints. */
+Test(robust, iteration_that_does_not_exist_exits_1)
+{
+    char *dir = ab_tmpdir(), *f = path_in(dir, "r0.rstrace");
+    ab *a = ab_new();
+    ab_thread(a, AB_MAIN, 1, "python");
+    ab_thread(a, AB_BWD, 2, "pt_autograd_0");
+    uint64_t t = 100;
+    for (int it = 0; it < 3; it++, t += 1000) {
+        ab_push(a, AB_MAIN, t, "megatron.core.transformer.transformer_layer.TransformerLayer."
+                               "_forward_attention.self_attention");
+        ab_alloc(a, AB_MAIN, t + 1, 0x1000000, 100);
+        ab_pop(a, AB_MAIN, t + 2);
+        ab_alloc(a, AB_BWD, t + 50, 0x9000000, 10);
+        ab_free(a, AB_BWD, t + 51, 0x9000000);
+        ab_free(a, AB_BWD, t + 52, 0x1000000);
+        ab_push(a, AB_MAIN, t + 60, "Optimizer.step#Adam.step");
+        if (it == 0)
+            ab_alloc(a, AB_MAIN, t + 61, 0x8000000, 4000);
+        ab_pop(a, AB_MAIN, t + 62);
+    }
+    ab_write(a, f, 1);
+    char *out, *err;
+    cr_expect_eq(ab_run(AB_ARGS("--iteration", "7", f), &out, &err), 1);
+    cr_expect_str_eq(out, "");
+    cr_expect(strstr(err, "--iteration 7: no such iteration"), "%s", err);
+    cr_expect(strstr(err, "rank 0: 0..2 (3 iteration(s), numbered from 0"), "%s", err);
+    free(out), free(err);
+    char *txt = run_text(AB_ARGS("--no-advice", "--iteration", "2", f));
+    cr_expect(strstr(txt, "    iteration 2: "), "%s", txt);
+    cr_expect(strstr(txt, "  iteration 2:\n"), "%s", txt);
+    free(txt);
+    unlink(f);
+    rmdir(dir);
+}
+
+/* --rank 0 of two traces: the job-level fields say they cover only it. */
+Test(robust, rank_selection_scopes_job_fields)
+{
+    char *dir = ab_tmpdir();
+    char *f0 = path_in(dir, "r0.rstrace"), *f1 = path_in(dir, "r1.rstrace");
+    run_trace(f0, 0, "run-1", -1, 1000);
+    run_trace(f1, 1, "run-1", -1, 5000);
+    yajl_val j = run_json(AB_ARGS("--json", "--no-advice", "--rank", "0", dir));
+    cr_expect_eq(ab_int(j, "job.nranks"), 1);
+    cr_expect(strstr(ab_str(j, "job.scope"), "selected ranks only (--rank 0, 2 trace(s) given)"),
+              "%s", ab_str(j, "job.scope"));
+    yajl_tree_free(j);
+    j = run_json(AB_ARGS("--json", "--no-advice", dir));
+    cr_expect_str_eq(ab_str(j, "job.scope"), "all ranks given");
+    yajl_tree_free(j);
+    char *txt = run_text(AB_ARGS("--no-advice", "--rank", "0", dir));
+    cr_expect(strstr(txt, "(--rank 0 of 2 trace(s): job-level figures cover only it)"), "%s",
+              txt);
+    free(txt);
+    unlink(f0), unlink(f1);
+    rmdir(dir);
+}
