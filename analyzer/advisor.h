@@ -239,6 +239,17 @@ typedef struct adv_setting {
 } adv_setting;
 uint64_t adv_counterfactual(const adv_trace *t, const adv_cfg *c, const adv_setting *s,
                             uint64_t extra_state, uint8_t *phase);
+/* The setting the recorded configuration runs (selective labels or full). */
+void adv_setting_of_cfg(const adv_cfg *c, adv_setting *s);
+/* Undo the recorded recompute: match each active unit's forward allocations
+ * that its no_grad forward (or discard) freed against the replayed
+ * allocations on the backward thread by size sequence (replay order: later
+ * regions of an instance first), drop the replayed allocations and keep each
+ * forward tensor saved by the replay alive until its twin's free. *o is the
+ * trace as it would be without recompute; *matched of *units were found.
+ * 0, or -1 (out of memory). */
+int adv_trace_undo(const adv_trace *t, const adv_cfg *c, adv_trace *o, int *matched,
+                   int *units);
 /* Replay cost of a setting as a share of the step (FLOP model). */
 double adv_replay_cost(const adv_cfg *c, const adv_setting *s, int stage_layers);
 /* Validity: 1 valid, else 0 with reason. */

@@ -547,3 +547,332 @@ out:
         *phase_out = best_phase;
     return best;
 }
+
+/* ---- undoing the recorded recompute (advisor.h adv_trace_undo) ----
+ *
+ * A unit of the active setting: its forward allocations that the no_grad
+ * forward (or the discard) freed on the main thread, in allocation order, and
+ * the op position where the backward reaches it (the order of the replays in
+ * one instance's backward job: later positions first). */
+typedef struct uundo {
+    int32_t inst;
+    uint32_t key;             /* region end / discard point */
+    int discard;              /* discard-style: replayed before a checkpoint at the same key */
+    uint32_t *f;              /* forward alloc ids freed in forward */
+    size_t nf;
+} uundo;
+
+static int
+uu_cmp(const void *a, const void *b)
+{
+    const uundo *x = a, *y = b;
+    if (x->inst != y->inst)
+        return x->inst < y->inst ? -1 : 1;
+    if (x->key != y->key)
+        return x->key > y->key ? -1 : 1;  /* later regions are replayed first */
+    return y->discard - x->discard;
+}
+
+static int
+uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_t b,
+       uint32_t e, uint32_t key, int discard, uint32_t only)
+{
+    if (k < 0)
+        return 0;
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        uundo *q = realloc(*u, nc * sizeof *q);
+        if (!q)
+            return -1;
+        *u = q;
+        *cap = nc;
+    }
+    uundo *x = &(*u)[*n];
+    memset(x, 0, sizeof *x);
+    x->inst = k;
+    x->key = key;
+    x->discard = discard;
+    if (only != ADV_NONE) {
+        const adv_alloc *a = &t->a[only];
+        if (a->bwd || a->fbwd || a->f_pos == ADV_NONE)
+            return 0;
+        x->f = malloc(sizeof *x->f);
+        if (!x->f)
+            return -1;
+        x->f[x->nf++] = only;
+        (*n)++;
+        return 0;
+    }
+    if (b == ADV_NONE || e == ADV_NONE || e <= b)
+        return 0;
+    x->f = malloc((e - b) * sizeof *x->f);
+    if (!x->f)
+        return -1;
+    for (uint32_t p = b; p < e; p++) {
+        int32_t v = t->ops[p];
+        if (v <= 0)
+            continue;
+        const adv_alloc *a = &t->a[v - 1];
+        if (a->inst != k || a->bwd || a->fbwd || a->f_pos == ADV_NONE)
+            continue;
+        x->f[x->nf++] = (uint32_t)v - 1;
+    }
+    if (!x->nf) {
+        free(x->f);
+        return 0;
+    }
+    (*n)++;
+    return 0;
+}
+
+void
+adv_setting_of_cfg(const adv_cfg *c, adv_setting *s)
+{
+    memset(s, 0, sizeof *s);
+    if (c->granularity == 2) {
+        s->full_method = c->method ? c->method : 1;
+        s->full_n = c->recompute_num_layers > 0 ? c->recompute_num_layers : 1;
+    } else if (c->granularity == 1) {
+        s->labels = c->modules ? c->modules : 1u << ADV_L_core_attn;
+    }
+}
+
+int
+adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matched,
+               int *units)
+{
+    memset(o, 0, sizeof *o);
+    *matched = *units = 0;
+    adv_setting s;
+    adv_setting_of_cfg(cfg, &s);
+    uundo *u = NULL;
+    size_t nu = 0, capu = 0;
+    int rc = -1;
+    uint32_t *twin = NULL, *newpos = NULL, *bal = NULL;
+    uint8_t *used = NULL, *ext = NULL;
+    cf c;
+    memset(&c, 0, sizeof c);
+    c.t = t;
+    if (prep(&c) < 0)
+        goto out;
+    /* the active setting's units */
+    if (s.full_method) {
+        size_t i = 0;
+        while (i < t->nlayers) {
+            const adv_layer *L = &t->layers[i];
+            size_t j = i;
+            while (j < t->nlayers && t->layers[j].inst == L->inst)
+                j++;
+            size_t nl = j - i, n = (size_t)s.full_n;
+            for (size_t g = 0; g < nl; g += (s.full_method == 1 ? n : 1)) {
+                if (s.full_method == 2 && g >= n)
+                    break;
+                size_t last = s.full_method == 1 ? (g + n < nl ? g + n : nl) : g + 1;
+                uint32_t e = t->layers[i + last - 1].end;
+                if (uu_add(&u, &nu, &capu, t, L->inst, t->layers[i + g].begin, e, e, 0,
+                           ADV_NONE) < 0)
+                    goto out;
+            }
+            i = j;
+        }
+    } else {
+        unsigned m = s.labels;
+        for (size_t i = 0; i < t->nlayers; i++) {
+            const adv_layer *L = &t->layers[i];
+            int e = 0;
+            if (((m & (1u << ADV_L_moe)) && L->moe) || ((m & (1u << ADV_L_mlp)) && !L->moe))
+                e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE);
+            else if ((m & (1u << ADV_L_shared_experts)) && L->moe)
+                e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE);
+            if (m & (1u << ADV_L_core_attn))
+                e |= uu_add(&u, &nu, &capu, t, L->inst, L->core_b, L->core_e, L->core_e, 0,
+                            ADV_NONE);
+            if ((m & (1u << ADV_L_mla_up_proj)) && L->mla && L->mla_up_b != ADV_NONE &&
+                L->mla_v != ADV_NONE)
+                e |= uu_add(&u, &nu, &capu, t, L->inst, L->mla_up_b, t->a[L->mla_v].a_pos + 1,
+                            L->core_e, 1, ADV_NONE);
+            if ((m & (1u << ADV_L_moe_act)) && L->moe && L->moe_act != ADV_NONE)
+                e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->moe_act_discard, 1, L->moe_act);
+            if (m & (1u << ADV_L_layernorm)) {
+                if (L->in_ln != ADV_NONE)
+                    e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->attn_e, 1, L->in_ln);
+                if (L->pre_ln != ADV_NONE)
+                    e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->mlp_e, 1, L->pre_ln);
+            }
+            if (e)
+                goto out;
+        }
+    }
+    qsort(u, nu, sizeof *u, uu_cmp);
+    *units = (int)nu;
+    /* backward-thread allocations in order */
+    size_t nbal = 0;
+    bal = malloc((t->na ? t->na : 1) * sizeof *bal);
+    twin = malloc((t->na ? t->na : 1) * sizeof *twin);
+    used = calloc(t->na ? t->na : 1, 1);
+    ext = calloc(t->na ? t->na : 1, 1);
+    if (!bal || !twin || !used || !ext)
+        goto out;
+    memset(twin, 0xff, (t->na ? t->na : 1) * sizeof *twin);
+    for (size_t p = 0; p < t->nops; p++)
+        if (t->ops[p] > 0 && t->a[t->ops[p] - 1].bwd)
+            bal[nbal++] = (uint32_t)t->ops[p] - 1;
+    size_t cursor = 0;
+    int32_t cur_inst = -1;
+    for (size_t k = 0; k < nu; k++) {
+        uundo *x = &u[k];
+        if (x->inst != cur_inst) {
+            cur_inst = x->inst;
+            uint32_t bs = (size_t)x->inst < t->ninsts ? c.bwd_start[x->inst] : ADV_NONE;
+            if (bs == ADV_NONE)
+                bs = t->insts[x->inst].end;
+            /* first backward allocation at or after the instance's backward job */
+            size_t lo = 0, hi = nbal;
+            while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (t->a[bal[mid]].a_pos < bs)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            cursor = lo;
+        }
+        /* the first unused run of backward allocations with the forward sizes */
+        size_t found = (size_t)-1;
+        for (int pass = 0; pass < 2 && found == (size_t)-1; pass++) {
+            size_t from = pass ? 0 : cursor;
+            for (size_t q = from; q + x->nf <= nbal; q++) {
+                size_t z = 0;
+                while (z < x->nf && !used[bal[q + z]] &&
+                       t->a[bal[q + z]].size == t->a[x->f[z]].size)
+                    z++;
+                if (z == x->nf) {
+                    found = q;
+                    break;
+                }
+            }
+        }
+        if (found == (size_t)-1)
+            continue;
+        (*matched)++;
+        uint32_t last_a = t->a[bal[found + x->nf - 1]].a_pos;
+        for (size_t z = 0; z < x->nf; z++) {
+            uint32_t y = bal[found + z];
+            used[y] = 1;
+            twin[y] = x->f[z];
+            /* saved in a grad-enabled forward: the replay twin lives past the
+             * replay's last allocation; transients keep their own free */
+            const adv_alloc *ya = &t->a[y];
+            if (ya->f_pos == ADV_NONE || ya->f_pos > last_a || x->discard)
+                ext[x->f[z]] = 1;
+        }
+        if (found + x->nf > cursor)
+            cursor = found + x->nf;
+    }
+    /* the rewritten op stream */
+    newpos = malloc((t->nops + 1) * sizeof *newpos);
+    o->a = malloc((t->na ? t->na : 1) * sizeof *o->a);
+    o->ops = malloc((t->nops ? t->nops : 1) * sizeof *o->ops);
+    if (!newpos || !o->a || !o->ops)
+        goto out;
+    memcpy(o->a, t->a, t->na * sizeof *o->a);
+    o->na = o->capa = t->na;
+    o->capops = t->nops ? t->nops : 1;
+    size_t np = 0;
+    for (size_t p = 0; p < t->nops; p++) {
+        newpos[p] = (uint32_t)np;
+        int32_t v = t->ops[p];
+        uint32_t id = (uint32_t)(v > 0 ? v : -v) - 1;
+        if (used[id]) {
+            uint32_t x = twin[id];
+            if (v < 0 && x != ADV_NONE && ext[x]) {
+                o->ops[np] = -(int32_t)(x + 1);
+                o->a[x].f_pos = (uint32_t)np;
+                o->a[x].fbwd = t->a[id].fbwd;
+                np++;
+            }
+            if (v > 0)
+                o->a[id].a_pos = (uint32_t)np;
+            else
+                o->a[id].f_pos = (uint32_t)np;
+            o->a[id].size = 0;
+            continue;
+        }
+        if (v < 0 && ext[id])
+            continue;
+        o->ops[np] = v;
+        if (v > 0)
+            o->a[id].a_pos = (uint32_t)np;
+        else
+            o->a[id].f_pos = (uint32_t)np;
+        np++;
+    }
+    newpos[t->nops] = (uint32_t)np;
+    o->nops = np;
+    /* an extended tensor whose twin was never freed stays alive */
+    for (size_t y = 0; y < t->na; y++)
+        if (used[y] && twin[y] != ADV_NONE && ext[twin[y]] && t->a[y].f_pos == ADV_NONE) {
+            o->a[twin[y]].f_pos = ADV_NONE;
+            o->a[twin[y]].fbwd = 0;
+        }
+#define NP(x) ((x) == ADV_NONE ? ADV_NONE : newpos[(x) > t->nops ? t->nops : (x)])
+    o->layers = malloc((t->nlayers ? t->nlayers : 1) * sizeof *o->layers);
+    o->insts = malloc((t->ninsts ? t->ninsts : 1) * sizeof *o->insts);
+    if (!o->layers || !o->insts)
+        goto out;
+    o->nlayers = o->caplayers = t->nlayers;
+    o->ninsts = o->capinsts = t->ninsts;
+    for (size_t i = 0; i < t->nlayers; i++) {
+        adv_layer L = t->layers[i];
+        L.begin = NP(L.begin);
+        L.end = NP(L.end);
+        L.attn_b = NP(L.attn_b);
+        L.attn_e = NP(L.attn_e);
+        L.core_b = NP(L.core_b);
+        L.core_e = NP(L.core_e);
+        L.mlp_b = NP(L.mlp_b);
+        L.mlp_e = NP(L.mlp_e);
+        L.moe_act_discard = NP(L.moe_act_discard);
+        L.mla_up_b = NP(L.mla_up_b);
+        o->layers[i] = L;
+    }
+    for (size_t i = 0; i < t->ninsts; i++) {
+        o->insts[i] = t->insts[i];
+        o->insts[i].begin = NP(t->insts[i].begin);
+        o->insts[i].end = NP(t->insts[i].end);
+    }
+    o->megatron_ranges = t->megatron_ranges;
+    o->replays = 0;
+    o->max_outside = t->max_outside;
+    o->graph_pool_bytes = t->graph_pool_bytes;
+    o->graph_capture_oom = t->graph_capture_oom;
+    o->last_complete_iter = t->last_complete_iter;
+    o->opt_state_init_end = NP(t->opt_state_init_end);
+    o->trunc = t->trunc;
+    o->oom = t->oom;
+    o->oom_pos = NP(t->oom_pos);
+    o->oom_phase = t->oom_phase;
+    o->oom_lib = t->oom_lib;
+    o->oom_in_capture = t->oom_in_capture;
+    o->oom_request = t->oom_request;
+    o->oom_allocated = t->oom_allocated;
+    o->oom_reserved = t->oom_reserved;
+    o->oom_device_live = t->oom_device_live;
+    o->init_bytes = t->init_bytes;
+    o->optimizer_seen = t->optimizer_seen;
+#undef NP
+    rc = 0;
+out:
+    for (size_t k = 0; k < nu; k++)
+        free(u[k].f);
+    free(u);
+    free(twin);
+    free(newpos);
+    free(bal);
+    free(used);
+    free(ext);
+    cf_free(&c);
+    if (rc < 0)
+        adv_trace_free(o);
+    return rc;
+}

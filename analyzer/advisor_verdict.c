@@ -113,18 +113,48 @@ add_cand(adv_verdict *v, const adv_cand *c)
     return 0;
 }
 
-/* evaluate one setting on every rank */
+typedef struct eval_ctx {
+    adv_trace *tr;            /* the measured traces */
+    adv_trace *t0;            /* recompute on: the traces without it, else NULL */
+    const adv_setting *active;
+    uint64_t *extra;
+    uint64_t base_max;        /* measured (current setting) */
+    uint64_t ref_max;         /* without recompute: what effects are judged against */
+    int stage_layers;
+} eval_ctx;
+
+static int
+same_setting(const adv_setting *a, const adv_setting *b)
+{
+    if (a->full_method || b->full_method)
+        return a->full_method == b->full_method && a->full_n == b->full_n;
+    return a->labels == b->labels;
+}
+
+static int64_t
+small_of(uint64_t ref)
+{
+    return (int64_t)(ref / 200 > ((uint64_t)64 << 20) ? ref / 200 : ((uint64_t)64 << 20));
+}
+
+/* evaluate one setting on every rank: the current setting is the measured
+ * trace; with recompute on, every other setting rewrites the trace without it */
 static void
-evaluate(adv_verdict *v, adv_trace *tr, const adv_setting *s, uint64_t *extra, adv_cand *c,
-         uint64_t base_max, int stage_layers)
+evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
 {
     memset(c, 0, sizeof *c);
     name_setting(s, c);
     c->fails_rank = -1;
     int64_t worst_over = INT64_MIN;
+    int cur = e->t0 && same_setting(s, e->active);
     for (size_t i = 0; i < v->nranks; i++) {
         uint8_t ph = 0;
-        c->peak[i] = adv_counterfactual(&tr[i], &v->cfg, s, extra[i], &ph);
+        if (cur)
+            c->peak[i] = adv_counterfactual(&e->tr[i], &v->cfg, &(adv_setting){0}, e->extra[i],
+                                            &ph);
+        else
+            c->peak[i] = adv_counterfactual(e->t0 ? &e->t0[i] : &e->tr[i], &v->cfg, s,
+                                            e->extra[i], &ph);
         if (c->peak[i] > c->max_peak)
             c->max_peak = c->peak[i];
         int64_t over = (int64_t)c->peak[i] - (int64_t)v->budget[i];
@@ -134,25 +164,52 @@ evaluate(adv_verdict *v, adv_trace *tr, const adv_setting *s, uint64_t *extra, a
             c->fails_phase = ph;
         }
     }
-    c->saving = (int64_t)base_max - (int64_t)c->max_peak;
-    c->cost = adv_replay_cost(&v->cfg, s, stage_layers);
+    c->saving = (int64_t)e->ref_max - (int64_t)c->max_peak;
+    c->cost = (s->labels || s->full_method) ? adv_replay_cost(&v->cfg, s, e->stage_layers) : 0;
     c->valid = adv_valid(&v->cfg, s, c->reason, sizeof c->reason);
-    uint64_t small = base_max / 200 > ((uint64_t)64 << 20) ? base_max / 200 : ((uint64_t)64 << 20);
+    int64_t small = small_of(e->ref_max);
     if (c->fails_rank < 0)
         c->effect = ADV_E_FITS;
     else if (c->saving < -(int64_t)((uint64_t)16 << 20))
         c->effect = ADV_E_COUNTER;
-    else if (c->saving < (int64_t)small)
+    else if (c->saving < small && (s->labels || s->full_method))
         c->effect = ADV_E_INEFFECTIVE;
     else
         c->effect = ADV_E_INSUFFICIENT;
     if (!c->reason[0]) {
         if (c->effect == ADV_E_FITS)
-            snprintf(c->reason, sizeof c->reason, "every rank within its budget");
+            snprintf(c->reason, sizeof c->reason, "every rank within its budget%s",
+                     cur ? " (the current setting, measured)" : "");
         else
-            snprintf(c->reason, sizeof c->reason, "rank %d over its budget by %s (in %s)",
-                     c->fails_rank, GB((uint64_t)worst_over), am_phase_name(c->fails_phase));
+            snprintf(c->reason, sizeof c->reason, "rank %d over its budget by %s (in %s)%s",
+                     c->fails_rank, GB((uint64_t)worst_over), am_phase_name(c->fails_phase),
+                     cur ? " (the current setting, measured)" : "");
     }
+}
+
+static const adv_cand *
+find_cand(const adv_verdict *v, const adv_setting *s)
+{
+    for (size_t k = 0; k < v->ncands; k++) {
+        adv_setting x = {v->cands[k].labels, v->cands[k].full_method, v->cands[k].full_n};
+        if (same_setting(&x, s))
+            return &v->cands[k];
+    }
+    return NULL;
+}
+
+/* evaluate and list a setting once; the listed candidate */
+static const adv_cand *
+try_setting(adv_verdict *v, const eval_ctx *e, const adv_setting *s)
+{
+    const adv_cand *have = find_cand(v, s);
+    if (have)
+        return have;
+    adv_cand c;
+    evaluate(v, e, s, &c);
+    if (add_cand(v, &c) < 0)
+        return NULL;
+    return &v->cands[v->ncands - 1];
 }
 
 uint64_t
@@ -196,6 +253,10 @@ config_diff(const adv_verdict *v, const adv_cand *c, char *out, size_t n, char *
                  "%s\ncfg.model.recompute_granularity = \"full\"\ncfg.model.recompute_method = "
                  "\"%s\"\ncfg.model.recompute_num_layers = %d",
                  change, m, c->full_n);
+    } else if (!c->labels) {
+        snprintf(change, cn, "remove --recompute-granularity/--recompute-method/"
+                             "--recompute-num-layers/--recompute-modules (no recompute)");
+        snprintf(out, n, "%s\ncfg.model.recompute_granularity = None", change);
     } else {
         labels_str(c->labels, l, sizeof l, " ");
         labels_str(c->labels, lq, sizeof lq, "\", \"");
@@ -345,6 +406,7 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
         return -1;
     }
     int rc = 0;
+    adv_trace *t0 = NULL;
     for (size_t i = 0; i < v->nranks; i++) {
         am_rank *r = &j->ranks[i];
         const am_meta *m = &r->src->meta;
@@ -444,66 +506,126 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                  "--num-layers/--hidden-size/... on the command line or in --config",
                  cfg->unknown[0] ? cfg->unknown : "none missing");
     }
-    if (can_cf && cfg->granularity)
+    /* recompute already on: the trace without it (its replays matched to the
+     * forward regions and undone); candidates are complete settings on it */
+    adv_setting active;
+    adv_setting_of_cfg(cfg, &active);
+    uint64_t ref_max = base_max;
+    if (can_cf && cfg->granularity) {
+        int matched = 0, units = 0;
+        t0 = calloc(v->nranks, sizeof *t0);
+        if (!t0) {
+            snprintf(err, errlen, "advisor: out of memory");
+            rc = -1;
+            goto out;
+        }
+        for (size_t i = 0; i < v->nranks; i++) {
+            int m = 0, u = 0;
+            if (adv_trace_undo(&tr[i], cfg, &t0[i], &m, &u) < 0) {
+                snprintf(err, errlen, "advisor: out of memory");
+                rc = -1;
+                goto out;
+            }
+            matched += m;
+            units += u;
+        }
+        ref_max = 0;
+        for (size_t i = 0; i < v->nranks; i++) {
+            uint64_t p = adv_counterfactual(&t0[i], cfg, &(adv_setting){0}, extra[i], NULL);
+            if (p > ref_max)
+                ref_max = p;
+        }
+        char cur[96];
+        adv_cand tmp;
+        name_setting(&active, &tmp);
+        snprintf(cur, sizeof cur, "%s", tmp.name);
         snprintf(v->level_note, sizeof v->level_note,
-                 "recompute is already on (%s%s): candidates keep the active setting and add "
-                 "labels; removing an active label is not modelled (its replays show on the "
-                 "backward thread: %s replayed)",
-                 cfg->granularity == 2 ? "full" : "selective",
-                 cfg->granularity == 1 ? " labels recorded" : "",
-                 GB(tr[0].replay_bytes));
-    int lps = stage_layers_of(cfg);
-    if (can_cf && cfg->granularity != 2) {
+                 "recompute is already on (%s, %s replayed on the backward thread): its replays "
+                 "were matched to the forward regions (%d of %d units on all ranks) and undone "
+                 "(%s without recompute); candidates are complete settings (keep, remove or "
+                 "add labels) evaluated on that trace, the current setting is the measured one",
+                 cur, GB(tr[0].replay_bytes), matched, units, GB(ref_max));
+    }
+    eval_ctx ec = {tr, t0, &active, extra, base_max, ref_max, stage_layers_of(cfg)};
+    unsigned ineff = 0;       /* labels judged ineffective */
+    if (can_cf) {
         unsigned have = adv_model_labels(cfg);
-        unsigned active = cfg->granularity == 1 ? cfg->modules : 0;
         adv_cand c;
+        if (t0) {
+            /* the current setting (measured) and no recompute at all */
+            try_setting(v, &ec, &active);
+            try_setting(v, &ec, &(adv_setting){0});
+        }
         /* single labels */
         int singles[ADV_NLABELS], ns = 0;
         for (int l = 0; l < ADV_NLABELS; l++) {
-            if (!(have & (1u << l)) || (active & (1u << l)))
+            if (!(have & (1u << l)))
                 continue;
-            adv_setting s = {active | 1u << l, 0, 0};
-            evaluate(v, tr, &s, extra, &c, base_max, lps);
-            add_cand(v, &c);
-            if (c.effect != ADV_E_INEFFECTIVE && c.effect != ADV_E_COUNTER)
+            adv_setting s = {1u << l, 0, 0};
+            const adv_cand *cc = try_setting(v, &ec, &s);
+            if (!cc)
+                continue;
+            c = *cc;
+            if (c.effect != ADV_E_INEFFECTIVE && c.effect != ADV_E_COUNTER &&
+                c.saving >= small_of(ref_max)) {
                 singles[ns++] = l;
-            if (c.effect == ADV_E_INEFFECTIVE || c.effect == ADV_E_COUNTER) {
-                char code[64];
-                snprintf(code, sizeof code, "R:INEFFECTIVE[%s]", adv_label_name(l));
-                adv_finding_add(v, code, adv_effect_name(c.effect), c.fails_rank,
-                                "predicted peak %s against %s without it (%s%s): %s",
-                                GB(c.max_peak), GB(base_max), c.saving >= 0 ? "-" : "+",
-                                GB((uint64_t)(c.saving >= 0 ? c.saving : -c.saving)),
-                                l == ADV_L_core_attn && cfg->fused_attn
-                                    ? "with TE fused/flash attention core_attn frees only the "
-                                      "softmax statistics; Q, K, V and O stay saved"
-                                    : l == ADV_L_layernorm
-                                          ? "the norms are fused into the linears "
-                                            "(IdentityOp) or hold little"
-                                          : "its region holds little at the peak");
+                continue;
+            }
+            ineff |= 1u << l;
+            char code[64];
+            snprintf(code, sizeof code, "R:INEFFECTIVE[%s]", adv_label_name(l));
+            adv_finding_add(v, code, c.saving < -(int64_t)((uint64_t)16 << 20)
+                                         ? "counter-productive" : "ineffective",
+                            c.fails_rank,
+                            "predicted peak %s against %s without it (%s%s): %s",
+                            GB(c.max_peak), GB(ref_max), c.saving >= 0 ? "-" : "+",
+                            GB((uint64_t)(c.saving >= 0 ? c.saving : -c.saving)),
+                            l == ADV_L_core_attn && cfg->fused_attn
+                                ? "with TE fused/flash attention core_attn frees only the "
+                                  "softmax statistics; Q, K, V and O stay saved"
+                                : l == ADV_L_layernorm
+                                      ? "the norms are fused into the linears "
+                                        "(IdentityOp) or hold little"
+                                      : "its region holds little at the peak");
+        }
+        /* the active selective setting: without each of its labels, with each other one */
+        if (t0 && active.labels) {
+            const adv_cand *cur = find_cand(v, &active);
+            for (int l = 0; l < ADV_NLABELS; l++) {
+                if (!(have & (1u << l)))
+                    continue;
+                adv_setting s = {active.labels ^ (1u << l), 0, 0};
+                const adv_cand *cc = try_setting(v, &ec, &s);
+                if (cc && cur && (active.labels & (1u << l)) && !(ineff & (1u << l)) &&
+                    (int64_t)cc->max_peak - (int64_t)cur->max_peak < small_of(ref_max)) {
+                    ineff |= 1u << l;
+                    char code[64];
+                    snprintf(code, sizeof code, "R:INEFFECTIVE[%s]", adv_label_name(l));
+                    adv_finding_add(v, code, "ineffective", -1,
+                                    "active label: without it the predicted peak is %s against "
+                                    "%s measured with it; it only adds replay cost (%.1f%%)",
+                                    GB(cc->max_peak), GB(cur->max_peak),
+                                    100 * (cur->cost - cc->cost));
+                }
             }
         }
         /* combinations of the effective singles (pairs, then all of them) */
         for (int a = 0; a < ns; a++)
             for (int b = a + 1; b < ns; b++) {
-                adv_setting s = {active | 1u << singles[a] | 1u << singles[b], 0, 0};
+                adv_setting s = {1u << singles[a] | 1u << singles[b], 0, 0};
                 if ((s.labels & (1u << ADV_L_moe)) &&
                     (s.labels & (1u << ADV_L_moe_act | 1u << ADV_L_shared_experts)))
                     continue; /* moe contains them */
-                evaluate(v, tr, &s, extra, &c, base_max, lps);
-                add_cand(v, &c);
+                try_setting(v, &ec, &s);
             }
         if (ns > 2) {
-            adv_setting s = {active, 0, 0};
+            adv_setting s = {0, 0, 0};
             for (int a = 0; a < ns; a++)
                 s.labels |= 1u << singles[a];
             if (s.labels & (1u << ADV_L_moe))
                 s.labels &= ~(1u << ADV_L_moe_act | 1u << ADV_L_shared_experts);
-            evaluate(v, tr, &s, extra, &c, base_max, lps);
-            add_cand(v, &c);
+            try_setting(v, &ec, &s);
         }
-    }
-    if (can_cf && cfg->granularity != 1) {
         /* the full-recompute family: every n, every stage, one best member each */
         for (int meth = 1; meth <= 2; meth++) {
             adv_cand best;
@@ -513,8 +635,9 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                 if (meth == 1 && nl > 1 && lpc % nl && nl != lpc)
                     continue;
                 adv_setting s = {0, meth, nl};
-                adv_cand c;
-                evaluate(v, tr, &s, extra, &c, base_max, lps);
+                if (t0 && same_setting(&s, &active))
+                    continue; /* listed as the current setting */
+                evaluate(v, &ec, &s, &c);
                 int better = !have_best ||
                              (c.effect == ADV_E_FITS && best.effect != ADV_E_FITS) ||
                              (c.effect == ADV_E_FITS && best.effect == ADV_E_FITS &&
@@ -535,12 +658,18 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
     /* the verdict */
     if (v->ncands > 1)
         qsort(v->cands, v->ncands, sizeof *v->cands, cand_cost_cmp);
+    /* the least replay cost that fits; a setting holding a label judged
+     * ineffective only when nothing else fits */
     int pick = -1;
-    for (size_t k = 0; k < v->ncands; k++)
-        if (v->cands[k].valid && v->cands[k].effect == ADV_E_FITS) {
-            pick = (int)k;
-            break;
-        }
+    for (int pass = 0; pass < 2 && pick < 0; pass++)
+        for (size_t k = 0; k < v->ncands; k++)
+            if (v->cands[k].valid && v->cands[k].effect == ADV_E_FITS &&
+                (pass || !(v->cands[k].labels & ineff))) {
+                pick = (int)k;
+                break;
+            }
+    const adv_cand *curc = t0 ? find_cand(v, &active) : NULL;
+    int cur_idx = curc ? (int)(curc - v->cands) : -1;
     /* primary triage finding */
     const adv_finding *prim = NULL;
     static const char *const order[] = {"X:CUDA_GRAPH_POOL", "X:NCCL_BUFFERS",
@@ -582,13 +711,20 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                      ". Fallback at a compute cost: %s (%.1f%% replay)", v->cands[pick].code,
                      100 * v->cands[pick].cost);
         }
-    } else if (base_fits) {
+    } else if (base_fits && !(curc && pick >= 0 && pick != cur_idx &&
+                              v->cands[pick].cost < curc->cost - 1e-4)) {
         snprintf(v->code, sizeof v->code, "OK:FITS");
         snprintf(v->why, sizeof v->why,
                  "every rank's predicted peak is within its budget (capacity - outside "
                  "PyTorch - %s headroom)",
                  GB(v->headroom));
         snprintf(v->change, sizeof v->change, "none");
+        if (curc) {
+            size_t l = strlen(v->why);
+            snprintf(v->why + l, sizeof v->why - l,
+                     "; the current setting %s is the cheapest that fits", curc->name);
+            snprintf(v->change, sizeof v->change, "none (keep %s)", curc->name);
+        }
     } else if (pick >= 0) {
         adv_cand *c = &v->cands[pick];
         v->chosen = pick;
@@ -596,17 +732,35 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
         config_diff(v, c, v->config_diff, sizeof v->config_diff, v->change, sizeof v->change);
         for (size_t i = 0; i < v->nranks; i++)
             v->predicted[i] = c->peak[i];
-        snprintf(v->why, sizeof v->why,
-                 "the least replay cost (%.1f%% of the step, %s) among the settings that fit "
-                 "every rank: predicted max peak %s against %s without it",
-                 100 * c->cost, "FLOP model", GB(c->max_peak), GB(base_max));
+        if (curc)
+            snprintf(v->why, sizeof v->why,
+                     "the least replay cost (%.1f%% of the step, %s) among the settings that "
+                     "fit every rank: predicted max peak %s; the current %s costs %.1f%% and "
+                     "peaks at %s (%s)",
+                     100 * c->cost, "FLOP model", GB(c->max_peak), curc->name,
+                     100 * curc->cost, GB(curc->max_peak),
+                     curc->effect == ADV_E_FITS ? "fits" : "does not fit");
+        else
+            snprintf(v->why, sizeof v->why,
+                     "the least replay cost (%.1f%% of the step, %s) among the settings that "
+                     "fit every rank: predicted max peak %s against %s without it",
+                     100 * c->cost, "FLOP model", GB(c->max_peak), GB(base_max));
     } else if (v->ncands) {
-        /* nothing fits: the setting that saves most, marked insufficient */
-        size_t best = 0;
-        for (size_t k = 1; k < v->ncands; k++)
-            if (v->cands[k].valid &&
-                (!v->cands[best].valid || v->cands[k].max_peak < v->cands[best].max_peak))
-                best = k;
+        /* nothing fits: the setting that saves most, never one holding a label
+         * judged ineffective (its replay buys nothing), marked insufficient */
+        size_t best = (size_t)-1;
+        for (int pass = 0; pass < 2 && best == (size_t)-1; pass++)
+            for (size_t k = 0; k < v->ncands; k++) {
+                const adv_cand *x = &v->cands[k];
+                if (!x->valid || (!pass && (x->labels & ineff)) ||
+                    (!x->labels && !x->full_method))
+                    continue;
+                if (best == (size_t)-1 || x->max_peak < v->cands[best].max_peak ||
+                    (x->max_peak == v->cands[best].max_peak && x->cost < v->cands[best].cost))
+                    best = k;
+            }
+        if (best == (size_t)-1)
+            best = 0;
         adv_cand *c = &v->cands[best];
         snprintf(v->code, sizeof v->code, "%s", c->code);
         config_diff(v, c, v->config_diff, sizeof v->config_diff, v->change, sizeof v->change);
@@ -635,8 +789,12 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                  v->change);
     }
 out:
-    for (size_t i = 0; i < v->nranks; i++)
+    for (size_t i = 0; i < v->nranks; i++) {
         adv_trace_free(&tr[i]);
+        if (t0)
+            adv_trace_free(&t0[i]);
+    }
+    free(t0);
     free(tr);
     free(extra);
     return rc;

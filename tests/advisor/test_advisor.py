@@ -72,6 +72,8 @@ def tensor_peaks(doc):
 
 
 def cand_flags(c):
+    if c["setting"] == "none":
+        return []
     if c.get("method"):
         return ["--recompute-granularity", "full", "--recompute-method", c["method"],
                 "--recompute-num-layers", str(c["num_layers"])]
@@ -352,6 +354,134 @@ def not_megatron():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def sim_peak(flags):
+    """megasim's tensor-level peaks per rank for a setting (None: it failed)"""
+    r, rc, tmp, err = run_megasim(flags)
+    if rc or not r:
+        print("# megasim failed: " + err[-500:].replace("\n", "\n# "))
+        return None
+    sp = tensor_peaks(analyze(r, "--no-advice"))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return sp
+
+
+def within(pred, sp, tol=0.02):
+    return sp is not None and all(abs(p - sp[int(rk)]) / sp[int(rk)] <= tol
+                                  for rk, p in pred.items())
+
+
+def recompute_on():
+    """issue 7: recompute already on. Candidates are complete settings on the
+    trace with the active labels' replays undone: a useless active label is
+    dropped, a cheaper fitting setting is recommended even when the current one
+    fits, the current setting predicts its measured peak exactly, and the
+    predictions for mlp alone and for no recompute agree with megasim running
+    them."""
+    base = SMALLJOB + ["--global-batch-size", "2"]
+    cur = ["--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp"]
+    run, rc, tmp, err = run_megasim(base + PROFILE + cur)
+    if not ok(rc == 0 and run, "recompute on: megasim core_attn+mlp ran", err[-1500:]):
+        return
+    doc = analyze(run)
+    measured = tensor_peaks(doc)
+    v0 = doc["verdict"]
+    cand = {c["setting"]: c for c in v0["candidates"]}
+    ok("selective[core_attn,mlp]" in cand and "none" in cand and "selective[mlp]" in cand,
+       "recompute on: candidates keep (core_attn,mlp), remove (mlp alone, none) and add",
+       sorted(cand))
+    curc = cand.get("selective[core_attn,mlp]")
+    ok(curc and all(curc["predicted_peak_bytes"][str(rk)] == b for rk, b in measured.items()),
+       "recompute on: the current setting (no-op) predicts the measured peak exactly",
+       json.dumps({"cur": curc and curc["predicted_peak_bytes"], "measured": measured}))
+    ok("matched to the forward regions" in v0["note"] and "(48 of 48 units" in v0["note"],
+       "recompute on: every active unit's replay matched (48 of 48)", v0["note"])
+    ok("R:INEFFECTIVE[core_attn]" in codes(v0), "recompute on: core_attn ineffective",
+       codes(v0))
+    # the current setting fits at 80 GiB, and so does no recompute: recommend dropping it
+    ok(v0["code"] == "OK:FITS" and v0["change"].startswith("remove --recompute-granularity"),
+       "recompute on, everything fits: drop recompute (OK:FITS, remove the flags)",
+       json.dumps({k: v0[k] for k in ("code", "change", "why")}))
+    # a budget that no recompute does not meet and mlp does
+    r0 = v0["ranks"][0]
+    target = (cand["none"]["max_predicted_peak_bytes"] +
+              cand["selective[mlp]"]["max_predicted_peak_bytes"]) // 2
+    budget = target + r0["allocator_cache_bytes"] + r0["outside_pytorch_bytes"] + 2 * GIB
+    v = analyze(run, "--budget", str(budget))["verdict"]
+    detail = json.dumps({k: v[k] for k in ("code", "why", "findings")}, indent=1)[:3000]
+    ok(v["code"].startswith("R:") and "core_attn" not in v["code"] and
+       "core_attn" not in v["change"],
+       "recompute on: the recommendation drops core_attn (got %s)" % v["code"], detail)
+    cand = {c["setting"]: c for c in v["candidates"]}
+    ok(cand["none"]["effect"] == "insufficient" and cand["selective[mlp]"]["effect"] == "fits",
+       "recompute on: none insufficient, mlp alone fits",
+       json.dumps({k: cand[k]["effect"] for k in cand}))
+    budgets = {r["rank"]: r["budget_bytes"] for r in v["ranks"]}
+    for setting, flags in (("selective[mlp]", ["--recompute-granularity", "selective",
+                                                "--recompute-modules", "mlp"]),
+                           ("none", [])):
+        sp = sim_peak(base + PROFILE + flags)
+        pred = cand[setting]["predicted_peak_bytes"]
+        ok(within(pred, sp), "recompute on: %s predicted within 2%% of megasim" % setting,
+           json.dumps({"pred": pred, "sim": sp}))
+    chosen = [c for c in v["candidates"] if c["chosen"]]
+    if ok(len(chosen) == 1, "recompute on: one chosen candidate"):
+        sp = sim_peak(base + PROFILE + cand_flags(chosen[0]))
+        ok(sp is not None and all(sp[rk] <= budgets[rk] for rk in sp) and
+           within(chosen[0]["predicted_peak_bytes"], sp),
+           "recompute on: the recommended %s fits in megasim, predicted within 2%%" %
+           chosen[0]["setting"], json.dumps({"sim": sp, "budgets": budgets,
+                                             "pred": chosen[0]["predicted_peak_bytes"]}))
+    # nothing fits: the fallback never names an ineffective label
+    v = analyze(run, "--budget", str(8 * GIB))["verdict"]
+    ineff = [c[len("R:INEFFECTIVE["):-1] for c in codes(v) if c.startswith("R:INEFFECTIVE[")]
+    ok(ineff and not [l for l in ineff if l in v["code"] or l in v["change"]],
+       "nothing fits: the fallback %s names no ineffective label %s" % (v["code"], ineff),
+       json.dumps({k: v[k] for k in ("code", "why", "change")}))
+    shutil.rmtree(tmp, ignore_errors=True)
+    # full recompute on: the cheaper selective and full-n alternatives are evaluated
+    full = ["--recompute-granularity", "full", "--recompute-method", "uniform",
+            "--recompute-num-layers", "1"]
+    run, rc, tmp, err = run_megasim(base + PROFILE + full)
+    if not ok(rc == 0 and run, "full on: megasim ran", err[-1500:]):
+        return
+    doc = analyze(run)
+    v = doc["verdict"]
+    cand = {c["setting"]: c for c in v["candidates"]}
+    cur = cand.get("full[uniform,1]")
+    ok(cur and all(cur["predicted_peak_bytes"][str(rk)] == b
+                   for rk, b in tensor_peaks(doc).items()),
+       "full on: the current setting predicts the measured peak exactly", cur)
+    cheaper = [k for k, c in cand.items() if cur and c["replay_cost_fraction"] <
+               cur["replay_cost_fraction"]]
+    ok("selective[mlp]" in cheaper and "none" in cheaper and
+       any(k.startswith("full[block") for k in cheaper),
+       "full on: cheaper selective and full-block alternatives evaluated", sorted(cand))
+    sp = sim_peak(base + PROFILE + ["--recompute-granularity", "selective",
+                                    "--recompute-modules", "mlp"])
+    ok(within(cand["selective[mlp]"]["predicted_peak_bytes"], sp),
+       "full on: mlp alone predicted within 2% of megasim",
+       json.dumps({"pred": cand["selective[mlp]"]["predicted_peak_bytes"], "sim": sp}))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def noop():
+    """issue 7 (4): a no-op candidate (layernorm on the dense TE spec, whose
+    norms are fused into the linears) predicts the baseline peak exactly"""
+    run, rc, tmp, err = run_megasim(SMALLJOB + ["--global-batch-size", "2"] + PROFILE)
+    if not ok(rc == 0 and run, "no-op: megasim ran", err[-1500:]):
+        return
+    doc = analyze(run)
+    v = doc["verdict"]
+    ln = next((c for c in v["candidates"] if c["setting"] == "selective[layernorm]"), None)
+    base = {str(r["rank"]): r["baseline_peak_bytes"] for r in v["ranks"]}
+    meas = {str(rk): b for rk, b in tensor_peaks(doc).items()}
+    ok(ln is not None and ln["predicted_peak_bytes"] == base == meas,
+       "no-op: selective[layernorm] predicts the baseline (= measured) peak exactly",
+       json.dumps({"layernorm": ln and ln["predicted_peak_bytes"], "baseline": base,
+                   "measured": meas}))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 R04 = ["--sim-preset", "moonlight-16b", "--num-layers", "4", "--moe-layer-freq", "([0]+[1]*3)",
        "--num-experts", "8", "--expert-model-parallel-size", "2", "--seq-length", "4096",
        "--max-position-embeddings", "4096", "--sim-world-size", "4", "--sim-only-ranks", "0",
@@ -421,6 +551,10 @@ def main():
         r04()
     if not only or "triage" in only:
         triage()
+    if not only or "recompute-on" in only:
+        recompute_on()
+    if not only or "noop" in only:
+        noop()
     if not only or "not-megatron" in only:
         not_megatron()
     print("1..%d" % n)
