@@ -125,6 +125,10 @@ typedef struct am_rank {
     int steady;               /* steady state reached */
     const char *steady_reason;
     int opt_init_iteration;   /* -1 never */
+    int opt_state_preexisting;/* 1: the first optimizer step left nothing allocated:
+                               * plain optimizer (the state existed before the trace,
+                               * or the optimizer keeps none); decided in pass 1 */
+    int first_opt_iteration;  /* iteration of the first optimizer step, -1 none */
     am_oom *oom;              /* first fatal OOM, or NULL */
     size_t noom_fatal;
     am_retry *retries;

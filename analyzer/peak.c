@@ -51,6 +51,7 @@ typedef struct sweep {
     /* pass 2 */
     snapshot snaps[2 * AM_NLEVELS];
     size_t nsnaps;
+    int opt_decided;          /* pass 1: the first optimizer step was judged */
 } sweep;
 
 void
@@ -425,6 +426,57 @@ on_resolve(void *ctx, const tl_pending *p, uint8_t boundary)
     }
 }
 
+/* ---- the first optimizer step ---- */
+
+static uint8_t
+demote(uint8_t ph)
+{
+    return ph == AM_PH_optimizer_state_init ? AM_PH_optimizer : ph;
+}
+
+/* The first optimizer step is over (pass 1): it initialised the optimizer
+ * state only if something it allocated is still live. A step that left
+ * nothing is a plain optimizer step: the state existed before the trace
+ * (a trace that starts mid-run) or the optimizer keeps none. Relabel what
+ * pass 1 recorded; pass 2 and the timeline then never say state_init. */
+static void
+decide_opt_init(sweep *s)
+{
+    am_rank *r = s->out;
+    if (s->pass != 1 || s->opt_decided)
+        return;
+    s->opt_decided = 1;
+    for (int l = 0; l < AM_NLEVELS; l++)
+        LIVE_FOREACH(&s->live[l], e)
+            if (e->phase == AM_PH_optimizer_state_init)
+                return;
+    r->opt_state_preexisting = 1;
+    r->opt_init_iteration = -1;
+    s->tl.opt_init_done = 1;
+    for (int l = 0; l < AM_NLEVELS; l++)
+        for (int k = 0; k < 2; k++) {
+            am_peak *p = k ? &r->iter_peak[l] : &r->peak[l];
+            p->phase = demote(p->phase);
+            p->program_phase = demote(p->program_phase);
+            p->setter.attr.phase = demote(p->setter.attr.phase);
+        }
+    for (size_t i = 0; i < r->niters; i++) {
+        am_iteration *it = &r->iters[i];
+        for (int l = 0; l < AM_NLEVELS; l++)
+            it->peak_phase[l] = demote(it->peak_phase[l]);
+        for (size_t k = 0; k < it->nphases; k++)
+            it->phases[k].phase = demote(it->phases[k].phase);
+    }
+    for (size_t i = 0; i < r->nretries; i++)
+        r->retries[i].phase = demote(r->retries[i].phase);
+    if (r->oom)
+        r->oom->phase = demote(r->oom->phase);
+    if (s->pending_oom)
+        s->pending_oom->phase = demote(s->pending_oom->phase);
+    if (s->tl.phase == AM_PH_optimizer_state_init)
+        s->tl.phase = AM_PH_optimizer;
+}
+
 /* ---- the event loop ---- */
 
 static int
@@ -432,9 +484,13 @@ on_event(sweep *s, const am_event *ev)
 {
     s->seq++;
     size_t niters_before = s->out->niters;
+    uint8_t phase_before = s->tl.phase;
     if (tl_event(&s->tl, ev) < 0)
         return -1;
     am_rank *r = s->out;
+    if (phase_before == AM_PH_optimizer_state_init &&
+        s->tl.phase != AM_PH_optimizer_state_init)
+        decide_opt_init(s);
     /* A new iteration starts at the memory already live: its peak is at
      * least that, even if it allocates nothing (all from the cache). */
     if (s->pass == 1 && r->niters > niters_before) {
@@ -700,6 +756,8 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
     s.tl.resolve_ctx = &s;
     uint64_t last_t = 0;
     int rc = run_pass(&s, err, errlen, &last_t);
+    if (s.tl.phase == AM_PH_optimizer_state_init)
+        decide_opt_init(&s);
     tl_end(&s.tl, last_t);
     finish_oom(&s, 1);
     out->nevents = s.seq;
@@ -744,7 +802,20 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
                 out->iter_peak[l].reason = "no allocation in the selected iteration";
 
     /* steady state: optimizer state initialised and >= 2 iterations after */
-    if (out->opt_init_iteration < 0) {
+    if (out->first_opt_iteration >= 0 && out->nallocs == 0) {
+        out->steady = 0;
+        out->steady_reason = "unknown: the trace has no memory events, so whether its first "
+                             "optimizer step created the optimizer state cannot be told";
+    } else if (out->opt_state_preexisting) {
+        out->steady = out->niters >= 2;
+        out->steady_reason =
+            out->steady ? "the first optimizer step allocates no state: the state existed "
+                          "before the trace (it starts mid-run) or the optimizer keeps none; "
+                          "two or more iterations recorded"
+                        : "the first optimizer step allocates no state (it existed before the "
+                          "trace, or the optimizer keeps none), but fewer than two iterations "
+                          "were recorded";
+    } else if (out->opt_init_iteration < 0) {
         out->steady = 0;
         out->steady_reason = out->niters ? "the trace ends before the first optimizer step"
                                          : "no iteration found";
@@ -788,6 +859,7 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
         scratch.stage = out->stage;
         scratch.layers_per_stage = out->layers_per_stage;
         scratch.layers_per_chunk = out->layers_per_chunk;
+        scratch.opt_state_preexisting = out->opt_state_preexisting;
         if (am_rewind(src) < 0) {
             snprintf(err, errlen, "%s", src->error);
             rc = -1;

@@ -48,6 +48,7 @@ tl_init(tl *t, int pid, am_rank *out)
     t->iteration = -1;
     t->opt_init_iteration = -1;
     out->opt_init_iteration = -1;
+    out->first_opt_iteration = -1;
 }
 
 void
@@ -253,7 +254,10 @@ begin_optimizer(tl *t)
 {
     if (t->iteration < 0 && !t->markers)
         new_iteration(t, t->next_iteration);
-    uint8_t ph = t->opt_init_done ? AM_PH_optimizer : AM_PH_optimizer_state_init;
+    if (t->out->first_opt_iteration < 0)
+        t->out->first_opt_iteration = t->iteration;
+    uint8_t ph = t->opt_init_done || t->out->opt_state_preexisting ? AM_PH_optimizer
+                                                                   : AM_PH_optimizer_state_init;
     if (ph == AM_PH_optimizer_state_init && t->out->opt_init_iteration < 0)
         t->out->opt_init_iteration = t->iteration;
     t->opt_in_iter = 1;

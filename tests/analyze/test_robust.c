@@ -324,3 +324,36 @@ Test(robust, rank_selection_scopes_job_fields)
     unlink(f0), unlink(f1);
     rmdir(dir);
 }
+
+/* A first optimizer step that only allocates and frees temporaries creates
+ * no state: a plain optimizer step (the state existed before the trace). */
+Test(robust, first_optimizer_step_without_state_is_plain_optimizer)
+{
+    char *dir = ab_tmpdir(), *f = path_in(dir, "r0.rstrace");
+    ab *a = ab_new();
+    ab_thread(a, AB_MAIN, 1, "python");
+    ab_thread(a, AB_BWD, 2, "pt_autograd_0");
+    uint64_t t = 100;
+    for (int it = 0; it < 3; it++, t += 1000) {
+        ab_push(a, AB_MAIN, t, "ProfilerStep#" "1");
+        ab_pop(a, AB_MAIN, t + 1);
+        ab_alloc(a, AB_MAIN, t + 2, 0x1000000, 100);
+        ab_alloc(a, AB_BWD, t + 50, 0x9000000, 10);
+        ab_free(a, AB_BWD, t + 51, 0x9000000);
+        ab_free(a, AB_BWD, t + 52, 0x1000000);
+        ab_push(a, AB_MAIN, t + 60, "Optimizer.step#Adam.step");
+        ab_alloc(a, AB_MAIN, t + 61, 0x8000000, 4000);     /* a temporary */
+        ab_free(a, AB_MAIN, t + 62, 0x8000000);
+        ab_pop(a, AB_MAIN, t + 63);
+    }
+    ab_write(a, f, 1);
+    yajl_val j = run_json(AB_ARGS("--json", "--no-advice", f));
+    cr_expect(ab_is_null(j, "ranks[0].steady_state.optimizer_state_init_iteration"));
+    cr_expect_eq(ab_get(j, "ranks[0].steady_state.reached")->type, yajl_t_true);
+    cr_expect(strstr(ab_str(j, "ranks[0].steady_state.reason"), "allocates no state"));
+    cr_expect_str_eq(ab_str(j, "ranks[0].peak.phase"), "optimizer");
+    cr_expect_eq(ab_int(j, "ranks[0].peak.bytes"), 4000);
+    yajl_tree_free(j);
+    unlink(f);
+    rmdir(dir);
+}

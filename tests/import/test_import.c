@@ -101,7 +101,11 @@ Test(kineto, hta_df_index_resolver)
     cr_expect_eq(p->phase, AM_PH_backward, "peak phase %s", am_phase_name(p->phase));
     cr_expect_gt(p->ngroups, 0, "contributors reported");
     cr_expect_gt(p->untracked_bytes, 0, "memory from before the trace");
-    cr_expect_eq(r.opt_init_iteration, 2);
+    /* the trace starts at step 2, and the first optimizer step leaves nothing
+     * allocated: the Adam state existed before the trace (a plain step) */
+    cr_expect_eq(r.opt_init_iteration, -1);
+    cr_expect_eq(count_spans_all(&r, AM_PH_optimizer_state_init), 0);
+    cr_expect(r.opt_state_preexisting);
     for (size_t i = 0; i < r.niters; i++) {
         cr_expect_eq(count_spans(&r.iters[i], AM_PH_forward), 1);
         cr_expect_eq(count_spans(&r.iters[i], AM_PH_backward), 1);
@@ -593,6 +597,51 @@ Test(cli, no_memory_events_exit_0_peak_null_and_baseline_in_json)
     out[n] = 0;
     cr_expect_eq(WEXITSTATUS(pclose(f)), 0);
     cr_expect(strstr(out, "baseline: window_start"), "the baseline reaches the JSON document");
+}
+
+/* Traces that start mid-training (HTA rank 0: ProfilerStep 101..105, no
+ * memory events; worker0: steps 5..10, its first optimizer step allocates
+ * nothing): the first optimizer step is not optimizer_state_init, and the
+ * steady-state statement says why. */
+Test(kineto, mid_run_first_optimizer_step_is_not_state_init)
+{
+    am_rank r;
+    analyse(fixture("hta/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"), &r);
+    cr_expect_eq(r.iters[0].number, 101);
+    cr_expect_eq(r.opt_init_iteration, -1);
+    cr_expect_eq(count_spans_all(&r, AM_PH_optimizer_state_init), 0);
+    cr_expect_gt(count_spans_all(&r, AM_PH_optimizer), 0);
+    cr_expect_eq(r.steady, 0);
+    cr_expect(strstr(r.steady_reason, "unknown: the trace has no memory events"), "%s",
+              r.steady_reason);
+    am_rank_free(&r);
+    analyse(fixture("kineto/worker0.1623143089861.pt.trace.json.gz"), &r);
+    cr_expect_eq(r.iters[0].number, 5);
+    cr_expect_eq(r.opt_init_iteration, -1);
+    cr_expect_eq(count_spans_all(&r, AM_PH_optimizer_state_init), 0);
+    cr_expect(r.steady);
+    cr_expect(strstr(r.steady_reason, "allocates no state"), "%s", r.steady_reason);
+    am_rank_free(&r);
+}
+
+/* Report details on the Kineto fixtures: no host known prints "host ?";
+ * iterations without memory events say n/a instead of an empty "peak". */
+Test(cli, kineto_text_host_and_no_memory_iterations)
+{
+    const char *path = fixture("hta/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz");
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "'%s' --no-advice '%s' 2>/dev/null", RECOMP_ANALYZE_PATH, path);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    static char out[1 << 20];
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    cr_expect_eq(WEXITSTATUS(pclose(f)), 0);
+    cr_expect(strstr(out, "host ?, pid 1102"), "%s", out);
+    cr_expect(!strstr(out, "host ,"), "%s", out);
+    cr_expect(strstr(out, "iteration 101: 1 microbatch(es), peak n/a (no memory events)\n"), "%s",
+              out);
+    cr_expect(!strstr(out, "steady state: reached"), "%s", out);
 }
 
 /* ---- fuzz seed corpus replay ---- */
