@@ -32,6 +32,7 @@ typedef struct am_group {
 } am_group;
 
 typedef struct am_setter {
+    int pretrace;             /* memory that existed before the trace (am_event.pretrace) */
     uint64_t addr, size;
     uint32_t tid;
     am_attr attr;
@@ -67,6 +68,8 @@ typedef struct am_iteration {
     uint64_t start_ns, end_ns;
     uint64_t peak[AM_NLEVELS];      /* per-level peak inside the iteration */
     uint8_t peak_phase[AM_NLEVELS];
+    uint8_t peak_carried[AM_NLEVELS]; /* 1: the peak is the level the iteration
+                                       * started at (nothing in it went higher) */
     int microbatches;
     am_phase_span *phases;
     size_t nphases, capphases;

@@ -9,7 +9,7 @@
 
 /* Training phases (DESIGN.md §3). Order is the JSON/text order. */
 #define AM_PHASES(X) X(init) X(forward) X(backward) X(backward_replay) X(grad_sync) \
-    X(optimizer) X(optimizer_state_init) X(param_sync) X(eval) X(other)
+    X(optimizer) X(optimizer_state_init) X(param_sync) X(eval) X(other) X(unknown)
 typedef enum am_phase {
 #define X(n) AM_PH_##n,
     AM_PHASES(X)

@@ -99,6 +99,7 @@ typedef struct kin {
     int legacy;               /* Bytes-only memory events */
     int64_t running;          /* legacy running sum */
     uint64_t reserved;        /* current synthetic reserved */
+    int reserved_seen;        /* the first Total Reserved was turned into a segment */
     uint64_t *segs;           /* synthetic segment sizes (stack) */
     size_t nsegs, capsegs;
     uint64_t next_syn;
@@ -1007,6 +1008,7 @@ kin_reset(kin *k)
         heap_down(k, i);
     k->running = 0;
     k->reserved = 0;
+    k->reserved_seen = 0;
     k->npy = 0;
     k->nsegs = 0;
     k->nlv = 0;
@@ -1076,6 +1078,10 @@ reserve_to(kin *k, const krec *r, uint64_t res)
         e->addr = k->nsegs + 1;
         e->size = res - k->reserved;
         e->device = r->device;
+        /* what PyTorch had reserved at the first memory event was reserved
+         * before the trace: no allocation of the traced program */
+        e->pretrace = !k->reserved_seen;
+        k->reserved_seen = 1;
         k->segs[k->nsegs++] = e->size;
         k->reserved = res;
     } else if (res < k->reserved) {

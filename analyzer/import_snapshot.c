@@ -923,6 +923,8 @@ snap_next(am_source *src, am_event *out)
             v->has_totals = 1;
             v->total_allocated = s->allocated;
             v->total_reserved = s->reserved;
+            /* a segment from before the window: phase unknown */
+            v->pretrace = e->kind == E_PRE && !(e->levels & AM_LVL_TENSOR);
             if (e->site && (e->levels & AM_LVL_TENSOR)) {
                 v->site = s->names[e->site - 1];
                 v->site_len = s->name_len[e->site - 1];

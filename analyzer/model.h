@@ -121,6 +121,11 @@ typedef struct am_event {
     const char *site;
     uint32_t site_len;
     uint64_t src_offset;      /* where in the source (file byte offset), for messages */
+    /* ALLOC: 1 when the memory existed before the trace (a snapshot's
+     * segments from before its window, the reserved amount a Kineto trace
+     * shows at its first memory event): when and in which phase it was
+     * allocated is unknown, and it is no allocation of the traced program */
+    uint8_t pretrace;
 } am_event;
 
 /* ---- per-source metadata ---- */

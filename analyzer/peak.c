@@ -336,6 +336,7 @@ update_peak(sweep *s, am_peak *p, int level, const am_event *ev, const am_attr *
     p->phase = a->phase;
     p->program_phase = s->tl.phase;
     p->event_index = s->seq;
+    p->setter.pretrace = ev->pretrace;
     p->setter.addr = ev->addr;
     p->setter.size = ev->size;
     p->setter.tid = ev->tid;
@@ -371,6 +372,7 @@ check_peaks(sweep *s, int level, const am_event *ev, const am_attr *a)
         if (c > it->peak[level]) {
             it->peak[level] = c;
             it->peak_phase[level] = a->phase;
+            it->peak_carried[level] = 0;
         }
         if (s->opts->iteration >= 0 && s->tl.iteration == s->opts->iteration &&
             (c > r->iter_peak[level].bytes || !r->iter_peak[level].known))
@@ -499,6 +501,7 @@ on_event(sweep *s, const am_event *ev)
             if (s->counter[l] > it->peak[l]) {
                 it->peak[l] = s->counter[l];
                 it->peak_phase[l] = s->tl.phase;
+                it->peak_carried[l] = 1;
             }
     }
     switch ((am_ev_kind)ev->kind) {
@@ -512,6 +515,8 @@ on_event(sweep *s, const am_event *ev)
             break;
         }
         am_attr a = tl_attr(&s->tl, ev, s->seq);
+        if (ev->pretrace)
+            a = (am_attr){AM_PH_unknown, AM_BD_unknown, 0};
         live_ent e = {ev->addr, ev->size, s->seq, ev->space, a.phase, a.boundary, ev->lib,
                       a.layer, site_intern(r, ev->site, ev->site_len)};
         for (int l = 0; l < AM_NLEVELS; l++) {

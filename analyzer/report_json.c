@@ -108,6 +108,7 @@ peak(yajl_gen g, const am_rank *r, const am_peak *p, int level)
     K(g, "library"); S(g, am_lib_name(p->setter.lib));
     K(g, "thread"); I(g, p->setter.tid);
     K(g, "ranges"); S(g, p->setter.where);
+    K(g, "before_trace"); B(g, p->setter.pretrace);
     yajl_gen_map_close(g);
     K(g, "untracked_bytes"); u64(g, p->untracked_bytes);
     if (level == AM_L_TENSOR && p->reserved_bytes) {
@@ -286,6 +287,13 @@ rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
         for (int l = AM_L_TENSOR; l >= AM_L_DEVICE; l--) {
             K(g, l == AM_L_TENSOR ? "tensor" : "device");
             if (r->peak[l].known) u64(g, it->peak[l]); else N(g);
+        }
+        yajl_gen_map_close(g);
+        K(g, "peak_held_from_before");
+        yajl_gen_map_open(g);
+        for (int l = AM_L_TENSOR; l >= AM_L_DEVICE; l--) {
+            K(g, l == AM_L_TENSOR ? "tensor" : "device");
+            if (r->peak[l].known) B(g, it->peak_carried[l]); else N(g);
         }
         yajl_gen_map_close(g);
         K(g, "phases");

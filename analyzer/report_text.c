@@ -73,11 +73,19 @@ print_peak(FILE *f, const am_rank *r, const am_peak *p, const char *label, int t
     if (lower)
         fprintf(f, "    (lower bound: below the tensor-level peak, impossible for a complete "
                    "record; device memory outside the recorded part is missing)\n");
+    if (p->setter.pretrace)
+        fprintf(f, "    set by: memory reserved before the trace (the level reached with a "
+                   "%s piece of it; when, by what and in which phase it was allocated is "
+                   "unknown)\n",
+                am_fmt_bytes(p->setter.size, b, sizeof b));
+    else
     fprintf(f, "    set by: %s allocation (%s / %s", am_fmt_bytes(p->setter.size, b, sizeof b),
             am_phase_name(p->setter.attr.phase), am_boundary_name(p->setter.attr.boundary));
-    if (p->setter.attr.layer > 0)
-        fprintf(f, " / layer %d", p->setter.attr.layer);
-    fprintf(f, ") on thread %u, caller %s\n", p->setter.tid, am_lib_name(p->setter.lib));
+    if (!p->setter.pretrace) {
+        if (p->setter.attr.layer > 0)
+            fprintf(f, " / layer %d", p->setter.attr.layer);
+        fprintf(f, ") on thread %u, caller %s\n", p->setter.tid, am_lib_name(p->setter.lib));
+    }
     if (p->setter.where[0])
         fprintf(f, "    ranges: %s\n", p->setter.where);
     if (p->reserved_bytes)
@@ -139,11 +147,13 @@ print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o)
             fprintf(f, " n/a (no memory events)");
         if (r->peak[AM_L_TENSOR].known)
             fprintf(f, " tensor %s (%s)", am_fmt_bytes(it->peak[AM_L_TENSOR], b, sizeof b),
-                    am_phase_name(it->peak_phase[AM_L_TENSOR]));
+                    it->peak_carried[AM_L_TENSOR] ? "held from before the iteration"
+                                                  : am_phase_name(it->peak_phase[AM_L_TENSOR]));
         if (r->peak[AM_L_DEVICE].known)
             fprintf(f, " device %s%s (%s)", r->device_lower_bound ? ">= " : "",
                     am_fmt_bytes(it->peak[AM_L_DEVICE], b, sizeof b),
-                    am_phase_name(it->peak_phase[AM_L_DEVICE]));
+                    it->peak_carried[AM_L_DEVICE] ? "held from before the iteration"
+                                                  : am_phase_name(it->peak_phase[AM_L_DEVICE]));
         fputc('\n', f);
     }
     if (r->niters > 20)

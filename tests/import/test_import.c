@@ -644,6 +644,35 @@ Test(cli, kineto_text_host_and_no_memory_iterations)
     cr_expect(!strstr(out, "steady state: reached"), "%s", out);
 }
 
+/* Memory that existed before the trace is of unknown phase, never an
+ * allocation of the program: the cs336 snapshot's segments from before its
+ * window (not `init params`, since they hold optimizer state and
+ * activations), and the reserved amount df_index_resolver shows at its
+ * first memory event (not an 11.90 GiB forward allocation). The iteration
+ * line agrees with the overall statement (held from before the iteration). */
+Test(snapshot, memory_from_before_the_trace_is_of_unknown_phase)
+{
+    am_rank r;
+    analyse(fixture("cs336/Wedsonlin/medium_128_training_memory_snapshot.pickle"), &r);
+    const am_peak *d = &r.peak[AM_L_DEVICE];
+    cr_assert(d->known);
+    cr_expect_eq(d->iteration, -1);
+    cr_expect_eq(d->phase, AM_PH_unknown, "%s", am_phase_name(d->phase));
+    cr_expect(d->setter.pretrace);
+    cr_expect_eq(d->ngroups, 1);
+    cr_expect_eq(d->groups[0].phase, AM_PH_unknown);
+    cr_expect_eq(d->groups[0].boundary, AM_BD_unknown);
+    cr_expect_eq(r.iters[0].peak[AM_L_DEVICE], d->bytes);
+    cr_expect(r.iters[0].peak_carried[AM_L_DEVICE]);
+    am_rank_free(&r);
+    analyse(fixture("hta/df_index_resolver.json.gz"), &r);
+    d = &r.peak[AM_L_DEVICE];
+    cr_expect(d->setter.pretrace);
+    cr_expect_eq(d->phase, AM_PH_unknown, "%s", am_phase_name(d->phase));
+    cr_expect_eq(d->setter.attr.boundary, AM_BD_unknown);
+    am_rank_free(&r);
+}
+
 /* ---- fuzz seed corpus replay ---- */
 
 static void
