@@ -6,7 +6,7 @@
 
 #include "analysis.h"
 
-#define AM_SCHEMA_VERSION "1.2"
+#define AM_SCHEMA_VERSION "1.3"
 
 /* Options shared by the reporters. */
 typedef struct am_report_opts {
