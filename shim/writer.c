@@ -49,7 +49,10 @@ struct chunk_slot {
 static struct {
     atomic_int state;                /* enum rs_writer_state */
     pthread_mutex_t open_mu;         /* file creation only */
-    int fd;
+    int fd;                          /* moved to a high number; checked before use */
+    dev_t dev;                       /* the trace file's identity, to tell */
+    ino_t ino;                       /* a reused descriptor from ours */
+    pthread_mutex_t fd_mu;           /* reopening after the job closed fd */
     rs_file_header *hdr;
     atomic_uint next_chunk;          /* next index to claim */
     uint32_t limit_chunks;           /* gated records stop at this index */
@@ -59,7 +62,11 @@ static struct {
     pthread_key_t exit_key;
     char path[PATH_MAX + 512];
     struct chunk_slot slots[RS_REGISTRY_SLOTS];
-} g_w = {.open_mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
+} g_w = {.open_mu = PTHREAD_MUTEX_INITIALIZER, .fd_mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
+
+/* Lowest descriptor number the trace file is moved to: jobs hand out low
+ * numbers, and closefrom()-style cleanups are caught by trace_fd(). */
+#define RS_FD_FLOOR 700
 
 /* Per-thread registry slot of the current chunk (-1 none). */
 static __thread int t_slot __attribute__((tls_model("initial-exec"))) = -1;
@@ -197,6 +204,42 @@ thread_exit(void *arg)
 
 static void write_limit_record(void);
 
+/* The trace file's descriptor, checked: a job may close every descriptor
+ * (daemons, closefrom) and reuse the number for its own file. The shim must
+ * never write there: compare device and inode, and reopen the trace by its
+ * path when they differ. -1 (and the shim disabled) when it cannot. */
+static int
+trace_fd(void)
+{
+    struct stat st;
+    int fd = g_w.fd;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_w.dev && st.st_ino == g_w.ino)
+        return fd;
+    pthread_mutex_lock(&g_w.fd_mu);
+    fd = g_w.fd;
+    if (!(fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_w.dev && st.st_ino == g_w.ino)) {
+        fd = open(g_w.path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_dev != g_w.dev || st.st_ino != g_w.ino)) {
+            close(fd);
+            fd = -1;
+        }
+        if (fd >= 0) {
+            int hi = fcntl(fd, F_DUPFD_CLOEXEC, RS_FD_FLOOR);
+            if (hi >= 0) {
+                close(fd);
+                fd = hi;
+            }
+        }
+        /* the old number is the job's now: never close it */
+        g_w.fd = fd;
+    }
+    pthread_mutex_unlock(&g_w.fd_mu);
+    if (fd < 0)
+        rs_disable("the job closed the trace file's descriptor and the file cannot be reopened",
+                   errno);
+    return fd;
+}
+
 /* Claim, allocate, map and initialise the next chunk for this thread.
  * Returns 0 or -1 (nothing left, or the shim disabled itself). */
 static int
@@ -214,15 +257,20 @@ claim_chunk(void)
         flipped = atomic_compare_exchange_strong(&g_w.limit_hit, &expect, 1);
     }
     off_t off = (off_t)RS_HEADER_SIZE + (off_t)idx * RS_CHUNK_SIZE;
-    int rc = posix_fallocate(g_w.fd, off, RS_CHUNK_SIZE);
+    int fd = trace_fd();
+    if (fd < 0)
+        return -1;
+    int rc = posix_fallocate(fd, off, RS_CHUNK_SIZE);
     if (rc != 0) {
-        rs_disable("cannot grow the trace file (disk full?)", rc);
+        rs_disable(rc == ENOSPC ? "cannot grow the trace file: the disk is full"
+                                : "cannot grow the trace file",
+                   rc);
         return -1;
     }
     /* MAP_POPULATE: fault the chunk's pages in one go here, not one page
      * fault per 4 KiB inside later hooks. */
     unsigned char *c = mmap(NULL, RS_CHUNK_SIZE, PROT_READ | PROT_WRITE,
-                            MAP_SHARED | MAP_POPULATE, g_w.fd, off);
+                            MAP_SHARED | MAP_POPULATE, fd, off);
     if (c == MAP_FAILED) {
         rs_disable("cannot map a trace chunk", errno);
         return -1;
@@ -367,8 +415,8 @@ dir_unsafe(const struct stat *st)
 static void
 refuse_dir(const char *dir, const char *why)
 {
-    char msg[PATH_MAX + 128];
-    snprintf(msg, sizeof msg, "RECOMPSHIM_OUT %s %s", dir, why);
+    char msg[PATH_MAX + 512];
+    snprintf(msg, sizeof msg, "%s %s", dir, why);
     rs_disable(msg, 0);
 }
 
@@ -396,7 +444,9 @@ create_file(void)
     }
     const char *why = dir_unsafe(&st);
     if (why) {
-        refuse_dir(out, why);
+        char what[PATH_MAX + 32];
+        snprintf(what, sizeof what, "RECOMPSHIM_OUT %s", out);
+        refuse_dir(what, why);
         close(dfd);
         return -1;
     }
@@ -416,14 +466,24 @@ create_file(void)
         return -1;
     }
     if ((why = dir_unsafe(&st)) != NULL) {
-        refuse_dir(run_dir, why);
+        char what[PATH_MAX + 192];
+        snprintf(what, sizeof what, "the run directory %s/%s", out, run_dir);
+        refuse_dir(what, why);
         close(rfd);
         return -1;
     }
+    /* The name is taken when this pid already wrote a trace in this run:
+     * the process exec'ed (same pid, new program). Number the next one. */
     int fd = openat(rfd, file, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
-    close(rfd);
+    char base[256];
+    snprintf(base, sizeof base, "%.*s", (int)(strlen(file) - strlen(".rstrace")), file);
+    for (int n = 1; fd < 0 && errno == EEXIST && n < 100; n++) {
+        snprintf(file, sizeof file, "%.240s-x%d.rstrace", base, n);
+        fd = openat(rfd, file, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
+    }
     if (fd < 0) {
         rs_disable("cannot create the trace file", errno);
+        close(rfd);
         return -1;
     }
     snprintf(g_w.path, sizeof g_w.path, "%s/%s/%s", out, run_dir, file);
@@ -431,9 +491,26 @@ create_file(void)
     void *h = rc == 0 ? mmap(NULL, RS_HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                       : MAP_FAILED;
     if (h == MAP_FAILED) {
-        rs_disable("cannot map the trace header", rc ? rc : errno);
+        int e = rc ? rc : errno;
+        /* leave no empty, unreadable trace behind */
+        unlinkat(rfd, file, 0);
+        close(rfd);
         close(fd);
+        rs_disable(e == ENOSPC ? "cannot create the trace header: the disk is full"
+                               : "cannot map the trace header",
+                   e);
         return -1;
+    }
+    close(rfd);
+    struct stat fst;
+    if (fstat(fd, &fst) == 0) {
+        g_w.dev = fst.st_dev;
+        g_w.ino = fst.st_ino;
+    }
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, RS_FD_FLOOR);
+    if (hi >= 0) {
+        close(fd);
+        fd = hi;
     }
     g_w.fd = fd;
     g_w.hdr = h;
@@ -515,6 +592,51 @@ rs_writer_close(void)
     msync(g_w.hdr, RS_HEADER_SIZE, MS_ASYNC);
 }
 
+int
+rs_writer_before_exec(const char *program)
+{
+    if (rs_writer_state() != RS_W_OPEN || !g_w.hdr || g_w.hdr->pid != (int32_t)getpid())
+        return 0;
+    char note[PATH_MAX + 16];
+    int n = snprintf(note, sizeof note, "exec %s", program ? program : "?");
+    if (n > 0)
+        rs_record_meta(RS_META_NOTE, note, strlen(note));
+    rs_writer_close();
+    return 1;
+}
+
+/* Drop the current file's mappings and descriptor: the next CUDA call
+ * creates a new file. Shared by fork children and failed execs. */
+static void
+writer_reset(void)
+{
+    for (int i = 0; i < RS_REGISTRY_SLOTS; i++) {
+        unsigned char *c = atomic_load(&g_w.slots[i].chunk);
+        if (c)
+            munmap(c, RS_CHUNK_SIZE);
+        atomic_store(&g_w.slots[i].chunk, NULL);
+        atomic_store(&g_w.slots[i].state, SLOT_FREE);
+    }
+    if (g_w.hdr)
+        munmap(g_w.hdr, RS_HEADER_SIZE);
+    if (g_w.fd >= 0)
+        close(g_w.fd);
+    g_w.hdr = NULL;
+    g_w.fd = -1;
+    g_w.path[0] = '\0';
+    atomic_store(&g_w.state, RS_W_NONE);
+    atomic_fetch_add(&g_w.gen, 1);
+    t_rs.chunk = NULL;
+    t_slot = -1;
+}
+
+void
+rs_writer_after_failed_exec(void)
+{
+    if (rs_writer_state() == RS_W_CLOSED)
+        writer_reset();
+}
+
 static void
 atfork_prepare(void)
 {
@@ -535,23 +657,11 @@ static void
 atfork_child(void)
 {
     pthread_mutex_init(&g_w.open_mu, NULL);
+    pthread_mutex_init(&g_w.fd_mu, NULL);
     rs_intern_atfork_child();
     rs_modules_atfork_child();
-    if (rs_writer_state() == RS_W_OPEN) {
-        for (int i = 0; i < RS_REGISTRY_SLOTS; i++) {
-            unsigned char *c = atomic_load(&g_w.slots[i].chunk);
-            if (c)
-                munmap(c, RS_CHUNK_SIZE);
-            atomic_store(&g_w.slots[i].chunk, NULL);
-            atomic_store(&g_w.slots[i].state, SLOT_FREE);
-        }
-        munmap(g_w.hdr, RS_HEADER_SIZE);
-        close(g_w.fd);
-        g_w.hdr = NULL;
-        g_w.fd = -1;
-        g_w.path[0] = '\0';
-        atomic_store(&g_w.state, RS_W_NONE);
-    }
+    if (rs_writer_state() == RS_W_OPEN)
+        writer_reset();
     atomic_fetch_add(&g_w.gen, 1);
     t_rs.chunk = NULL;
     t_rs.tid = 0;

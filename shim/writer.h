@@ -41,6 +41,14 @@ RS_HIDDEN void rs_writer_set_flags(uint32_t flags);
 RS_HIDDEN void rs_writer_sync(void);
 /* Clean exit: seal every active chunk, set RS_HDR_CLOSED. */
 RS_HIDDEN void rs_writer_close(void);
+/* The process is about to exec: close the trace as at a clean exit (the
+ * new program starts its own file), with a META note naming the program.
+ * Does nothing in a vfork child (it shares the parent's memory: the trace
+ * is the parent's). Returns 1 when it closed the trace. */
+RS_HIDDEN int rs_writer_before_exec(const char *program);
+/* The exec failed: drop the closed file; the next CUDA call starts a new
+ * one (numbered, the pid's name being taken). */
+RS_HIDDEN void rs_writer_after_failed_exec(void);
 /* Full path of the open trace, or "" (for log lines). */
 RS_HIDDEN const char *rs_writer_path(void);
 /* 1 once the byte limit has stopped gated records. */

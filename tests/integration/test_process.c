@@ -359,3 +359,74 @@ Test(process, minimal_runtime_missing_async)
     it_run_free(&r);
     it_fini(&c);
 }
+
+/* Found by adversarial testing: a job that closes every descriptor and opens
+ * its own file gets the trace's old number; the shim then grew and wrote
+ * chunks into the job's file. Now it checks the descriptor's identity and
+ * reopens the trace by path. */
+Test(process, job_reusing_the_trace_descriptor_is_never_written)
+{
+    it_ctx c;
+    it_run r;
+    it_init(&c);
+    char app[600];
+    snprintf(app, sizeof app, "%s/appfile.txt", c.base);
+    it_run_prog(&c, &r, c.out, IT_ARGV(IT_PROG("p_fdsteal"), app), NULL);
+    cr_assert(r.exited && r.code == 0, "exit %d\n%s%s", r.code, r.out, r.err);
+    cr_expect(strstr(r.out, "size=19") != NULL, "the job's file was written to: %s", r.out);
+    cr_expect(strstr(r.err, "recompshim") == NULL, "stderr: %s", r.err);
+    char **paths;
+    size_t n = it_find_traces(c.out, &paths);
+    cr_assert_eq(n, 1);
+    it_dump d;
+    it_dump_trace(&d, paths[0]);
+    cr_assert_eq(d.rc, 0, "%s", d.err);
+    /* every allocation of the loop is in the trace */
+    size_t allocs = 0;
+    for (size_t i = 0; i < d.nlines; i++)
+        allocs += strncmp(d.lines[i], "ALLOC ", 6) == 0;
+    cr_expect_eq(allocs, 200001);
+    it_dump_free(&d);
+    it_free_paths(paths, n);
+    it_run_free(&r);
+    it_fini(&c);
+}
+
+/* Found by adversarial testing: after exec (same pid) the new program could
+ * not create its trace ("File exists") and the first trace read as killed. */
+Test(process, exec_closes_the_trace_and_the_new_program_gets_its_own)
+{
+    it_ctx c;
+    it_run r;
+    it_init(&c);
+    it_run_prog(&c, &r, c.out, IT_ARGV(IT_PROG("p_exec")), NULL);
+    cr_assert(r.exited && r.code == 0, "exit %d\n%s%s", r.code, r.out, r.err);
+    cr_expect(strstr(r.err, "recompshim") == NULL, "stderr: %s", r.err);
+    char **paths;
+    size_t n = it_find_traces(c.out, &paths);
+    cr_assert_eq(n, 2, "traces: %zu", n);
+    int sizes_seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        it_dump d;
+        it_dump_trace(&d, paths[i]);
+        cr_assert_eq(d.rc, 0, "%s: %s", paths[i], d.err);
+        char closed[8];
+        cr_assert(it_field(it_line(&d, "header host="), "closed", closed, sizeof closed));
+        cr_expect_str_eq(closed, "yes", "%s", paths[i]);
+        const char *a = it_line(&d, "ALLOC ");
+        cr_assert(a != NULL);
+        unsigned long long size = it_field_u64(a, "size");
+        if (size == (1u << 20)) {
+            sizes_seen |= 1;
+            cr_expect(it_count_sub(&d, "value=\"exec ") == 1, "the exec is noted");
+        } else if (size == (2u << 20)) {
+            sizes_seen |= 2;
+            cr_expect(strstr(paths[i], "-x1.rstrace") != NULL, "numbered name: %s", paths[i]);
+        }
+        it_dump_free(&d);
+    }
+    cr_expect_eq(sizes_seen, 3);
+    it_free_paths(paths, n);
+    it_run_free(&r);
+    it_fini(&c);
+}
