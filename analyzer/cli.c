@@ -47,7 +47,37 @@ cmp_str(const void *a, const void *b)
 }
 
 /* Every file under dir (recursively, depth <= 4) with a format an importer
- * recognises; others are listed as skipped on stderr. */
+ * recognises; others are listed as skipped on stderr. Symbolic links are not
+ * followed into directories (a link to .. or / would loop or wander), and a
+ * file reached twice (hard or symbolic links) counts once. */
+/* Device and inode of every file taken, so a file reached twice counts once. */
+static struct {
+    dev_t dev;
+    ino_t ino;
+} *g_seen;
+static size_t g_nseen, g_capseen;
+
+static int
+seen_file(paths *out, const struct stat *st)
+{
+    (void)out;
+    for (size_t i = 0; i < g_nseen; i++)
+        if (g_seen[i].dev == st->st_dev && g_seen[i].ino == st->st_ino)
+            return 1;
+    if (g_nseen == g_capseen) {
+        size_t cap = g_capseen ? g_capseen * 2 : 64;
+        void *q = realloc(g_seen, cap * sizeof *g_seen);
+        if (!q)
+            return 0;
+        g_seen = q;
+        g_capseen = cap;
+    }
+    g_seen[g_nseen].dev = st->st_dev;
+    g_seen[g_nseen].ino = st->st_ino;
+    g_nseen++;
+    return 0;
+}
+
 static int
 scan_dir(const char *dir, paths *out, int depth)
 {
@@ -73,15 +103,19 @@ scan_dir(const char *dir, paths *out, int depth)
     qsort(local.v, local.n, sizeof *local.v, cmp_str);
     int rc = 0;
     for (size_t i = 0; i < local.n; i++) {
-        struct stat st;
+        struct stat st, lst;
         const char *p = local.v[i];
-        if (stat(p, &st) < 0)
+        if (lstat(p, &lst) < 0 || stat(p, &st) < 0)
             continue;
-        if (S_ISDIR(st.st_mode)) {
+        if (S_ISDIR(st.st_mode) && S_ISLNK(lst.st_mode)) {
+            fprintf(stderr, "recomp-analyze: skipped %s (a link to a directory)\n", p);
+        } else if (S_ISDIR(st.st_mode)) {
             if (depth < 4 && scan_dir(p, out, depth + 1) < 0)
                 rc = -1;
         } else if (S_ISREG(st.st_mode)) {
-            if (am_sniff(p)) {
+            if (seen_file(out, &st)) {
+                fprintf(stderr, "recomp-analyze: skipped %s (the same file again)\n", p);
+            } else if (am_sniff(p)) {
                 if (add_path(out, p) < 0)
                     rc = -1;
             } else {

@@ -42,6 +42,10 @@
 #include <string.h>
 #include <unistd.h>
 #include <yajl/yajl_parse.h>
+
+/* Longest JSON string accepted (bytes): far above any event name or
+ * argument torch.profiler writes. */
+#define KINETO_MAX_STRING (16 << 20)
 #include <zlib.h>
 
 #include "catalog.h"
@@ -1404,6 +1408,8 @@ kin_open(const char *path, am_source **out, char *err, size_t errlen)
         goto oom;
     yajl_config(p->h, yajl_allow_comments, 0);
     enum { ZB = 1 << 16 };
+    int in_str = 0, esc = 0;
+    uint64_t str_len = 0;
     zbuf = malloc(ZB);
     if (!zbuf)
         goto oom;
@@ -1425,6 +1431,31 @@ kin_open(const char *path, am_source **out, char *err, size_t errlen)
                 goto fail;
             }
             break;
+        }
+        /* yajl re-lexes a token that spans its input buffers from the
+         * token's start, so one huge string costs time quadratic in its
+         * length (a 2 MB gzip can hold GiBs of one string): refuse strings
+         * longer than any real event name or argument. */
+        for (int i = 0; i < got; i++) {
+            unsigned char ch = (unsigned char)zbuf[i];
+            if (in_str) {
+                if (esc)
+                    esc = 0;
+                else if (ch == '\\')
+                    esc = 1;
+                else if (ch == '"')
+                    in_str = 0;
+                if (in_str && ++str_len > KINETO_MAX_STRING) {
+                    snprintf(err, errlen,
+                             "%s: offset %" PRIu64 ": a JSON string longer than %d MiB: not a "
+                             "torch.profiler trace (or a damaged one)",
+                             path, p->chunk_off + (uint64_t)i, KINETO_MAX_STRING >> 20);
+                    goto fail;
+                }
+            } else if (ch == '"') {
+                in_str = 1;
+                str_len = 0;
+            }
         }
         yajl_status st = yajl_parse(p->h, zbuf, (size_t)got);
         if (p->failed)

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "model.h"
 
@@ -23,6 +24,10 @@ const am_importer *
 am_sniff(const char *path)
 {
     unsigned char head[512];
+    struct stat st;
+    /* a FIFO or device would block or never end: regular files only */
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
@@ -38,6 +43,12 @@ int
 am_source_open(const char *path, am_source **out, char *err, size_t errlen)
 {
     *out = NULL;
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: offset 0: not a regular file (a FIFO, device or directory "
+                              "cannot be a trace)", path);
+        return -1;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));

@@ -967,7 +967,8 @@ rs_reader_open(const char *path, rs_reader **out, char *err, size_t errlen)
         put_err(err, errlen, "out of memory");
         return RS_READ_ESYS;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO must not block the open; fstat rejects it below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) {
         snprintf(line, sizeof line, "%s: cannot open: %s", path, strerror(errno));

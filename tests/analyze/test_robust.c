@@ -357,3 +357,49 @@ Test(robust, first_optimizer_step_without_state_is_plain_optimizer)
     unlink(f);
     rmdir(dir);
 }
+
+/* Found by adversarial testing: both readers blocked forever in open() on a
+ * FIFO. Now: not a regular file, exit 2, nothing read. */
+Test(robust, fifo_is_refused_not_waited_on)
+{
+    char *dir = ab_tmpdir(), *f = path_in(dir, "trace.rstrace");
+    cr_assert_eq(mkfifo(f, 0600), 0);
+    char *out, *err;
+    int rc = ab_run(AB_ARGS(f), &out, &err);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, err);
+    cr_expect(strstr(err, "not a regular file") != NULL, "%s", err);
+    free(out);
+    free(err);
+    unlink(f);
+    rmdir(dir);
+}
+
+/* Found by adversarial testing: the directory scan followed a link to ..
+ * (the same traces counted as more ranks) and counted a hard-linked copy. */
+Test(robust, directory_links_are_not_followed_and_files_count_once)
+{
+    char *dir = ab_tmpdir(), *f = path_in(dir, "rank0.rstrace");
+    ab *a = ab_new();
+    ab_rank(a, 0, 1);
+    ab_thread(a, AB_MAIN, 5, "python");
+    ab_alloc(a, AB_MAIN, 10, 0x1000, 4096);
+    ab_write(a, f, 1);
+    char *loop = path_in(dir, "loop"), *hard = path_in(dir, "again.rstrace");
+    cr_assert_eq(symlink("..", loop), 0);
+    cr_assert_eq(link(f, hard), 0);
+    char *out, *err;
+    int rc = ab_run(AB_ARGS("--json", dir), &out, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    yajl_val j = ab_json(out);
+    cr_assert(j);
+    cr_expect_eq(ab_get(j, "ranks")->u.array.len, 1, "one rank, not one per path");
+    cr_expect(strstr(err, "a link to a directory") != NULL, "%s", err);
+    cr_expect(strstr(err, "the same file again") != NULL, "%s", err);
+    yajl_tree_free(j);
+    free(out);
+    free(err);
+    unlink(loop);
+    unlink(hard);
+    unlink(f);
+    rmdir(dir);
+}

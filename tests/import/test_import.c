@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "analysis.h"
 #include "pickle.h"
@@ -706,4 +707,32 @@ Test(fuzz_corpus, replay_kineto_seeds)
 Test(fuzz_corpus, replay_snapshot_seeds)
 {
     replay_dir(CORPUS_DIR "/snapshot", LLVMFuzzerTestOneInputSnapshot);
+}
+
+/* Found by adversarial testing: one multi-GiB JSON string inside a small
+ * .json.gz made parsing quadratic (hours). Strings over 16 MiB are refused
+ * with the offset, at once. */
+Test(kineto, huge_string_refused_quickly)
+{
+    char path[] = "/tmp/rs-kineto-big-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    gzFile g = gzopen(path, "wb1");
+    cr_assert(g);
+    gzputs(g, "{\"traceEvents\":[{\"ph\":\"X\",\"name\":\"");
+    static char block[1 << 20];
+    memset(block, 'a', sizeof block);
+    for (int i = 0; i < 20; i++)
+        gzwrite(g, block, sizeof block);
+    gzputs(g, "\",\"ts\":1,\"dur\":1,\"pid\":1,\"tid\":1}]}");
+    gzclose(g);
+    am_source *s = NULL;
+    char err[1024] = "";
+    int rc = am_source_open(path, &s, err, sizeof err);
+    cr_expect_eq(rc, -1, "the file was accepted");
+    cr_expect(strstr(err, "longer than 16 MiB") != NULL, "%s", err);
+    if (s)
+        am_source_close(s);
+    unlink(path);
 }
