@@ -34,6 +34,8 @@ rs_parse_size(const char *s, uint64_t *out)
         end++;
     if (*end == 'b' || *end == 'B')
         end++;
+    while (*end == ' ' || *end == '\t')
+        end++;
     if (*end != '\0')
         return -1;
     if (v > UINT64_MAX / mult)

@@ -20,6 +20,9 @@ Test(config, sizes_with_suffixes)
     cr_assert_eq(v, 2ull << 30);
     cr_assert_eq(rs_parse_size("1t", &v), 0);
     cr_assert_eq(v, 1ull << 40);
+    /* blanks around the value, as a shell quote leaves them */
+    cr_assert_eq(rs_parse_size(" 1M ", &v), 0);
+    cr_assert_eq(v, 1ull << 20);
 }
 
 Test(config, bad_sizes_rejected)
