@@ -24,6 +24,7 @@ class _State(threading.local):
     def __init__(self):
         self.grad = True
         self.tape = None
+        self.replay = 0        # inside a CheckpointFunction replay (--sim-aux-module-*)
 
 
 ST = _State()
@@ -115,8 +116,12 @@ class CheckpointFunction:
         if full:
             inputs[0].resize(full)                      # gather_split_1d_tensor
         tape = []
-        with enable_grad(), tape_scope(tape):
-            outputs = run_function(*inputs)
+        ST.replay += 1
+        try:
+            with enable_grad(), tape_scope(tape):
+                outputs = run_function(*inputs)
+        finally:
+            ST.replay -= 1
         if RETAIN_REPLAY[0]:
             RETAINED.append(outputs)
         del outputs

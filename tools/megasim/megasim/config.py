@@ -185,6 +185,13 @@ def build_parser():
     g.add_argument("--sim-fragment-max-mib", type=float, default=900.0)
     g.add_argument("--sim-graph-pool-gib", type=float, default=None,
                    help="with --cuda-graph-impl: private-pool bytes per captured layer and scope")
+    g.add_argument("--sim-aux-module-gib", type=float, default=0.0,
+                   help="fault (R02): a user's extra embedding-like module (AuxEmbedding, no NVTX "
+                        "range of its own) at the start of the first layer on the first stage; its "
+                        "large-batch activations of this size are saved for its backward")
+    g.add_argument("--sim-aux-module-transient-gib", type=float, default=0.0,
+                   help="with --sim-aux-module-gib: the transient that module allocates and frees "
+                        "again when a checkpoint replays it (full recompute), beyond its first pass")
     g.add_argument("--sim-print-layer-bytes", action="store_true",
                    help="print saved activation bytes per layer of microbatch 0 (size-model check)")
     g.add_argument("--sim-te-legacy", action="store_true",

@@ -6,7 +6,7 @@ sized by sizes.Shapes, and recompute by executing its mechanism
 """
 from . import autograd as ag
 from . import te
-from .cuda import Tensor, DEV_REF
+from .cuda import Tensor, DEV_REF, GIB
 from .sizes import Shapes, layer_kind
 
 TL = "megatron.core.transformer.transformer_layer."
@@ -639,6 +639,43 @@ class GraphedLayer:
         return self.static_grad_input
 
 
+# ------------------------------------------------- a user's extra module (R02)
+class AuxEmbedding:
+    """Fault --sim-aux-module-gib SAVED [--sim-aux-module-transient-gib T]: a
+    user's custom embedding-like module (oom-scenarios.md R02) called at the
+    start of the first layer on the first stage. It has no Megatron NVTX range
+    and no TE call (a plain Python module). Each call computes its large-batch
+    activations (SAVED bytes, saved for its backward under grad; dropped at
+    once under no_grad, i.e. inside full recompute's checkpointed first pass).
+    When a checkpoint replays it in backward, it first allocates and frees T
+    more (the replay's large-batch transient the reported job hit in backward).
+    Both are allocated in pieces of at most 512 MiB."""
+
+    def __init__(self, saved_bytes, transient_bytes):
+        self.saved_bytes, self.transient_bytes = saved_bytes, transient_bytes
+
+    PIECE = 512 << 20        # the larger batch is processed in pieces of at most 512 MiB
+
+    def _pieces(self, nbytes, name):
+        out = []
+        while nbytes > 0:
+            out.append(Tensor(min(nbytes, self.PIECE), name))
+            nbytes -= self.PIECE
+        return out
+
+    def forward(self, hidden_states):
+        work = self._pieces(self.transient_bytes, "aux_embed_replay_work") \
+            if ag.ST.replay else []
+        out = self._pieces(self.saved_bytes, "aux_embed_activations")
+        del work
+        ag.record("AuxEmbeddingBackward", out, self._backward)
+        del out
+        return hidden_states
+
+    def _backward(self, node, g):
+        return g
+
+
 # ---------------------------------------------------------------------- layer
 class TransformerLayer:
     def __init__(self, args, layer_number):
@@ -676,7 +713,11 @@ class TransformerLayer:
             return g.replay(hidden_states)
         return self.forward_eager(hidden_states)
 
+    aux = None               # AuxEmbedding (fault --sim-aux-module-gib), first layer of stage 0
+
     def forward_eager(self, hidden_states):
+        if self.aux is not None:
+            hidden_states = self.aux.forward(hidden_states)
         hidden_states = self._forward_attention(hidden_states)
         return self._forward_mlp(hidden_states)
 
@@ -873,6 +914,10 @@ class GPTModel:
         self.pre_process, self.post_process = pre_process, post_process
         self.embedding = LanguageModelEmbedding(args, self.S) if pre_process else None
         self.decoder = TransformerBlock(args, layer_numbers)
+        if pre_process and getattr(args, "sim_aux_module_gib", 0) and self.decoder.layers:
+            self.decoder.layers[0].aux = AuxEmbedding(
+                int(args.sim_aux_module_gib * GIB),
+                int(getattr(args, "sim_aux_module_transient_gib", 0) * GIB))
         self.output = OutputLayer(args, self.S) if post_process else None
         self.input_tensor = None
 
