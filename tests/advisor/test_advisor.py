@@ -16,6 +16,7 @@ MEGASIM_LIB_DIR, MEGASIM_PYDIR.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -551,6 +552,101 @@ def r04():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def todo(cond, name, detail=""):
+    """a known advisor gap: TAP TODO (an expected failure; meson reports an
+    unexpected pass once it is fixed, so the TODO must then be dropped)"""
+    global n
+    n += 1
+    print("%s %d - %s # TODO advisor gap" % ("ok" if cond else "not ok", n, name))
+    if not cond and detail:
+        for line in str(detail).splitlines()[:20]:
+            print("#   " + line)
+    sys.stdout.flush()
+    return cond
+
+
+# R02 scaled down: PP=2 (4 layers per stage), 4 microbatches; a user's extra
+# module (AuxEmbedding, 3 GiB of large-batch activations per microbatch) in the
+# first layer of stage 0, whose checkpoint replay needs 7 GiB more; 18.5 GiB
+# devices. Without recompute rank 0 peaks at 16.55 GiB (device ~17.5 of 18.5),
+# rank 1 at 12.30.
+R02 = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--hidden-size", "2048",
+       "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "4096",
+       "--max-position-embeddings", "4096", "--pipeline-model-parallel-size", "2",
+       "--sim-world-size", "2", "--global-batch-size", "4", "--train-iters", "3",
+       "--sim-aux-module-gib", "3", "--sim-aux-module-transient-gib", "7"]
+R02_CAP = 18.5
+FULL1 = ["--recompute-granularity", "full", "--recompute-method", "uniform",
+         "--recompute-num-layers", "1"]
+
+
+def r02():
+    """R02: full recompute makes a PP job OOM in backward that fit without it.
+    Run A (no recompute) fits; Run B (full uniform 1) OOMs in backward on rank 0,
+    replaying the extra module inside the first layer group's checkpoint. The
+    advisor on Run B: X:HOT_RANK[pp=0]; must-not: more recompute_num_layers,
+    full recompute (which includes rank 1). Known gaps (TODO): the replay's
+    extra allocations (no forward twin: the module's replay transient) stay in
+    the trace with recompute undone, so 'none' and 'selective[mlp]' are
+    over-predicted by them, full is not judged counter-productive and the
+    verdict keeps the failing setting."""
+    ra, rca, tmpa, erra = run_megasim(R02 + PROFILE, R02_CAP)
+    if not ok(rca == 0 and ra, "R02: run A (no recompute) fits", erra[-1500:]):
+        return
+    a_peaks = tensor_peaks(analyze(ra, "--no-advice"))
+    shutil.rmtree(tmpa, ignore_errors=True)
+    rb, rcb, tmpb, errb = run_megasim(R02 + PROFILE + FULL1, R02_CAP)
+    if not ok(rcb != 0 and rb and "OutOfMemoryError" in errb,
+              "R02: run B (full uniform 1) runs out of memory", errb[-1500:]):
+        return
+    doc = analyze(rb)
+    r0 = next(r for r in doc["ranks"] if r["rank"] == 0)
+    r1 = next(r for r in doc["ranks"] if r["rank"] == 1)
+    ok(r0["oom"] is not None and r0["oom"].get("phase") == "backward" and r1["oom"] is None,
+       "R02: run B OOMs in backward on rank 0 only",
+       json.dumps({"r0": r0["oom"], "r1": r1["oom"]})[:1500])
+    v = doc["verdict"]
+    detail = json.dumps({k: v[k] for k in ("code", "why", "change", "findings")}, indent=1)[:3000]
+    ok("X:HOT_RANK[pp=0]" in codes(v), "R02: finding X:HOT_RANK[pp=0]", detail)
+    cand = {c["setting"]: c for c in v["candidates"]}
+    ok("full[uniform,1]" in cand and "none" in cand and "selective[mlp]" in cand,
+       "R02: current, none and selective[mlp] evaluated", sorted(cand))
+    m = re.match(r"R:FULL\[(\w+),(\d+)\]", v["code"])
+    ok(not (m and int(m.group(2)) > 1) and "recompute-num-layers 2" not in v["change"],
+       "R02: must-not: no larger recompute_num_layers", detail)
+    todo(not v["code"].startswith("R:FULL"),
+         "R02: must-not: no full recompute (job-wide, so on rank 1 too)", detail)
+    cur = cand.get("full[uniform,1]", {})
+    alts = [cand[k]["max_predicted_peak_bytes"] for k in ("none", "selective[mlp]") if k in cand]
+    todo(cur.get("effect") == "counter-productive" or
+         (alts and min(alts) < cur.get("max_predicted_peak_bytes", 0)),
+         "R02: full recompute judged net negative on rank 0",
+         json.dumps({k: (c["max_predicted_peak_bytes"], c["effect"]) for k, c in cand.items()}))
+    todo(v["code"] in ("R:SELECTIVE[mlp]", "OK:FITS"),
+         "R02: recommends selective[mlp] or no recompute (got %s)" % v["code"], detail)
+    none = cand.get("none", {}).get("predicted_peak_bytes", {})
+    todo(none and within(none, a_peaks),
+         "R02: none (recompute undone) predicted within 2% of run A",
+         json.dumps({"pred": none, "run A": a_peaks}))
+    budgets = {r["rank"]: r["budget_bytes"] for r in v["ranks"]}
+    shutil.rmtree(tmpb, ignore_errors=True)
+    # megasim executes the alternatives: mlp fits, more layers per group does not
+    rm, rcm, tmpm, errm = run_megasim(R02 + PROFILE + ["--recompute-granularity", "selective",
+                                                       "--recompute-modules", "mlp"], R02_CAP)
+    if ok(rcm == 0 and rm, "R02: megasim selective[mlp] runs", errm[-1500:]):
+        sp = tensor_peaks(analyze(rm, "--no-advice"))
+        ok(all(sp[rk] <= budgets[rk] for rk in sp), "R02: selective[mlp] fits in simulation",
+           json.dumps({"sim": sp, "budgets": budgets}))
+        pred = cand.get("selective[mlp]", {}).get("predicted_peak_bytes", {})
+        todo(pred and within(pred, sp), "R02: selective[mlp] predicted within 2% of megasim",
+             json.dumps({"pred": pred, "sim": sp}))
+    shutil.rmtree(tmpm, ignore_errors=True)
+    r2, rc2, tmp2, err2 = run_megasim(R02 + PROFILE + FULL1[:-1] + ["2"], R02_CAP)
+    ok(rc2 != 0 and "OutOfMemoryError" in err2,
+       "R02: megasim full[uniform,2] runs out of memory too (the must-not)", err2[-800:])
+    shutil.rmtree(tmp2, ignore_errors=True)
+
+
 def main():
     only = sys.argv[1:]
     for p in SMALL:
@@ -560,6 +656,8 @@ def main():
         scenarios()
     if not only or "R04" in only:
         r04()
+    if not only or "R02" in only:
+        r02()
     if not only or "triage" in only:
         triage()
     if not only or "recompute-on" in only:
