@@ -40,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "grow.h"
 #include <unistd.h>
 #include <yajl/yajl_parse.h>
 
@@ -1054,17 +1056,7 @@ qpush(kin *k, const krec *r)
 static int
 grow(void **p, size_t *cap, size_t need, size_t elem)
 {
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap * 2 : 64;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = n;
-    return 0;
+    return am_grow(p, cap, need, elem, 64);
 }
 
 /* Reserved moved to `res`: synthetic DEVICE-level segments. */

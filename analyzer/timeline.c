@@ -22,20 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
+
 static int
 grow(void **p, size_t *cap, size_t need, size_t elem)
 {
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap * 2 : 8;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = n;
-    return 0;
+    return am_grow(p, cap, need, elem, 8);
 }
 
 void

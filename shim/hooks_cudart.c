@@ -80,17 +80,8 @@ managed_take(uint64_t p)
 static void
 learn_device(void)
 {
-    if (t_rs.device >= 0)
-        return;
-    static _Atomic(void *) getdev;
-    void *p = atomic_load(&getdev);
-    if (!p) {
-        p = rs_resolve_sym("cudaGetDevice", RS_LIB_CUDART);
-        atomic_store(&getdev, p);
-    }
-    int d = -1;
-    if (p && ((cudaError_t(*)(int *))p)(&d) == cudaSuccess && d >= 0 && d < 128)
-        t_rs.device = (int8_t)d;
+    static void *_Atomic getdev;
+    rs_learn_device(&getdev, "cudaGetDevice", RS_LIB_CUDART);
 }
 
 /* Rate-limited cudaMemGetInfo after a successful memory call. */

@@ -50,7 +50,6 @@ typedef CUresult (*fn_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsig
 typedef CUresult (*fn_addr_free)(CUdeviceptr, size_t);
 typedef CUresult (*fn_meminfo)(size_t *, size_t *);
 typedef CUresult (*fn_ctx_set)(CUcontext);
-typedef CUresult (*fn_ctx_get_device)(CUdevice *);
 typedef CUresult (*fn_getproc4)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*fn_getproc5)(const char *, void **, int, cuuint64_t,
                                 CUdriverProcAddressQueryResult *);
@@ -90,20 +89,12 @@ real_of(enum drv_id id)
 /* The device of this thread's current context, asked once (cuCtxGetDevice
  * creates no context; a driver memory call that just succeeded proves one
  * is current). Runtime hooks learn it from cudaGetDevice the same way. */
+static void *_Atomic g_ctx_get_device;
+
 static void
 learn_device(void)
 {
-    if (t_rs.device >= 0)
-        return;
-    static _Atomic(void *) getdev;
-    void *p = atomic_load(&getdev);
-    if (!p) {
-        p = rs_resolve_sym("cuCtxGetDevice", RS_LIB_CUDA);
-        atomic_store(&getdev, p);
-    }
-    CUdevice d;
-    if (p && ((fn_ctx_get_device)p)(&d) == CUDA_SUCCESS && d >= 0 && d < 128)
-        t_rs.device = (int8_t)d;
+    rs_learn_device(&g_ctx_get_device, "cuCtxGetDevice", RS_LIB_CUDA);
 }
 
 /* OOM or other failure of a driver allocation. */
@@ -334,17 +325,9 @@ w_cuCtxSetCurrent(CUcontext ctx)
     CUresult rc = real(ctx);
     int dev = -1;
     if (rc == CUDA_SUCCESS && ctx) {
-        static _Atomic(void *) getdev;
-        void *p = atomic_load(&getdev);
-        if (!p) {
-            p = rs_resolve_sym("cuCtxGetDevice", RS_LIB_CUDA);
-            atomic_store(&getdev, p);
-        }
-        CUdevice d;
-        if (p && ((fn_ctx_get_device)p)(&d) == CUDA_SUCCESS && d >= 0 && d < 128) {
-            dev = d;
-            t_rs.device = (int8_t)d;
-        }
+        dev = rs_query_device(&g_ctx_get_device, "cuCtxGetDevice", RS_LIB_CUDA);
+        if (dev >= 0)
+            t_rs.device = (int8_t)dev;
     }
     if (rs_trace_open())
         rs_record_ctx((uint64_t)(uintptr_t)ctx, dev, (int)rc);

@@ -120,3 +120,27 @@ rs_cuda_runtime_version(void)
         v = 0;
     return v;
 }
+
+int
+rs_query_device(void *_Atomic *cache, const char *getter, int lib)
+{
+    void *p = atomic_load(cache);
+    if (!p) {
+        p = rs_resolve_sym(getter, lib);
+        atomic_store(cache, p);
+    }
+    int d = -1;
+    if (!p || ((int (*)(int *))p)(&d) != 0 || d < 0 || d >= 128)
+        return -1;
+    return d;
+}
+
+void
+rs_learn_device(void *_Atomic *cache, const char *getter, int lib)
+{
+    if (t_rs.device >= 0)
+        return;
+    int d = rs_query_device(cache, getter, lib);
+    if (d >= 0)
+        t_rs.device = (int8_t)d;
+}

@@ -20,6 +20,13 @@ RS_HIDDEN void *rs_real(int code);
  * loaded libcudart when lib is RS_LIB_CUDART). Not cached. */
 RS_HIDDEN void *rs_resolve_sym(const char *name, int lib);
 
+/* The current device from `getter`, a function `int getter(int *device)`
+ * returning 0 on success (cudaGetDevice, cuCtxGetDevice: neither creates
+ * a context), resolved once into *cache. -1 when unknown. */
+RS_HIDDEN int rs_query_device(void *_Atomic *cache, const char *getter, int lib);
+/* Set this thread's device from rs_query_device unless already known. */
+RS_HIDDEN void rs_learn_device(void *_Atomic *cache, const char *getter, int lib);
+
 /* Name of a hooked API code ("cudaMalloc"), or "?" (apis.def). */
 RS_HIDDEN const char *rs_hook_name(int code);
 
