@@ -106,6 +106,10 @@ typedef struct adv_layer {
     int32_t global_layer;     /* 0-based global layer, -1 unknown */
     int moe, mla;
     uint32_t begin, end;      /* first op of the layer, op after its last (mlp_bda pop) */
+    uint32_t pre_b;           /* start of the code before the layer's first Megatron range:
+                               * after the last main-thread range pop or non-forward op
+                               * (previous layer's end; embedding / p2p range); <= begin.
+                               * A full-recompute group's forward region starts here */
     uint32_t attn_b, attn_e, core_b, core_e, mlp_b, mlp_e;
     /* standalone norms: alloc ids of their outputs (ADV_NONE absent) */
     uint32_t in_ln, pre_ln;
@@ -121,6 +125,19 @@ typedef struct adv_inst {
     int nlayers;
 } adv_inst;
 
+/* A replay's own extra allocation (adv_trace_undo): made on the backward
+ * thread by a full-recompute replay, with no forward twin (the replay did more
+ * work than the forward). Removed from the undone op stream; a candidate whose
+ * replayed region holds both anchors allocates it again, same size, same place
+ * relative to the replayed forward ops. */
+typedef struct adv_extra {
+    uint32_t id;              /* alloc id (size from a[id]) */
+    uint32_t a_anchor;        /* allocated just before this forward op is replayed */
+    uint32_t f_anchor;        /* freed just before this forward op is replayed; ADV_NONE:
+                               * freed after the replay, by its free op left in the stream */
+    uint32_t a_seq, f_seq;    /* order among extras at one anchor (recorded positions) */
+} adv_extra;
+
 typedef struct adv_trace {
     adv_alloc *a;
     size_t na, capa;
@@ -130,6 +147,9 @@ typedef struct adv_trace {
     size_t nlayers, caplayers;
     adv_inst *insts;
     size_t ninsts, capinsts;
+    adv_extra *xr;            /* replays' own extra allocations (undone traces only) */
+    size_t nxr;
+    uint64_t xr_bytes;        /* their largest size sum in one replay */
     int megatron_ranges;      /* Megatron layer ranges were seen */
     int replays;              /* forward code on the backward thread (recompute on) */
     uint64_t replay_bytes;    /* bytes allocated in backward_replay */
@@ -186,7 +206,7 @@ typedef struct adv_verdict {
     char change[512];         /* the one-line change */
     char config_diff[1024];   /* CLI flags + cfg.model.* lines, '\n' separated */
     char confirm[512];        /* matched run */
-    char level_note[512];     /* what the source allows / what is needed */
+    char level_note[1024];    /* what the source allows / what is needed */
     char cost_source[96];     /* "FLOP model ..." */
     adv_cfg cfg;
     adv_finding *findings;

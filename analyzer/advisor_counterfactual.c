@@ -204,9 +204,18 @@ m_shared(const adv_alloc *x, const adv_layer *L)
     return (x->ctx & ADV_C_SUBMLP) != 0;
 }
 
+/* pre-region: ops [b, pre_e) are the code before the group's first Megatron
+ * range (a full-recompute group starts at its first layer's pre_b); main-thread
+ * forward allocations there without an instance are the group's too */
 static int
-checkpoint_unit(cf *c, int32_t k, uint32_t b, uint32_t e, const adv_layer *L, member_fn mf,
-                int unfused_core)
+own_pre(const adv_alloc *x, uint32_t p, uint32_t pre_e)
+{
+    return x->inst < 0 && p < pre_e && x->phase == AM_PH_forward;
+}
+
+static int
+checkpoint_unit(cf *c, int32_t k, uint32_t b, uint32_t e, uint32_t pre_e, const adv_layer *L,
+                member_fn mf, int unfused_core)
 {
     const adv_trace *t = c->t;
     if (b == ADV_NONE || e == ADV_NONE || e <= b)
@@ -221,7 +230,8 @@ checkpoint_unit(cf *c, int32_t k, uint32_t b, uint32_t e, const adv_layer *L, me
             continue;
         uint32_t id = (uint32_t)v - 1;
         const adv_alloc *x = &t->a[id];
-        if (x->inst != k || x->bwd || c->owner[id] != ADV_NONE || !mf(x, L))
+        if ((x->inst != k && !own_pre(x, p, pre_e)) || x->bwd || c->owner[id] != ADV_NONE ||
+            !mf(x, L))
             continue;
         c->owner[id] = ui;
         any = 1;
@@ -314,6 +324,21 @@ mla_unit(cf *c, const adv_layer *L)
     return push_ins(c, R, 1, ui);
 }
 
+/* an extra's alloc or free event inside one simulated replay */
+typedef struct xev {
+    uint32_t anchor, seq, id;
+    uint8_t alloc, keep;
+} xev;
+
+static int
+xev_cmp(const void *a, const void *b)
+{
+    const xev *x = a, *y = b;
+    if (x->anchor != y->anchor)
+        return x->anchor < y->anchor ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
 static int
 ins_cmp(const void *a, const void *b)
 {
@@ -359,15 +384,17 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
             if (s->full_method == 1) {
                 for (size_t g = 0; g < nl; g += n) {
                     size_t last = g + n < nl ? g + n : nl;
-                    if (checkpoint_unit(c, L->inst, t->layers[i + g].begin,
-                                        t->layers[i + last - 1].end, &t->layers[i + g], m_all, 0) < 0)
+                    const adv_layer *F = &t->layers[i + g];
+                    if (checkpoint_unit(c, L->inst, F->pre_b, t->layers[i + last - 1].end,
+                                        F->begin, F, m_all, 0) < 0)
                         return -1;
                 }
             } else {
-                for (size_t g = 0; g < n && g < nl; g++)
-                    if (checkpoint_unit(c, L->inst, t->layers[i + g].begin, t->layers[i + g].end,
-                                        &t->layers[i + g], m_all, 0) < 0)
+                for (size_t g = 0; g < n && g < nl; g++) {
+                    const adv_layer *F = &t->layers[i + g];
+                    if (checkpoint_unit(c, L->inst, F->pre_b, F->end, F->begin, F, m_all, 0) < 0)
                         return -1;
+                }
             }
             i = j;
         }
@@ -377,19 +404,19 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
     for (size_t i = 0; i < t->nlayers; i++) {
         const adv_layer *L = &t->layers[i];
         if ((m & (1u << ADV_L_moe)) && L->moe)
-            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L, m_all, 0) < 0)
+            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L->mlp_b, L, m_all, 0) < 0)
                 return -1;
         if ((m & (1u << ADV_L_mlp)) && !L->moe)
-            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L, m_all, 0) < 0)
+            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L->mlp_b, L, m_all, 0) < 0)
                 return -1;
         if ((m & (1u << ADV_L_shared_experts)) && L->moe && !cfg->shared_overlap)
-            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L, m_shared, 0) < 0)
+            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L->mlp_b, L, m_shared, 0) < 0)
                 return -1;
         if (m & (1u << ADV_L_core_attn)) {
             if (cfg->fused_attn)
-                checkpoint_unit(c, L->inst, L->core_b, L->core_e, L, m_core, 0);
+                checkpoint_unit(c, L->inst, L->core_b, L->core_e, L->core_b, L, m_core, 0);
             else
-                checkpoint_unit(c, L->inst, L->core_b, L->core_e, L, m_all, 1);
+                checkpoint_unit(c, L->inst, L->core_b, L->core_e, L->core_b, L, m_all, 1);
         }
     }
     for (size_t i = 0; i < t->nlayers; i++) {
@@ -465,6 +492,8 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
     size_t k = 0;
     uint32_t *outs = NULL;
     size_t nouts = 0, capouts = 0;
+    xev *xe = NULL;
+    size_t nxe = 0, capxe = 0;
     for (uint32_t p = 0; p <= t->nops; p++) {
         for (; k < c.nin && c.in[k].pos == p; k++) {
             const ins *n = &c.in[k];
@@ -479,7 +508,69 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
             /* replay of unit n->v */
             const unit *u = &c.u[n->v];
             nouts = 0;
+            /* the recorded replay's own extras whose anchors this region holds
+             * (adv_extra): same sizes, same place among the replayed ops */
+            nxe = 0;
+            if (t->nxr) {
+                size_t lo = 0, hi = t->nxr;
+                while (lo < hi) {
+                    size_t mid = (lo + hi) / 2;
+                    if (t->xr[mid].a_anchor < u->b)
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                for (size_t r = lo; r < t->nxr && t->xr[r].a_anchor < u->e; r++) {
+                    const adv_extra *xr = &t->xr[r];
+                    if (xr->f_anchor != ADV_NONE && (xr->f_anchor < u->b || xr->f_anchor >= u->e))
+                        continue;
+                    if (nxe + 2 > capxe) {
+                        size_t nc = capxe ? capxe * 2 : 64;
+                        xev *qq = realloc(xe, nc * sizeof *qq);
+                        if (!qq)
+                            goto out2;
+                        xe = qq;
+                        capxe = nc;
+                    }
+                    xe[nxe++] = (xev){xr->a_anchor, xr->a_seq, xr->id, 1,
+                                      xr->f_anchor == ADV_NONE};
+                    if (xr->f_anchor != ADV_NONE)
+                        xe[nxe++] = (xev){xr->f_anchor, xr->f_seq, xr->id, 0, 0};
+                }
+                if (nxe > 1)
+                    qsort(xe, nxe, sizeof *xe, xev_cmp);
+            }
+            size_t ei = 0;
             for (uint32_t q = u->b; q < u->e; q++) {
+                for (; ei < nxe && xe[ei].anchor == q; ei++) {
+                    const adv_alloc *x = &t->a[xe[ei].id];
+                    if (!xe[ei].alloc) {
+                        live -= x->size;
+                        continue;
+                    }
+                    live += x->size;
+                    if (xe[ei].keep && x->f_pos != ADV_NONE && x->f_pos < p) {
+                        /* its own free already passed: gone with the replay */
+                        if (nouts == capouts) {
+                            size_t nc = capouts ? capouts * 2 : 64;
+                            uint32_t *qq = realloc(outs, nc * sizeof *qq);
+                            if (!qq)
+                                goto out2;
+                            outs = qq;
+                            capouts = nc;
+                        }
+                        outs[nouts++] = xe[ei].id;
+                    } else if (xe[ei].keep) {
+                        alive[xe[ei].id] = 1; /* freed later by its own free op */
+                    }
+                    uint64_t proj = live;
+                    if (p >= wb && p < we)
+                        proj += D - dalloc;
+                    if (proj > best) {
+                        best = proj;
+                        best_phase = AM_PH_backward_replay;
+                    }
+                }
                 int32_t v = t->ops[q];
                 uint32_t id = (uint32_t)(v > 0 ? v : -v) - 1;
                 if (c.owner[id] != n->v)
@@ -540,6 +631,7 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
     }
 out2:
     free(outs);
+    free(xe);
 out:
     cf_free(&c);
     free(alive);
@@ -560,6 +652,11 @@ typedef struct uundo {
     int discard;              /* discard-style: replayed before a checkpoint at the same key */
     uint32_t *f;              /* forward alloc ids freed in forward */
     size_t nf;
+    size_t npre;              /* full group: f[0..npre) made before its first Megatron range */
+    int full;
+    uint32_t rb, re;          /* full group: forward region [pre_b, end) */
+    int ok;                   /* matched: twins are bal[lo, hi) */
+    size_t lo, hi;
 } uundo;
 
 static int
@@ -575,7 +672,7 @@ uu_cmp(const void *a, const void *b)
 
 static int
 uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_t b,
-       uint32_t e, uint32_t key, int discard, uint32_t only)
+       uint32_t e, uint32_t key, int discard, uint32_t only, uint32_t pre_e)
 {
     if (k < 0)
         return 0;
@@ -608,13 +705,17 @@ uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_
     x->f = malloc((e - b) * sizeof *x->f);
     if (!x->f)
         return -1;
+    x->rb = b;
+    x->re = e;
     for (uint32_t p = b; p < e; p++) {
         int32_t v = t->ops[p];
         if (v <= 0)
             continue;
         const adv_alloc *a = &t->a[v - 1];
-        if (a->inst != k || a->bwd || a->fbwd || a->f_pos == ADV_NONE)
+        if ((a->inst != k && !own_pre(a, p, pre_e)) || a->bwd || a->fbwd || a->f_pos == ADV_NONE)
             continue;
+        if (a->inst != k)
+            x->npre++;
         x->f[x->nf++] = (uint32_t)v - 1;
     }
     if (!x->nf) {
@@ -623,6 +724,115 @@ uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_
     }
     (*n)++;
     return 0;
+}
+
+/* A full group's replay x that follows the replay of group prev (the next
+ * layers' group) in one backward job: the backward thread's allocations
+ * between prev's last op on its replayed tensors and x's first matched one
+ * (bal[lo]; lo == nbal: x never matched, the trace stops in it) that have no
+ * forward twin are x's own extra work. Only when that window holds nothing
+ * but the backward thread's allocations and frees of tensors of the two
+ * groups (no other module's backward). Each becomes an adv_extra anchored at
+ * the forward twins (t's positions) and is marked in used: 2 alloc and free
+ * replayed, 3 alloc replayed and its free op kept. 0, -1 out of memory. */
+static int
+undo_extras(const adv_trace *t, const uint32_t *bal, size_t nbal, uint8_t *used,
+            uint32_t *twin, uint8_t *ext, const uundo *x, const uundo *prev, size_t lo,
+            adv_extra **xr, size_t *nxr, size_t *capxr)
+{
+    uint32_t first_a = lo < nbal ? t->a[bal[lo]].a_pos : (uint32_t)t->nops;
+    uint32_t w0 = 0;
+    for (size_t j = prev->lo; j < prev->hi; j++) {
+        const adv_alloc *a = &t->a[bal[j]];
+        if (a->a_pos < first_a && a->a_pos > w0)
+            w0 = a->a_pos;
+        if (a->f_pos != ADV_NONE && a->f_pos < first_a && a->f_pos > w0)
+            w0 = a->f_pos;
+    }
+    if (!w0 || w0 >= first_a)
+        return 0;
+    for (uint32_t p = w0 + 1; p < first_a; p++) {
+        int32_t v = t->ops[p];
+        const adv_alloc *a = &t->a[(v > 0 ? v : -v) - 1];
+        if (a->bwd)
+            continue;
+        if (v > 0 || a->a_pos < x->rb || a->a_pos >= prev->re)
+            return 0;
+    }
+    uint32_t a_anchor = lo < nbal ? t->a[twin[bal[lo]]].a_pos : t->a[x->f[0]].a_pos;
+    uint32_t last_a = lo < nbal ? t->a[bal[x->hi - 1]].a_pos : 0;
+    size_t j = lo;
+    while (j > 0 && t->a[bal[j - 1]].a_pos > w0)
+        j--;
+    size_t end = lo;
+    if (lo == nbal) {
+        /* the trace stops in this replay: its last allocations that repeat
+         * the forward's first ones are its twins, the rest before them extra */
+        size_t nw = 0;
+        for (size_t q = j; q < lo; q++)
+            nw += !used[bal[q]];
+        for (size_t m = nw < x->nf ? nw : x->nf; m > 0; m--) {
+            size_t q = lo, z = m, okm = 1;
+            while (z > 0 && q > j) {
+                q--;
+                if (used[bal[q]])
+                    continue;
+                z--;
+                if (t->a[bal[q]].size != t->a[x->f[z]].size) {
+                    okm = 0;
+                    break;
+                }
+            }
+            if (!okm || z)
+                continue;
+            end = q;
+            for (z = 0; q < lo; q++) {
+                if (used[bal[q]])
+                    continue;
+                used[bal[q]] = 1;
+                twin[bal[q]] = x->f[z];
+                if (t->a[bal[q]].f_pos == ADV_NONE)
+                    ext[x->f[z]] = 1;
+                z++;
+            }
+            break;
+        }
+    }
+    for (; j < end; j++) {
+        uint32_t y = bal[j];
+        if (used[y])
+            continue;
+        const adv_alloc *a = &t->a[y];
+        uint32_t f_anchor = ADV_NONE;
+        if (lo < nbal && a->f_pos != ADV_NONE && a->f_pos < last_a) {
+            size_t q = lo;
+            while (q < x->hi && t->a[bal[q]].a_pos < a->f_pos)
+                q++;
+            if (q < x->hi)
+                f_anchor = t->a[twin[bal[q]]].a_pos;
+        }
+        if (*nxr == *capxr) {
+            size_t nc = *capxr ? *capxr * 2 : 64;
+            adv_extra *qq = realloc(*xr, nc * sizeof *qq);
+            if (!qq)
+                return -1;
+            *xr = qq;
+            *capxr = nc;
+        }
+        (*xr)[(*nxr)++] = (adv_extra){y, a_anchor, f_anchor, a->a_pos,
+                                      a->f_pos == ADV_NONE ? ADV_NONE : a->f_pos};
+        used[y] = f_anchor == ADV_NONE ? 3 : 2;
+    }
+    return 0;
+}
+
+static int
+xr_cmp(const void *a, const void *b)
+{
+    const adv_extra *x = a, *y = b;
+    if (x->a_anchor != y->a_anchor)
+        return x->a_anchor < y->a_anchor ? -1 : 1;
+    return x->a_seq < y->a_seq ? -1 : x->a_seq > y->a_seq;
 }
 
 void
@@ -649,7 +859,9 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     size_t nu = 0, capu = 0;
     int rc = -1;
     uint32_t *twin = NULL, *newpos = NULL, *bal = NULL;
-    uint8_t *used = NULL, *ext = NULL;
+    uint8_t *used = NULL, *ext = NULL;  /* used: 1 replay twin, 2/3 replay extra (undo_extras) */
+    adv_extra *xr = NULL;
+    size_t nxr = 0, capxr = 0;
     cf c;
     memset(&c, 0, sizeof c);
     c.t = t;
@@ -669,9 +881,12 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
                     break;
                 size_t last = s.full_method == 1 ? (g + n < nl ? g + n : nl) : g + 1;
                 uint32_t e = t->layers[i + last - 1].end;
-                if (uu_add(&u, &nu, &capu, t, L->inst, t->layers[i + g].begin, e, e, 0,
-                           ADV_NONE) < 0)
+                const adv_layer *F = &t->layers[i + g];
+                size_t before = nu;
+                if (uu_add(&u, &nu, &capu, t, L->inst, F->pre_b, e, e, 0, ADV_NONE, F->begin) < 0)
                     goto out;
+                if (nu > before)
+                    u[before].full = 1;
             }
             i = j;
         }
@@ -681,23 +896,25 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             const adv_layer *L = &t->layers[i];
             int e = 0;
             if (((m & (1u << ADV_L_moe)) && L->moe) || ((m & (1u << ADV_L_mlp)) && !L->moe))
-                e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE);
+                e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE,
+                            0);
             else if ((m & (1u << ADV_L_shared_experts)) && L->moe)
-                e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE);
+                e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE,
+                            0);
             if (m & (1u << ADV_L_core_attn))
                 e |= uu_add(&u, &nu, &capu, t, L->inst, L->core_b, L->core_e, L->core_e, 0,
-                            ADV_NONE);
+                            ADV_NONE, 0);
             if ((m & (1u << ADV_L_mla_up_proj)) && L->mla && L->mla_up_b != ADV_NONE &&
                 L->mla_v != ADV_NONE)
                 e |= uu_add(&u, &nu, &capu, t, L->inst, L->mla_up_b, t->a[L->mla_v].a_pos + 1,
-                            L->core_e, 1, ADV_NONE);
+                            L->core_e, 1, ADV_NONE, 0);
             if ((m & (1u << ADV_L_moe_act)) && L->moe && L->moe_act != ADV_NONE)
-                e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->moe_act_discard, 1, L->moe_act);
+                e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->moe_act_discard, 1, L->moe_act, 0);
             if (m & (1u << ADV_L_layernorm)) {
                 if (L->in_ln != ADV_NONE)
-                    e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->attn_e, 1, L->in_ln);
+                    e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->attn_e, 1, L->in_ln, 0);
                 if (L->pre_ln != ADV_NONE)
-                    e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->mlp_e, 1, L->pre_ln);
+                    e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->mlp_e, 1, L->pre_ln, 0);
             }
             if (e)
                 goto out;
@@ -719,6 +936,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             bal[nbal++] = (uint32_t)t->ops[p] - 1;
     size_t cursor = 0;
     int32_t cur_inst = -1;
+    uint32_t inst_bs = 0;
     for (size_t k = 0; k < nu; k++) {
         uundo *x = &u[k];
         if (x->inst != cur_inst) {
@@ -726,6 +944,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             uint32_t bs = (size_t)x->inst < t->ninsts ? c.bwd_start[x->inst] : ADV_NONE;
             if (bs == ADV_NONE)
                 bs = t->insts[x->inst].end;
+            inst_bs = bs;
             /* first backward allocation at or after the instance's backward job */
             size_t lo = 0, hi = nbal;
             while (lo < hi) {
@@ -737,37 +956,63 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             }
             cursor = lo;
         }
-        /* the first unused run of backward allocations with the forward sizes */
+        /* the first unused run of backward allocations with the forward sizes
+         * (a full group's own Megatron-range part first) */
+        const uint32_t *fm = x->f + x->npre;
+        size_t nm = x->nf - x->npre;
         size_t found = (size_t)-1;
-        for (int pass = 0; pass < 2 && found == (size_t)-1; pass++) {
+        for (int pass = 0; pass < 2 && found == (size_t)-1 && nm; pass++) {
             size_t from = pass ? 0 : cursor;
-            for (size_t q = from; q + x->nf <= nbal; q++) {
+            for (size_t q = from; q + nm <= nbal; q++) {
                 size_t z = 0;
-                while (z < x->nf && !used[bal[q + z]] &&
-                       t->a[bal[q + z]].size == t->a[x->f[z]].size)
+                while (z < nm && !used[bal[q + z]] && t->a[bal[q + z]].size == t->a[fm[z]].size)
                     z++;
-                if (z == x->nf) {
+                if (z == nm) {
                     found = q;
                     break;
                 }
             }
         }
-        if (found == (size_t)-1)
+        if (found == (size_t)-1) {
+            if (x->full && k > 0 && u[k - 1].inst == x->inst && u[k - 1].ok && t->trunc &&
+                undo_extras(t, bal, nbal, used, twin, ext, x, &u[k - 1], nbal, &xr, &nxr,
+                            &capxr) < 0)
+                goto out; /* the replay the trace stops in */
             continue;
+        }
+        /* the code before the group's first range: the forward's last
+         * allocations there are the replay's allocations just before */
+        size_t lo = found, z = x->npre;
+        while (z > 0 && lo > 0 && !used[bal[lo - 1]] &&
+               t->a[bal[lo - 1]].size == t->a[x->f[z - 1]].size &&
+               t->a[bal[lo - 1]].a_pos >= inst_bs) {
+            lo--;
+            z--;
+        }
+        size_t nmatch = x->nf - z;
         (*matched)++;
-        uint32_t last_a = t->a[bal[found + x->nf - 1]].a_pos;
-        for (size_t z = 0; z < x->nf; z++) {
-            uint32_t y = bal[found + z];
+        x->ok = 1;
+        x->lo = lo;
+        x->hi = found + nm;
+        uint32_t last_a = t->a[bal[found + nm - 1]].a_pos;
+        for (size_t w = 0; w < nmatch; w++) {
+            uint32_t y = bal[lo + w];
+            uint32_t fid = x->f[z + w];
             used[y] = 1;
-            twin[y] = x->f[z];
+            twin[y] = fid;
             /* saved in a grad-enabled forward: the replay twin lives past the
              * replay's last allocation; transients keep their own free */
             const adv_alloc *ya = &t->a[y];
             if (ya->f_pos == ADV_NONE || ya->f_pos > last_a || x->discard)
-                ext[x->f[z]] = 1;
+                ext[fid] = 1;
         }
-        if (found + x->nf > cursor)
-            cursor = found + x->nf;
+        /* the replay's own work with no forward twin (it did more than the
+         * forward): between the previous group's nested backward and it */
+        if (x->full && k > 0 && u[k - 1].inst == x->inst && u[k - 1].ok &&
+            undo_extras(t, bal, nbal, used, twin, ext, x, &u[k - 1], lo, &xr, &nxr, &capxr) < 0)
+            goto out;
+        if (found + nm > cursor)
+            cursor = found + nm;
     }
     /* the rewritten op stream */
     newpos = malloc((t->nops + 1) * sizeof *newpos);
@@ -783,6 +1028,18 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
         newpos[p] = (uint32_t)np;
         int32_t v = t->ops[p];
         uint32_t id = (uint32_t)(v > 0 ? v : -v) - 1;
+        if (used[id] >= 2) {
+            /* a replay's extra: gone from the stream; a late free stays */
+            if (v > 0) {
+                o->a[id].a_pos = (uint32_t)np;
+                o->a[id].f_pos = (uint32_t)np;
+            } else if (used[id] == 3) {
+                o->ops[np] = v;
+                o->a[id].f_pos = (uint32_t)np;
+                np++;
+            }
+            continue;
+        }
         if (used[id]) {
             uint32_t x = twin[id];
             if (v < 0 && x != ADV_NONE && ext[x]) {
@@ -811,11 +1068,30 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     o->nops = np;
     /* an extended tensor whose twin was never freed stays alive */
     for (size_t y = 0; y < t->na; y++)
-        if (used[y] && twin[y] != ADV_NONE && ext[twin[y]] && t->a[y].f_pos == ADV_NONE) {
+        if (used[y] == 1 && twin[y] != ADV_NONE && ext[twin[y]] && t->a[y].f_pos == ADV_NONE) {
             o->a[twin[y]].f_pos = ADV_NONE;
             o->a[twin[y]].fbwd = 0;
         }
 #define NP(x) ((x) == ADV_NONE ? ADV_NONE : newpos[(x) > t->nops ? t->nops : (x)])
+    /* the replays' extras, anchored in the rewritten stream */
+    for (size_t r = 0; r < nxr; r++) {
+        xr[r].a_anchor = NP(xr[r].a_anchor);
+        xr[r].f_anchor = NP(xr[r].f_anchor);
+    }
+    qsort(xr, nxr, sizeof *xr, xr_cmp);
+    {
+        uint64_t sum = 0, mx = 0;
+        for (size_t r = 0; r < nxr; r++) {
+            sum = r && xr[r].a_anchor == xr[r - 1].a_anchor ? sum + t->a[xr[r].id].size
+                                                            : t->a[xr[r].id].size;
+            if (sum > mx)
+                mx = sum;
+        }
+        o->xr_bytes = mx;
+    }
+    o->xr = xr;
+    o->nxr = nxr;
+    xr = NULL;
     o->layers = malloc((t->nlayers ? t->nlayers : 1) * sizeof *o->layers);
     o->insts = malloc((t->ninsts ? t->ninsts : 1) * sizeof *o->insts);
     if (!o->layers || !o->insts)
@@ -871,6 +1147,7 @@ out:
     free(bal);
     free(used);
     free(ext);
+    free(xr);
     cf_free(&c);
     if (rc < 0)
         adv_trace_free(o);

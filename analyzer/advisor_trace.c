@@ -125,6 +125,7 @@ adv_trace_free(adv_trace *t)
     free(t->ops);
     free(t->layers);
     free(t->insts);
+    free(t->xr);
     memset(t, 0, sizeof *t);
 }
 
@@ -140,6 +141,8 @@ typedef struct cap {
     uint32_t pend[64];               /* main-thread allocations waiting for an nvte call */
     int npend;
     uint32_t last_norm;              /* standalone norm output candidate */
+    uint32_t pre_b;                  /* op after the last main-thread range pop or
+                                      * op outside the main thread's forward */
     int grouped_groups, flash_groups;
     uint64_t dev_live, reserved;
     uint64_t graph_live;
@@ -177,6 +180,7 @@ new_layer(cap *c)
     L->moe = adv_cfg_is_moe_layer(c->cfg, L->global_layer >= 0 ? L->global_layer : li);
     L->mla = c->cfg->mla;
     L->begin = (uint32_t)t->nops;
+    L->pre_b = c->pre_b <= L->begin ? c->pre_b : L->begin;
     L->end = ADV_NONE;
     c->cur_layer = (int)t->nlayers++;
     t->insts[inst].nlayers++;
@@ -249,6 +253,8 @@ on_push(cap *c, const am_event *ev, tl_thread *th)
                 t->a[c->last_norm].layer = (int16_t)L->layer;
                 t->a[c->last_norm].inst = L->inst;
                 L->begin = t->a[c->last_norm].a_pos;
+                if (L->pre_b > L->begin)
+                    L->pre_b = L->begin;
             }
         }
         c->last_norm = ADV_NONE;
@@ -293,6 +299,8 @@ on_pop(cap *c, tl_thread *th, uint32_t domain)
     int reg = region_of(f->name, f->len);
     adv_layer *L = cur(c);
     adv_trace *t = c->t;
+    if (te_class(f->name, f->len) == ADV_T_NONE)
+        c->pre_b = (uint32_t)t->nops; /* a layer's own code starts after the last range */
     switch (reg) {
     case R_ATTN:
         if (c->depth_attn)
@@ -401,6 +409,8 @@ on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
         return -1;
     if (th->role == AM_ROLE_MAIN)
         c->last_main_pos = (uint32_t)t->nops + 1;
+    if (th->role != AM_ROLE_MAIN || a.phase != AM_PH_forward)
+        c->pre_b = (uint32_t)t->nops + 1;
     return op(c, (int32_t)(id + 1));
 }
 
@@ -417,6 +427,8 @@ on_free(cap *c, const am_event *ev, tl_thread *th)
     t->a[id].fbwd = th->role == AM_ROLE_BACKWARD;
     if (th->role == AM_ROLE_MAIN)
         c->last_main_pos = (uint32_t)t->nops + 1;
+    if (th->role != AM_ROLE_MAIN || c->tl.phase != AM_PH_forward)
+        c->pre_b = (uint32_t)t->nops + 1;
     return op(c, -(int32_t)(id + 1));
 }
 
@@ -614,10 +626,20 @@ adv_trace_debug(const adv_trace *t)
             (unsigned long long)t->oom_allocated, (unsigned long long)t->oom_reserved);
     for (size_t i = 0; i < t->nlayers && i < 40; i++) {
         const adv_layer *L = &t->layers[i];
-        fprintf(stderr, "  inst %d layer %d g %d moe %d [%u,%u) attn [%u,%u) core [%u,%u) mlp [%u,%u) "
+        fprintf(stderr, "  inst %d layer %d g %d moe %d pre %u [%u,%u) attn [%u,%u) core [%u,%u) mlp [%u,%u) "
                         "in_ln %u pre_ln %u moe_act %u@%u mla %u,%u,%u b %u\n",
-                L->inst, L->layer, L->global_layer, L->moe, L->begin, L->end, L->attn_b, L->attn_e,
+                L->inst, L->layer, L->global_layer, L->moe, L->pre_b, L->begin, L->end, L->attn_b, L->attn_e,
                 L->core_b, L->core_e, L->mlp_b, L->mlp_e, L->in_ln, L->pre_ln, L->moe_act,
                 L->moe_act_discard, L->mla_q, L->mla_k, L->mla_v, L->mla_up_b);
     }
+    const char *d = getenv("RECOMP_ADVISOR_DEBUG");
+    if (d && d[0] == '2')
+        for (size_t p = 0; p < t->nops; p++) {
+            int32_t v = t->ops[p];
+            const adv_alloc *x = &t->a[(v > 0 ? v : -v) - 1];
+            fprintf(stderr, "  op %zu %c%d %.1fM bwd %d fbwd %d inst %d layer %d ph %s ctx %x it %d a %u f %u\n",
+                    p, v > 0 ? '+' : '-', (v > 0 ? v : -v) - 1, (double)x->size / 1048576.0,
+                    x->bwd, x->fbwd, x->inst, x->layer, am_phase_name(x->phase), x->ctx,
+                    x->iteration, x->a_pos, x->f_pos);
+        }
 }

@@ -519,6 +519,8 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
             rc = -1;
             goto out;
         }
+        size_t nextra = 0;
+        uint64_t extra_max = 0;
         for (size_t i = 0; i < v->nranks; i++) {
             int m = 0, u = 0;
             if (adv_trace_undo(&tr[i], cfg, &t0[i], &m, &u) < 0) {
@@ -528,6 +530,15 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
             }
             matched += m;
             units += u;
+            nextra += t0[i].nxr;
+            if (getenv("RECOMP_ADVISOR_DEBUG"))
+                for (size_t r = 0; r < t0[i].nxr; r++)
+                    fprintf(stderr, "advisor: rank %d replay extra %u (%llu bytes) at %u, free %u\n",
+                            v->rank_id[i], t0[i].xr[r].id,
+                            (unsigned long long)t0[i].a[t0[i].xr[r].id].size, t0[i].xr[r].a_anchor,
+                            t0[i].xr[r].f_anchor);
+            if (t0[i].xr_bytes > extra_max)
+                extra_max = t0[i].xr_bytes;
         }
         ref_max = 0;
         for (size_t i = 0; i < v->nranks; i++) {
@@ -545,6 +556,14 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                  "(%s without recompute); candidates are complete settings (keep, remove or "
                  "add labels) evaluated on that trace, the current setting is the measured one",
                  cur, GB(tr[0].replay_bytes), matched, units, GB(ref_max));
+        if (nextra) {
+            size_t l = strlen(v->level_note);
+            snprintf(v->level_note + l, sizeof v->level_note - l,
+                     "; the replays did more than their forward: %zu allocations without a "
+                     "forward twin (up to %s in one replay) were taken out and are made again by "
+                     "every candidate that replays those layer groups",
+                     nextra, GB(extra_max));
+        }
     }
     eval_ctx ec = {tr, t0, &active, extra, base_max, ref_max, stage_layers_of(cfg)};
     unsigned ineff = 0;       /* labels judged ineffective */
@@ -771,7 +790,7 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                  c->name, GB(c->max_peak), c->reason);
     } else {
         snprintf(v->code, sizeof v->code, base_fits ? "OK:FITS" : "n/a");
-        snprintf(v->why, sizeof v->why, "%s",
+        snprintf(v->why, sizeof v->why, "%.760s",
                  v->level_note[0] ? v->level_note : "no counterfactual could be evaluated");
         snprintf(v->change, sizeof v->change, "none");
     }
