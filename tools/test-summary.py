@@ -2,13 +2,15 @@
 """Sum a meson testlog.json into the plain line 'N passed, N failed'.
 
 A test whose output carries criterion's synthesis line counts its individual
-tests; any other test counts as one. Exit 1 when anything failed.
+tests, a TAP test its "ok"/"not ok" lines ("# TODO" and "# SKIP" ones are not
+counted); any other test counts as one. Exit 1 when anything failed.
 """
 import json
 import re
 import sys
 
 SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)")
+TAP = re.compile(r"^(not ok|ok)\b(.*)$", re.M)
 
 
 def main(path):
@@ -26,6 +28,16 @@ def main(path):
         out = (t.get("stdout") or "") + (t.get("stderr") or "")
         ok = t.get("result") in ("OK", "EXPECTEDFAIL", "SKIP")
         m = SYNTH.findall(out)
+        tap = [(st, rest) for st, rest in TAP.findall(out)
+               if "# TODO" not in rest.upper() and "# SKIP" not in rest.upper()]
+        if not m and tap:
+            p = sum(1 for st, _ in tap if st == "ok")
+            f = len(tap) - p
+            passed += p
+            failed += f
+            if not ok and f == 0:
+                failed += 1
+            continue
         if m:
             _, p, f, c = map(int, m[-1])
             passed += p
