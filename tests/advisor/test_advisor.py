@@ -552,19 +552,6 @@ def r04():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def todo(cond, name, detail=""):
-    """a known advisor gap: TAP TODO (an expected failure; meson reports an
-    unexpected pass once it is fixed, so the TODO must then be dropped)"""
-    global n
-    n += 1
-    print("%s %d - %s # TODO advisor gap" % ("ok" if cond else "not ok", n, name))
-    if not cond and detail:
-        for line in str(detail).splitlines()[:20]:
-            print("#   " + line)
-    sys.stdout.flush()
-    return cond
-
-
 # R02 scaled down: PP=2 (4 layers per stage), 4 microbatches; a user's extra
 # module (AuxEmbedding, 3 GiB of large-batch activations per microbatch) in the
 # first layer of stage 0, whose checkpoint replay needs 7 GiB more; 18.5 GiB
