@@ -454,7 +454,8 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
     memset(c.owner, 0xff, (t->na ? t->na : 1) * sizeof *c.owner);
     if ((s->labels || s->full_method) && build_units(&c, cfg, s) < 0)
         goto out;
-    qsort(c.in, c.nin, sizeof *c.in, ins_cmp);
+    if (c.nin > 1)
+        qsort(c.in, c.nin, sizeof *c.in, ins_cmp);
 
     /* projection window: the last complete iteration, or the last iteration
      * when no optimizer step happened */
@@ -920,7 +921,8 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
                 goto out;
         }
     }
-    qsort(u, nu, sizeof *u, uu_cmp);
+    if (nu > 1)
+        qsort(u, nu, sizeof *u, uu_cmp);
     *units = (int)nu;
     /* backward-thread allocations in order */
     size_t nbal = 0;
@@ -1078,7 +1080,8 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
         xr[r].a_anchor = NP(xr[r].a_anchor);
         xr[r].f_anchor = NP(xr[r].f_anchor);
     }
-    qsort(xr, nxr, sizeof *xr, xr_cmp);
+    if (nxr > 1)
+        qsort(xr, nxr, sizeof *xr, xr_cmp);
     {
         uint64_t sum = 0, mx = 0;
         for (size_t r = 0; r < nxr; r++) {

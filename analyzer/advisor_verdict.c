@@ -15,6 +15,7 @@
  *       job already fits
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -609,12 +610,15 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
         }
         /* the active selective setting: without each of its labels, with each other one */
         if (t0 && active.labels) {
-            const adv_cand *cur = find_cand(v, &active);
+            /* an index, not a pointer: try_setting() may grow (realloc) v->cands */
+            const adv_cand *cur0 = find_cand(v, &active);
+            ptrdiff_t cur_i = cur0 ? cur0 - v->cands : -1;
             for (int l = 0; l < ADV_NLABELS; l++) {
                 if (!(have & (1u << l)))
                     continue;
                 adv_setting s = {active.labels ^ (1u << l), 0, 0};
                 const adv_cand *cc = try_setting(v, &ec, &s);
+                const adv_cand *cur = cur_i >= 0 ? &v->cands[cur_i] : NULL;
                 if (cc && cur && (active.labels & (1u << l)) && !(ineff & (1u << l)) &&
                     (int64_t)cc->max_peak - (int64_t)cur->max_peak < small_of(ref_max)) {
                     ineff |= 1u << l;
