@@ -1,0 +1,121 @@
+"""Every megasim job the test suite runs, by name: one place for the flags.
+
+A scenario is (megasim flags, simulated device capacity in GiB or None for
+megasim's default, extra recomp-analyze arguments). The golden-output test
+(tests/golden) analyses each one; the advisor tests (tests/advisor) assert
+their verdicts. Megatron flag spellings; `--sim-*` switches are megasim's
+(docs/megasim.md).
+"""
+
+# the README's main job (tools/run-main.sh's default)
+MAIN = ["--sim-preset", "llama3-8b", "--pipeline-model-parallel-size", "2",
+        "--sim-world-size", "4", "--use-distributed-optimizer", "--global-batch-size", "8",
+        "--train-iters", "3", "--profile", "--nvtx-ranges", "--profile-step-start", "0",
+        "--profile-step-end", "3"]
+
+# Megatron's NVTX ranges for every iteration of the small jobs
+PROFILE = ["--profile", "--nvtx-ranges", "--profile-step-start", "0", "--profile-step-end", "9"]
+
+# accuracy presets: small layer counts, real layer shapes
+SMALL = {
+    # Llama-3 8B-like, PP=2, 8 layers, 2048 tokens
+    "llama3-8b": ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
+                  "--max-position-embeddings", "2048", "--pipeline-model-parallel-size", "2",
+                  "--sim-world-size", "4", "--use-distributed-optimizer",
+                  "--global-batch-size", "8", "--train-iters", "3"],
+    # GPT-3 175B-like shapes scaled down: LayerNorm, dropout, fp16, TP+SP, PP
+    "gpt3-175b": ["--sim-preset", "gpt3-175b", "--num-layers", "4", "--hidden-size", "2048",
+                  "--ffn-hidden-size", "8192", "--num-attention-heads", "16",
+                  "--seq-length", "1024", "--max-position-embeddings", "1024",
+                  "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                  "--sim-world-size", "4", "--global-batch-size", "4", "--train-iters", "3"],
+    # Moonlight-16B-like: MLA + MoE (1 dense layer), TP=2 SP, EP=2
+    "moonlight-16b": ["--sim-preset", "moonlight-16b", "--num-layers", "4",
+                      "--moe-layer-freq", "([0]+[1]*3)", "--num-experts", "8",
+                      "--expert-model-parallel-size", "2", "--seq-length", "2048",
+                      "--max-position-embeddings", "2048", "--sim-world-size", "4",
+                      "--global-batch-size", "4", "--train-iters", "3"],
+    # DeepSeek-V2-Lite-like: MLA (no RoPE fusion) + MoE
+    "deepseek-v2-lite": ["--sim-preset", "deepseek-v2-lite", "--num-layers", "4",
+                         "--moe-layer-freq", "([0]+[1]*3)", "--num-experts", "8",
+                         "--expert-model-parallel-size", "2", "--seq-length", "2048",
+                         "--max-position-embeddings", "2048", "--sim-world-size", "4",
+                         "--global-batch-size", "4", "--train-iters", "3"],
+}
+
+# a small dense job whose parameters, grads and Adam state dominate less
+SMALLJOB = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size", "2048",
+            "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "4096",
+            "--max-position-embeddings", "4096", "--train-iters", "3"]
+
+# R04: MoE/MLA under a budget moe_act cannot meet
+R04 = ["--sim-preset", "moonlight-16b", "--num-layers", "4", "--moe-layer-freq", "([0]+[1]*3)",
+       "--num-experts", "8", "--expert-model-parallel-size", "2", "--seq-length", "4096",
+       "--max-position-embeddings", "4096", "--sim-world-size", "4", "--sim-only-ranks", "0",
+       "--moe-grouped-gemm", "--global-batch-size", "2", "--train-iters", "3"]
+
+# R02: a user's module outside Megatron's ranges, replayed with extra work
+R02 = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--hidden-size", "2048",
+       "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "4096",
+       "--max-position-embeddings", "4096", "--pipeline-model-parallel-size", "2",
+       "--sim-world-size", "2", "--global-batch-size", "4", "--train-iters", "3",
+       "--sim-aux-module-gib", "3", "--sim-aux-module-transient-gib", "7"]
+
+# name -> (flags, capacity GiB or None, extra recomp-analyze arguments)
+SCENARIOS = {
+    "main": (MAIN, None, []),
+    "main-full-block-2": (MAIN + ["--recompute-granularity", "full", "--recompute-method",
+                                  "block", "--recompute-num-layers", "2"], None, []),
+    "main-selective-mlp": (MAIN + ["--recompute-granularity", "selective",
+                                   "--recompute-modules", "mlp"], None, []),
+    "acc-llama3-8b": (SMALL["llama3-8b"] + PROFILE, None, []),
+    "acc-gpt3-175b": (SMALL["gpt3-175b"] + PROFILE, None, []),
+    "acc-moonlight-16b": (SMALL["moonlight-16b"] + PROFILE, None, []),
+    "acc-deepseek-v2-lite": (SMALL["deepseek-v2-lite"] + PROFILE, None, []),
+    "R01": (["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "4096",
+             "--max-position-embeddings", "4096", "--global-batch-size", "2",
+             "--train-iters", "3"] + PROFILE, None, ["--budget", "40GiB"]),
+    "R02": (R02 + PROFILE, 18.5, []),
+    "R02-full-uniform-1": (R02 + PROFILE + ["--recompute-granularity", "full",
+                                            "--recompute-method", "uniform",
+                                            "--recompute-num-layers", "1"], 18.5, []),
+    "R04": (R04 + PROFILE, None, []),
+    "R06": (["--sim-preset", "llama3-8b", "--num-layers", "16", "--seq-length", "1024",
+             "--max-position-embeddings", "1024", "--global-batch-size", "1",
+             "--train-iters", "2"] + PROFILE, 46, []),
+    "R09": (["--sim-preset", "llama3-8b", "--num-layers", "24",
+             "--pipeline-model-parallel-size", "2", "--sim-world-size", "4",
+             "--sim-only-ranks", "0", "--use-distributed-optimizer",
+             "--global-batch-size", "8", "--train-iters", "3", "--sim-fragment",
+             "--sim-fragment-max-mib", "300"] + PROFILE, 64, []),
+    "R12": (["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
+             "--max-position-embeddings", "2048", "--global-batch-size", "2",
+             "--train-iters", "3", "--cuda-graph-impl", "transformer_engine",
+             "--cuda-graph-warmup-steps", "1", "--sim-graph-pool-gib", "4"] + PROFILE, 60, []),
+    "R14": (["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
+             "--max-position-embeddings", "2048", "--pipeline-model-parallel-size", "4",
+             "--sim-world-size", "4", "--global-batch-size", "8", "--train-iters", "3"] + PROFILE,
+            None, []),
+    "nccl-failing": (SMALLJOB + ["--global-batch-size", "2", "--sim-nccl-buffers-mib", "4096",
+                                 "--sim-nccl-communicators", "4"] + PROFILE, 30, []),
+    "outside-starved": (SMALLJOB + ["--global-batch-size", "2", "--sim-foreign-gib", "10"]
+                        + PROFILE, 24, []),
+    "outside-control": (SMALLJOB + ["--global-batch-size", "2"] + PROFILE, 24, []),
+    "retention": (SMALLJOB + ["--global-batch-size", "8", "--sim-retain-replay",
+                              "--recompute-granularity", "selective",
+                              "--recompute-modules", "mlp"] + PROFILE, 24, []),
+    "retention-control": (SMALLJOB + ["--global-batch-size", "8", "--recompute-granularity",
+                                      "selective", "--recompute-modules", "mlp"] + PROFILE,
+                          24, []),
+}
+
+# real traces recorded by others (beside the source tree: ../shared/fixtures/real)
+FIXTURES = [
+    "kineto/worker0.1623143089861.pt.trace.json.gz",
+    "hta/df_index_resolver.json.gz",
+    "hta/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "tracelens/resnet_act_checkpoint.json.gz",
+    "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    "cs336/Wedsonlin/medium_128_training_memory_snapshot.pickle",
+    "cs336/Wedsonlin/medium_128_inference_memory_snapshot.pickle",
+]
