@@ -1,4 +1,4 @@
-/* The advisor's configuration parser (analyzer/advisor_config.c): Megatron's
+/* The advisor's configuration parser (analyzer/advise/advisor_config.c): Megatron's
  * command line, --config FILE in YAML and JSON with TransformerConfig field
  * names, Megatron-Bridge / NeMo overrides, precedence (file < overrides < CLI
  * flags) and the list of settings that matter and were not recorded. */

@@ -1,5 +1,5 @@
 /* fuzz_import_kineto.c: libFuzzer target over the Kineto/Chrome trace
- * importer (analyzer/import_kineto.c) and the analysis behind it.
+ * importer (analyzer/read/import_kineto.c) and the analysis behind it.
  * Build and run: tests/fuzz/run-fuzz-import.sh kineto [SECONDS] */
 #include "fuzz_import_common.h"
 

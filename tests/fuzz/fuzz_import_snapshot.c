@@ -1,5 +1,5 @@
 /* fuzz_import_snapshot.c: libFuzzer target over the restricted unpickler
- * (analyzer/pickle.c) and the PyTorch snapshot importer behind it.
+ * (analyzer/read/pickle.c) and the PyTorch snapshot importer behind it.
  * Build and run: tests/fuzz/run-fuzz-import.sh snapshot [SECONDS] */
 #include "fuzz_import_common.h"
 #include "pickle.h"

@@ -6,7 +6,7 @@
 #   WORKDIR  where the binary, the grown corpus and crash files go
 #            (default /tmp/recomp-fuzz)
 # meson's default compiler (gcc) has no -fsanitize=fuzzer, hence this
-# script. It builds analyzer/trace_reader.c + tests/fuzz/fuzz_reader.c with
+# script. It builds analyzer/read/trace_reader.c + tests/fuzz/fuzz_reader.c with
 # -fsanitize=fuzzer,address,undefined, seeds from tests/fuzz/corpus (never
 # written to) and exits non-zero when libFuzzer finds a crash; the input is
 # then WORKDIR/crash-* (replay it: WORKDIR/fuzz_reader WORKDIR/crash-...).
@@ -18,8 +18,8 @@ cc=${CLANG:-clang}
 mkdir -p "$work/corpus"
 "$cc" -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined \
-    -I"$root/include" -I"$root/analyzer" \
-    "$root/analyzer/trace_reader.c" "$root/tests/fuzz/fuzz_reader.c" \
+    -I"$root/include" -I"$root/analyzer/read" \
+    "$root/analyzer/read/trace_reader.c" "$root/tests/fuzz/fuzz_reader.c" \
     -o "$work/fuzz_reader"
 cd "$work"
 exec ./fuzz_reader -max_total_time="$secs" -max_len=16384 -print_final_stats=1 \
