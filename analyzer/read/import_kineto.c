@@ -1364,158 +1364,124 @@ kin_sniff(const char *path, const unsigned char *head, size_t n)
     return 0;
 }
 
+/* Outcome of an open step: done, failed with the message in p->err, or out
+ * of memory (the caller writes the message). */
+enum { STEP_OK = 0, STEP_FAIL = -1, STEP_OOM = -2 };
+
+/* The string guard: yajl re-lexes a token that spans its input buffers from
+ * the token's start, so one huge string costs time quadratic in its length
+ * (a 2 MB gzip can hold GiBs of one string): refuse strings longer than any
+ * real event name or argument. `str` carries the lexer state across
+ * buffers. Returns STEP_FAIL naming the offset. */
+typedef struct { int in_str, esc; uint64_t len; } strscan;
+
 static int
-kin_open(const char *path, am_source **out, char *err, size_t errlen)
+check_strings(pstate *p, strscan *st, const unsigned char *buf, int n)
 {
-    *out = NULL;
-    am_source *s = calloc(1, sizeof *s);
-    kin *k = calloc(1, sizeof *k);
-    pstate *p = calloc(1, sizeof *p);
-    unsigned char *zbuf = NULL;
-    gzFile g = NULL;
-    if (!s || !k || !p)
-        goto oom;
-    s->impl = k;
-    s->ops = &kin_ops;
-    p->k = k;
-    p->path = path;
-    p->err = err;
-    p->errlen = errlen;
-    p->rank = -1;
-    p->world = -1;
-    if (!(p->buf = malloc(RUN_MAX * sizeof *p->buf)))
-        goto oom;
-    if (!(k->tmp = tmpfile())) {
-        snprintf(err, errlen, "%s: cannot create a temporary file: %s", path, strerror(errno));
-        goto fail;
+    for (int i = 0; i < n; i++) {
+        unsigned char ch = buf[i];
+        if (st->in_str) {
+            if (st->esc)
+                st->esc = 0;
+            else if (ch == '\\')
+                st->esc = 1;
+            else if (ch == '"')
+                st->in_str = 0;
+            if (st->in_str && ++st->len > KINETO_MAX_STRING) {
+                snprintf(p->err, p->errlen,
+                         "%s: offset %" PRIu64 ": a JSON string longer than %d MiB: not a "
+                         "torch.profiler trace (or a damaged one)",
+                         p->path, p->chunk_off + (uint64_t)i, KINETO_MAX_STRING >> 20);
+                return STEP_FAIL;
+            }
+        } else if (ch == '"') {
+            st->in_str = 1;
+            st->len = 0;
+        }
     }
-    g = gzopen(path, "rb");
-    if (!g) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
+    return STEP_OK;
+}
+
+/* Report yajl's error for the buffer just parsed, on one line. */
+static void
+json_error(pstate *p, const unsigned char *buf, size_t n)
+{
+    unsigned char *m = yajl_get_error(p->h, 0, buf, n);
+    uint64_t off = p->chunk_off + yajl_get_bytes_consumed(p->h);
+    snprintf(p->err, p->errlen, "%s: offset %" PRIu64 ": malformed JSON: %s", p->path, off,
+             m ? (char *)m : "parse error");
+    if (m) {
+        char *nl = strchr(p->err, '\n');
+        if (nl)
+            *nl = 0;
+        yajl_free_error(p->h, m);
     }
-    gzbuffer(g, 1 << 17);
-    p->h = yajl_alloc(&g_cbs, NULL, p);
-    if (!p->h)
-        goto oom;
-    yajl_config(p->h, yajl_allow_comments, 0);
+}
+
+/* Stream the (gzipped or plain) JSON document through the parser, whose
+ * callbacks spill sorted runs of records to the temporary file. Offsets in
+ * errors are decompressed bytes. */
+static int
+parse_document(pstate *p, gzFile g)
+{
     enum { ZB = 1 << 16 };
-    int in_str = 0, esc = 0;
-    uint64_t str_len = 0;
-    zbuf = malloc(ZB);
+    unsigned char *zbuf = malloc(ZB);
+    strscan st = {0, 0, 0};
+    int rc = STEP_OK, zerr;
     if (!zbuf)
-        goto oom;
+        return STEP_OOM;
     for (;;) {
         int got = gzread(g, zbuf, ZB);
-        if (got < 0) {
-            int zerr;
+        /* a truncated gzip member reads as a short file: gzread reports it
+         * on the last read */
+        if (got < 0 || (got == 0 && (gzerror(g, &zerr), zerr != Z_OK))) {
             const char *m = gzerror(g, &zerr);
-            snprintf(err, errlen, "%s: offset %" PRIu64 ": damaged gzip data: %s", path,
-                     p->chunk_off, m);
-            goto fail;
-        }
-        if (got == 0) {
-            int zerr;
-            const char *m = gzerror(g, &zerr);
-            if (zerr != Z_OK) {
-                snprintf(err, errlen, "%s: offset %" PRIu64 ": damaged gzip data: %s", path,
-                         p->chunk_off, m);
-                goto fail;
-            }
+            snprintf(p->err, p->errlen, "%s: offset %" PRIu64 ": damaged gzip data: %s",
+                     p->path, p->chunk_off, m);
+            rc = STEP_FAIL;
             break;
         }
-        /* yajl re-lexes a token that spans its input buffers from the
-         * token's start, so one huge string costs time quadratic in its
-         * length (a 2 MB gzip can hold GiBs of one string): refuse strings
-         * longer than any real event name or argument. */
-        for (int i = 0; i < got; i++) {
-            unsigned char ch = (unsigned char)zbuf[i];
-            if (in_str) {
-                if (esc)
-                    esc = 0;
-                else if (ch == '\\')
-                    esc = 1;
-                else if (ch == '"')
-                    in_str = 0;
-                if (in_str && ++str_len > KINETO_MAX_STRING) {
-                    snprintf(err, errlen,
-                             "%s: offset %" PRIu64 ": a JSON string longer than %d MiB: not a "
-                             "torch.profiler trace (or a damaged one)",
-                             path, p->chunk_off + (uint64_t)i, KINETO_MAX_STRING >> 20);
-                    goto fail;
-                }
-            } else if (ch == '"') {
-                in_str = 1;
-                str_len = 0;
-            }
+        if (got == 0)
+            break;
+        if ((rc = check_strings(p, &st, zbuf, got)) != STEP_OK)
+            break;
+        yajl_status ys = yajl_parse(p->h, zbuf, (size_t)got);
+        if (p->failed) {
+            rc = STEP_FAIL;
+            break;
         }
-        yajl_status st = yajl_parse(p->h, zbuf, (size_t)got);
-        if (p->failed)
-            goto fail;
-        if (st != yajl_status_ok) {
-            unsigned char *m = yajl_get_error(p->h, 0, zbuf, (size_t)got);
-            uint64_t off = p->chunk_off + yajl_get_bytes_consumed(p->h);
-            snprintf(err, errlen, "%s: offset %" PRIu64 ": malformed JSON: %s", path, off,
-                     m ? (char *)m : "parse error");
-            if (m) {
-                char *nl = strchr(err, '\n');
-                if (nl)
-                    *nl = 0;
-                yajl_free_error(p->h, m);
-            }
-            goto fail;
+        if (ys != yajl_status_ok) {
+            json_error(p, zbuf, (size_t)got);
+            rc = STEP_FAIL;
+            break;
         }
         p->chunk_off += (uint64_t)got;
     }
-    {
-        /* a truncated gzip member reads as a short file: gzread reports
-         * it on the last read above; also check the JSON is complete */
-        p->h ? (void)0 : (void)0;
-        yajl_status st = yajl_complete_parse(p->h);
-        if (p->failed)
-            goto fail;
-        if (st != yajl_status_ok) {
-            snprintf(err, errlen, "%s: offset %" PRIu64 ": malformed JSON: the document ends "
-                     "early (truncated file?)", path, p->chunk_off);
-            goto fail;
-        }
+    free(zbuf);
+    if (rc != STEP_OK)
+        return rc;
+    /* the JSON must be complete too */
+    yajl_status ys = yajl_complete_parse(p->h);
+    if (p->failed)
+        return STEP_FAIL;
+    if (ys != yajl_status_ok) {
+        snprintf(p->err, p->errlen, "%s: offset %" PRIu64 ": malformed JSON: the document "
+                 "ends early (truncated file?)", p->path, p->chunk_off);
+        return STEP_FAIL;
     }
     if (!p->events_depth) {
-        snprintf(err, errlen, "%s: offset 0: not a Chrome/Kineto trace: no traceEvents array",
-                 path);
-        goto fail;
+        snprintf(p->err, p->errlen,
+                 "%s: offset 0: not a Chrome/Kineto trace: no traceEvents array", p->path);
+        return STEP_FAIL;
     }
-    if (flush_run(p) < 0 || fflush(k->tmp) != 0) {
-        snprintf(err, errlen, "%s: cannot write the temporary file: %s", path, strerror(errno));
-        goto fail;
-    }
-    free(p->buf);
-    p->buf = NULL;
-    k->heap = malloc((k->nruns ? k->nruns : 1) * sizeof *k->heap);
-    if (!k->heap)
-        goto oom;
+    return STEP_OK;
+}
 
-    /* metadata */
-    am_meta *m = &s->meta;
-    m->path = path;
-    m->rank = p->has_rank ? (int)p->rank : -1;
-    m->attempt = -1;
-    m->world_size = (int)p->world;
-    m->local_rank = -1;
-    m->device = -1;
-    m->mode = "kineto";
-    m->closed = 1;
-    m->record_count = p->nevents;
-    int64_t pid = -1;
-    uint64_t best = 0;
-    for (int i = 0; i < 4; i++)
-        if (p->pid_cnt[i] > best) {
-            best = p->pid_cnt[i];
-            pid = p->pid_cand[i];
-        }
-    m->pid = (int)pid;
-    k->t0 = p->any_t ? p->tmin : 0;
-    /* the GPU whose memory we follow */
+/* The GPU whose memory is followed: the device with the most memory events;
+ * the others are counted and said. */
+static void
+choose_device(am_meta *m, kin *k, const pstate *p)
+{
     k->gpu_device = -1;
     uint64_t bestd = 0, others = 0;
     for (int d = 0; d < 64; d++)
@@ -1533,6 +1499,33 @@ kin_open(const char *path, am_source **out, char *err, size_t errlen)
     if (others)
         warnf(k, "%" PRIu64 " memory events of other GPUs than %d are not analysed", others,
               k->gpu_device);
+}
+
+/* The job's metadata from what the parse saw (rank, world, pid, device,
+ * format) and the warnings about what the trace lacks. */
+static void
+fill_meta(am_source *s, kin *k, const pstate *p)
+{
+    am_meta *m = &s->meta;
+    m->path = p->path;
+    m->rank = p->has_rank ? (int)p->rank : -1;
+    m->attempt = -1;
+    m->world_size = (int)p->world;
+    m->local_rank = -1;
+    m->device = -1;
+    m->mode = "kineto";
+    m->closed = 1;
+    m->record_count = p->nevents;
+    int64_t pid = -1;
+    uint64_t best = 0;
+    for (int i = 0; i < 4; i++)
+        if (p->pid_cnt[i] > best) {
+            best = p->pid_cnt[i];
+            pid = p->pid_cand[i];
+        }
+    m->pid = (int)pid;
+    k->t0 = p->any_t ? p->tmin : 0;
+    choose_device(m, k, p);
     k->legacy = p->nmem_gpu && p->nmem_legacy == p->nmem_gpu;
     snprintf(k->format, sizeof k->format, "kineto trace%s",
              k->legacy ? " (old format: memory events with Bytes only)" : "");
@@ -1555,72 +1548,125 @@ kin_open(const char *path, am_source **out, char *err, size_t errlen)
                    : p->csrc_count[CS_KERNEL] ? CS_KERNEL : 0;
     if (m->world_size > 1)
         snprintf(m->run_id, sizeof m->run_id, "kineto world_size=%d", m->world_size);
-    /* autograd threads */
-    if (p->nbwd) {
-        k->thnames = calloc(p->nbwd, sizeof *k->thnames);
-        k->thtids = calloc(p->nbwd, sizeof *k->thtids);
-        if (!k->thnames || !k->thtids)
-            goto oom;
-        /* keep a recorded pt_autograd_ name; else give one */
-        for (size_t i = 0; i < p->nbwd; i++) {
-            k->thtids[k->nth] = p->bwd_tids[i];
-            snprintf(k->thnames[k->nth], sizeof k->thnames[0], "pt_autograd_%zu", i);
-            k->nth++;
-        }
-        /* a THREAD record must exist for each: add one at t 0 */
-        pstate *q = p;
-        q->buf = malloc(p->nbwd * sizeof *q->buf);
-        if (!q->buf)
-            goto oom;
-        uint32_t id;
-        if (intern(k, "pt_autograd", 11, &id) < 0)
-            goto oom;
-        for (size_t i = 0; i < p->nbwd; i++) {
-            krec r;
-            memset(&r, 0, sizeof r);
-            r.kind = R_THREAD;
-            r.tid = p->bwd_tids[i];
-            r.name = id;
-            r.t = 0;
-            r.seq = 0;
-            r.device = -1;
-            q->buf[q->nbuf++] = r;
-        }
-        if (fseek(k->tmp, 0, SEEK_END) != 0 || flush_run(q) < 0 || fflush(k->tmp) != 0) {
-            snprintf(err, errlen, "%s: cannot write the temporary file", path);
-            goto fail;
-        }
-        free(q->buf);
-        q->buf = NULL;
-        uint32_t *hp = realloc(k->heap, (k->nruns ? k->nruns : 1) * sizeof *hp);
-        if (!hp)
-            goto oom;
-        k->heap = hp;
-        for (size_t i = 0; i < p->nbwd; i++) {
-            int named = 0;
-            for (size_t j = 0; j < p->nnamed; j++)
-                named |= p->named[j] == p->bwd_tids[i];
-            if (!named)
-                warnf(k, "thread %u runs the autograd engine (evaluate_function or *Backward "
-                         "ops) but is not named pt_autograd_*: treated as PyTorch's autograd "
-                         "thread", p->bwd_tids[i]);
-        }
+}
+
+/* Threads that run the autograd engine: each gets a pt_autograd_<i> name and
+ * a THREAD record at time 0 (one more sorted run in the temporary file), and
+ * a warning when the trace did not name it so. */
+static int
+add_autograd_threads(kin *k, pstate *p)
+{
+    k->thnames = calloc(p->nbwd, sizeof *k->thnames);
+    k->thtids = calloc(p->nbwd, sizeof *k->thtids);
+    if (!k->thnames || !k->thtids)
+        return STEP_OOM;
+    for (size_t i = 0; i < p->nbwd; i++) {
+        k->thtids[k->nth] = p->bwd_tids[i];
+        snprintf(k->thnames[k->nth], sizeof k->thnames[0], "pt_autograd_%zu", i);
+        k->nth++;
     }
-    m->nwarnings = k->nwarn;
-    m->warnings = (const char *const *)k->warn;
+    if (!(p->buf = malloc(p->nbwd * sizeof *p->buf)))
+        return STEP_OOM;
+    uint32_t id;
+    if (intern(k, "pt_autograd", 11, &id) < 0)
+        return STEP_OOM;
+    for (size_t i = 0; i < p->nbwd; i++) {
+        krec r;
+        memset(&r, 0, sizeof r);
+        r.kind = R_THREAD;
+        r.tid = p->bwd_tids[i];
+        r.name = id;
+        r.device = -1;
+        p->buf[p->nbuf++] = r;
+    }
+    if (fseek(k->tmp, 0, SEEK_END) != 0 || flush_run(p) < 0 || fflush(k->tmp) != 0) {
+        snprintf(p->err, p->errlen, "%s: cannot write the temporary file", p->path);
+        return STEP_FAIL;
+    }
+    free(p->buf);
+    p->buf = NULL;
+    uint32_t *hp = realloc(k->heap, (k->nruns ? k->nruns : 1) * sizeof *hp);
+    if (!hp)
+        return STEP_OOM;
+    k->heap = hp;
+    for (size_t i = 0; i < p->nbwd; i++) {
+        int named = 0;
+        for (size_t j = 0; j < p->nnamed; j++)
+            named |= p->named[j] == p->bwd_tids[i];
+        if (!named)
+            warnf(k, "thread %u runs the autograd engine (evaluate_function or *Backward "
+                     "ops) but is not named pt_autograd_*: treated as PyTorch's autograd "
+                     "thread", p->bwd_tids[i]);
+    }
+    return STEP_OK;
+}
+
+/* Parse the whole file once, spilling sorted runs of records to a temporary
+ * file; kin_next merges the runs in time order. */
+static int
+load(am_source *s, kin *k, pstate *p, gzFile g)
+{
+    if (!(p->buf = malloc(RUN_MAX * sizeof *p->buf)))
+        return STEP_OOM;
+    if (!(k->tmp = tmpfile())) {
+        snprintf(p->err, p->errlen, "%s: cannot create a temporary file: %s", p->path,
+                 strerror(errno));
+        return STEP_FAIL;
+    }
+    gzbuffer(g, 1 << 17);
+    if (!(p->h = yajl_alloc(&g_cbs, NULL, p)))
+        return STEP_OOM;
+    yajl_config(p->h, yajl_allow_comments, 0);
+    int rc = parse_document(p, g);
+    if (rc != STEP_OK)
+        return rc;
+    if (flush_run(p) < 0 || fflush(k->tmp) != 0) {
+        snprintf(p->err, p->errlen, "%s: cannot write the temporary file: %s", p->path,
+                 strerror(errno));
+        return STEP_FAIL;
+    }
+    free(p->buf);
+    p->buf = NULL;
+    if (!(k->heap = malloc((k->nruns ? k->nruns : 1) * sizeof *k->heap)))
+        return STEP_OOM;
+    fill_meta(s, k, p);
+    if (p->nbwd && (rc = add_autograd_threads(k, p)) != STEP_OK)
+        return rc;
+    s->meta.nwarnings = k->nwarn;
+    s->meta.warnings = (const char *const *)k->warn;
     if (kin_reset(k) < 0) {
-        snprintf(err, errlen, "%s: cannot read the temporary file", path);
-        goto fail;
+        snprintf(p->err, p->errlen, "%s: cannot read the temporary file", p->path);
+        return STEP_FAIL;
     }
-    yajl_free(p->h);
-    gzclose(g);
-    free(zbuf);
-    free(p);
-    *out = s;
-    return 0;
-oom:
-    snprintf(err, errlen, "%s: out of memory", path);
-fail:
+    return STEP_OK;
+}
+
+/* am_importer.open for torch.profiler (Kineto) JSON, plain or gzipped.
+ * Errors: a message naming the file and the decompressed offset in err,
+ * -1 returned. */
+static int
+kin_open(const char *path, am_source **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    am_source *s = calloc(1, sizeof *s);
+    kin *k = calloc(1, sizeof *k);
+    pstate *p = calloc(1, sizeof *p);
+    gzFile g = NULL;
+    int rc = STEP_OOM;
+    if (s && k && p) {
+        s->impl = k;
+        s->ops = &kin_ops;
+        *p = (pstate){.k = k, .path = path, .err = err, .errlen = errlen, .rank = -1,
+                      .world = -1};
+        if (!(g = gzopen(path, "rb"))) {
+            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+            rc = STEP_FAIL;
+        } else {
+            rc = load(s, k, p, g);
+        }
+    }
+    if (rc == STEP_OOM)
+        snprintf(err, errlen, "%s: out of memory", path);
     if (p) {
         if (p->h)
             yajl_free(p->h);
@@ -1628,11 +1674,14 @@ fail:
     }
     if (g)
         gzclose(g);
-    free(zbuf);
     free(p);
-    kin_free(k);
-    free(s);
-    return -1;
+    if (rc != STEP_OK) {
+        kin_free(k);
+        free(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
 }
 
 const am_importer am_kineto_importer = {"kineto", kin_sniff, kin_open};

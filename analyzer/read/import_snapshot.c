@@ -443,378 +443,500 @@ act_name(const pk_val *v)
     return buf;
 }
 
-/* Build s->ev. err gets "what" (the caller adds the file name). */
+/* The state of one build (s->ev from a parsed snapshot): the parts of the
+ * snapshot, the device analysed, what the trace holds, and the address
+ * indexes the steps share. Steps return 0, -1 with the message in err (the
+ * caller adds the file name) or B_OOM. */
+enum { B_OOM = -2 };
+typedef struct bld {
+    snap *s;
+    char *err;
+    size_t errlen;
+    const pk_val *segs, *traces, *anns, *trace;
+    int dev;
+    size_t nt;                /* entries in the device's trace */
+    int any_time, has_free_req, has_cpp;
+    uint64_t t0;              /* us: the first time_us of the trace or annotations */
+    addr_seen endblk;         /* live blocks at the snapshot: addr -> segment << 16 | block */
+    addr_seen endseg;         /* segments at the snapshot: addr -> segment index */
+    addr_seen first, last;    /* first/last tensor event per address: addr -> trace index */
+    addr_seen segfirst;       /* first segment event per address */
+    size_t cap;               /* of s->ev */
+    uint64_t napprox, nallocs, npre;
+} bld;
+
+/* The snapshot's parts: a dict with 'segments', 'device_traces' and
+ * 'external_annotations', or the old bare list of segments. */
 static int
-build(snap *s, const pk_val *root, char *err, size_t errlen)
+snap_parts(bld *b, const pk_val *root)
 {
-    const pk_val *segs, *traces = NULL, *anns = NULL;
     if (root->type == PK_LIST) {
-        segs = root; /* old torch.cuda.memory_snapshot(): segments only */
+        b->segs = root; /* old torch.cuda.memory_snapshot(): segments only */
     } else if (root->type == PK_DICT) {
-        segs = pk_get(root, "segments");
-        traces = pk_get(root, "device_traces");
-        anns = pk_get(root, "external_annotations");
+        b->segs = pk_get(root, "segments");
+        b->traces = pk_get(root, "device_traces");
+        b->anns = pk_get(root, "external_annotations");
     } else {
-        snprintf(err, errlen, "not a memory snapshot: the pickle holds a %s, not a dict",
+        snprintf(b->err, b->errlen, "not a memory snapshot: the pickle holds a %s, not a dict",
                  root->type == PK_STR ? "string" : "scalar");
         return -1;
     }
-    if (!segs || segs->type != PK_LIST) {
-        snprintf(err, errlen, "not a memory snapshot: no 'segments' list");
+    if (!b->segs || b->segs->type != PK_LIST) {
+        snprintf(b->err, b->errlen, "not a memory snapshot: no 'segments' list");
         return -1;
     }
-    if (traces && traces->type != PK_LIST) {
-        snprintf(err, errlen, "'device_traces' is not a list");
+    if (b->traces && b->traces->type != PK_LIST) {
+        snprintf(b->err, b->errlen, "'device_traces' is not a list");
         return -1;
     }
-    /* the device */
-    int dev = 0;
+    return 0;
+}
+
+/* The device analysed: the one with the longest trace, else the first
+ * segment's. */
+static int
+choose_device(bld *b)
+{
     size_t best = 0, ndevs = 0;
-    for (size_t d = 0; d < pk_len(traces); d++) {
-        const pk_val *t = pk_at(traces, d);
+    for (size_t d = 0; d < pk_len(b->traces); d++) {
+        const pk_val *t = pk_at(b->traces, d);
         if (t->type != PK_LIST) {
-            snprintf(err, errlen, "device_traces[%zu] is not a list", d);
+            snprintf(b->err, b->errlen, "device_traces[%zu] is not a list", d);
             return -1;
         }
         if (pk_len(t))
             ndevs++;
         if (pk_len(t) > best) {
             best = pk_len(t);
-            dev = (int)d;
+            b->dev = (int)d;
         }
     }
-    if (!best && pk_len(segs)) {
+    if (!best && pk_len(b->segs)) {
         int64_t d0;
-        if (pk_int(pk_get(pk_at(segs, 0), "device"), &d0) && d0 >= 0 && d0 < 4096)
-            dev = (int)d0;
+        if (pk_int(pk_get(pk_at(b->segs, 0), "device"), &d0) && d0 >= 0 && d0 < 4096)
+            b->dev = (int)d0;
     }
     if (ndevs > 1)
-        warnf(s, "the snapshot has traces of %zu devices: device %d (the longest) is analysed",
-              ndevs, dev);
-    const pk_val *trace = pk_at(traces, (size_t)dev);
-    size_t nt = pk_len(trace);
+        warnf(b->s, "the snapshot has traces of %zu devices: device %d (the longest) is "
+                    "analysed", ndevs, b->dev);
+    b->trace = pk_at(b->traces, (size_t)b->dev);
+    b->nt = pk_len(b->trace);
+    return 0;
+}
 
-    /* validate the trace and find times */
-    int any_time = 0, has_free_req = 0, has_cpp = 0;
-    uint64_t t0 = 0;
-    for (size_t i = 0; i < nt; i++) {
-        const pk_val *e = pk_at(trace, i);
+/* Validate every trace entry (action, addr, size, time_us), find the first
+ * time of the trace and the annotations, and whether C++ frames exist. */
+static int
+scan_trace(bld *b)
+{
+    for (size_t i = 0; i < b->nt; i++) {
+        const pk_val *e = pk_at(b->trace, i);
         if (!e || e->type != PK_DICT) {
-            snprintf(err, errlen, "device_traces[%d][%zu] is not a dict", dev, i);
+            snprintf(b->err, b->errlen, "device_traces[%d][%zu] is not a dict", b->dev, i);
             return -1;
         }
         const pk_val *a = pk_get(e, "action");
         int64_t addr, size;
         if (!a || a->type != PK_STR || !pk_int(pk_get(e, "addr"), &addr) ||
             !pk_int(pk_get(e, "size"), &size)) {
-            snprintf(err, errlen, "device_traces[%d][%zu]: action, addr and size must be a "
-                     "string and integers", dev, i);
+            snprintf(b->err, b->errlen, "device_traces[%d][%zu]: action, addr and size must "
+                     "be a string and integers", b->dev, i);
             return -1;
         }
         if (size < 0 || (uint64_t)size > ABSURD_BYTES) {
-            snprintf(err, errlen, "device_traces[%d][%zu]: absurd size %" PRId64, dev, i, size);
+            snprintf(b->err, b->errlen, "device_traces[%d][%zu]: absurd size %" PRId64, b->dev,
+                     i, size);
             return -1;
         }
         if (pk_streq(a, "free_requested"))
-            has_free_req = 1;
+            b->has_free_req = 1;
         double tu;
         if (pk_num(pk_get(e, "time_us"), &tu)) {
             if (tu < 0 || tu > 1e18) {
-                snprintf(err, errlen, "device_traces[%d][%zu]: absurd time_us", dev, i);
+                snprintf(b->err, b->errlen, "device_traces[%d][%zu]: absurd time_us", b->dev,
+                         i);
                 return -1;
             }
-            if (!any_time || (uint64_t)tu < t0)
-                t0 = (uint64_t)tu;
-            any_time = 1;
+            if (!b->any_time || (uint64_t)tu < b->t0)
+                b->t0 = (uint64_t)tu;
+            b->any_time = 1;
         }
-        if (!has_cpp) {
+        if (!b->has_cpp) {
             finfo fi;
             frames_info(pk_get(e, "frames"), &fi);
-            has_cpp = fi.cpp;
+            b->has_cpp = fi.cpp;
         }
     }
-    for (size_t i = 0; i < pk_len(anns); i++) {
+    for (size_t i = 0; i < pk_len(b->anns); i++) {
         double tu;
-        if (pk_num(pk_get(pk_at(anns, i), "time_us"), &tu) && tu >= 0 && tu < 1e18 &&
-            (!any_time || (uint64_t)tu < t0)) {
-            t0 = (uint64_t)tu;
-            any_time = 1;
+        if (pk_num(pk_get(pk_at(b->anns, i), "time_us"), &tu) && tu >= 0 && tu < 1e18 &&
+            (!b->any_time || (uint64_t)tu < b->t0)) {
+            b->t0 = (uint64_t)tu;
+            b->any_time = 1;
         }
     }
-    if (nt && !any_time)
-        warnf(s, "the trace has no time_us: events are 1 us apart in trace order");
+    if (b->nt && !b->any_time)
+        warnf(b->s, "the trace has no time_us: events are 1 us apart in trace order");
+    return 0;
+}
 
-    /* end state: active blocks and segments by address */
-    addr_seen endblk = {0}, endseg = {0}, first = {0}, last = {0}, segfirst = {0};
-    int rc = -1;
-    size_t cap = 0;
-    uint64_t napprox = 0, nallocs = 0, npre = 0;
-    for (size_t i = 0; i < pk_len(segs); i++) {
-        const pk_val *sg = pk_at(segs, i);
+/* The state at the snapshot: the device's segments and their live blocks,
+ * by address. */
+static int
+index_segments(bld *b)
+{
+    for (size_t i = 0; i < pk_len(b->segs); i++) {
+        const pk_val *sg = pk_at(b->segs, i);
         int64_t addr, tsz, d;
         if (!sg || sg->type != PK_DICT || !pk_int(pk_get(sg, "address"), &addr) ||
             !pk_int(pk_get(sg, "total_size"), &tsz)) {
-            snprintf(err, errlen, "segments[%zu]: address and total_size must be integers", i);
-            goto out;
+            snprintf(b->err, b->errlen, "segments[%zu]: address and total_size must be "
+                     "integers", i);
+            return -1;
         }
         if (tsz < 0 || (uint64_t)tsz > ABSURD_BYTES) {
-            snprintf(err, errlen, "segments[%zu]: absurd total_size %" PRId64, i, tsz);
-            goto out;
+            snprintf(b->err, b->errlen, "segments[%zu]: absurd total_size %" PRId64, i, tsz);
+            return -1;
         }
-        if (pk_int(pk_get(sg, "device"), &d) && d != dev)
+        if (pk_int(pk_get(sg, "device"), &d) && d != b->dev)
             continue;
-        if (seen_put(&endseg, (uint64_t)addr, (uint32_t)i, 1) < 0)
-            goto oom;
+        if (seen_put(&b->endseg, (uint64_t)addr, (uint32_t)i, 1) < 0)
+            return B_OOM;
         const pk_val *blocks = pk_get(sg, "blocks");
         int64_t off = addr;
-        for (size_t b = 0; b < pk_len(blocks); b++) {
-            const pk_val *bl = pk_at(blocks, b);
+        for (size_t k = 0; k < pk_len(blocks); k++) {
+            const pk_val *bl = pk_at(blocks, k);
             int64_t bsz, baddr;
             if (!pk_int(pk_get(bl, "size"), &bsz) || bsz < 0 || (uint64_t)bsz > ABSURD_BYTES) {
-                snprintf(err, errlen, "segments[%zu].blocks[%zu]: size is not a sane integer",
-                         i, b);
-                goto out;
+                snprintf(b->err, b->errlen, "segments[%zu].blocks[%zu]: size is not a sane "
+                         "integer", i, k);
+                return -1;
             }
             if (!pk_int(pk_get(bl, "address"), &baddr))
                 baddr = off;
             off = baddr + bsz;
             const pk_val *st = pk_get(bl, "state");
-            if (pk_streq(st, "active_allocated") || pk_streq(st, "active_pending_free"))
-                if (seen_put(&endblk, (uint64_t)baddr, (uint32_t)((i << 16) | (b & 0xffff)), 1) < 0)
-                    goto oom;
-            if (b > 0xffff)
+            if ((pk_streq(st, "active_allocated") || pk_streq(st, "active_pending_free")) &&
+                seen_put(&b->endblk, (uint64_t)baddr, (uint32_t)((i << 16) | (k & 0xffff)),
+                         1) < 0)
+                return B_OOM;
+            if (k > 0xffff)
                 break;
         }
-        if (!has_cpp && pk_len(blocks)) {
+        if (!b->has_cpp && pk_len(blocks)) {
             finfo fi;
             frames_info(pk_get(pk_at(blocks, 0), "frames"), &fi);
-            has_cpp = fi.cpp;
+            b->has_cpp = fi.cpp;
         }
     }
-    /* first/last tensor event per address; first segment event */
-    for (size_t i = 0; i < nt; i++) {
-        const pk_val *e = pk_at(trace, i);
+    return 0;
+}
+
+/* The first and last tensor event per address, the first segment event. */
+static int
+index_trace(bld *b)
+{
+    for (size_t i = 0; i < b->nt; i++) {
+        const pk_val *e = pk_at(b->trace, i);
         const char *a = act_name(pk_get(e, "action"));
         int64_t addr;
         pk_int(pk_get(e, "addr"), &addr);
         if (!strcmp(a, "alloc") || !strcmp(a, "free_requested") || !strcmp(a, "free_completed") ||
             !strcmp(a, "free")) {
-            if (seen_put(&first, (uint64_t)addr, (uint32_t)i, 0) < 0 ||
-                seen_put(&last, (uint64_t)addr, (uint32_t)i, 1) < 0)
-                goto oom;
+            if (seen_put(&b->first, (uint64_t)addr, (uint32_t)i, 0) < 0 ||
+                seen_put(&b->last, (uint64_t)addr, (uint32_t)i, 1) < 0)
+                return B_OOM;
         } else if (!strncmp(a, "segment_", 8)) {
-            if (seen_put(&segfirst, (uint64_t)addr, (uint32_t)i, 0) < 0)
-                goto oom;
+            if (seen_put(&b->segfirst, (uint64_t)addr, (uint32_t)i, 0) < 0)
+                return B_OOM;
         }
     }
-    /* pre-state: tensor blocks */
-    for (size_t i = 0; i < nt; i++) {
-        const pk_val *e = pk_at(trace, i);
+    return 0;
+}
+
+/* The block size of live block `v` (segment << 16 | block) at the
+ * snapshot. */
+static uint64_t
+end_block_size(const bld *b, uint32_t v)
+{
+    int64_t bsz = 0;
+    pk_int(pk_get(pk_at(pk_get(pk_at(b->segs, v >> 16), "blocks"), v & 0xffff), "size"), &bsz);
+    return (uint64_t)bsz;
+}
+
+/* Tensor blocks alive before the trace: those whose first event is not an
+ * alloc (requested size rounded), and live blocks the trace never touches
+ * (their real block size and frames). */
+static int
+pre_state_blocks(bld *b)
+{
+    snap *s = b->s;
+    for (size_t i = 0; i < b->nt; i++) {
+        const pk_val *e = pk_at(b->trace, i);
         int64_t addr, size;
         pk_int(pk_get(e, "addr"), &addr);
         pk_int(pk_get(e, "size"), &size);
         uint32_t f;
-        if (!seen_get(&first, (uint64_t)addr, &f) || f != i)
+        if (!seen_get(&b->first, (uint64_t)addr, &f) || f != i)
             continue;
-        const char *a = act_name(pk_get(e, "action"));
-        if (strcmp(a, "alloc") != 0) {
+        if (strcmp(act_name(pk_get(e, "action")), "alloc") != 0) {
             sev p = {0, (uint64_t)addr, round512((uint64_t)size), 0, (uint32_t)i, E_PRE,
                      TID_MAIN, AM_LVL_TENSOR, 0};
-            napprox++;
-            npre++;
-            if (add_ev(s, &cap, &p) < 0)
-                goto oom;
+            b->napprox++;
+            b->npre++;
+            if (add_ev(s, &b->cap, &p) < 0)
+                return B_OOM;
         }
     }
-    for (size_t j = 0; j < endblk.cap; j++) {
-        if (!endblk.keys[j])
-            continue;
+    for (size_t j = 0; j < b->endblk.cap; j++) {
         uint32_t f;
-        if (seen_get(&first, endblk.keys[j], &f))
+        if (!b->endblk.keys[j] || seen_get(&b->first, b->endblk.keys[j], &f))
             continue;
-        uint32_t v = endblk.val[j];
-        const pk_val *bl = pk_at(pk_get(pk_at(segs, v >> 16), "blocks"), v & 0xffff);
-        int64_t bsz = 0;
-        pk_int(pk_get(bl, "size"), &bsz);
+        uint32_t v = b->endblk.val[j];
+        const pk_val *bl = pk_at(pk_get(pk_at(b->segs, v >> 16), "blocks"), v & 0xffff);
         finfo fi;
         frames_info(pk_get(bl, "frames"), &fi);
-        sev p = {0, endblk.keys[j], (uint64_t)bsz, fi.fn ? frame_name(s, fi.fn, NULL) : 0, 0,
-                 E_PRE, TID_MAIN, AM_LVL_TENSOR, 0, fi.fn ? frame_site(s, fi.fn) : 0};
-        npre++;
-        if (add_ev(s, &cap, &p) < 0)
-            goto oom;
+        sev p = {0, b->endblk.keys[j], end_block_size(b, v),
+                 fi.fn ? frame_name(s, fi.fn, NULL) : 0, 0, E_PRE, TID_MAIN, AM_LVL_TENSOR, 0,
+                 fi.fn ? frame_site(s, fi.fn) : 0};
+        b->npre++;
+        if (add_ev(s, &b->cap, &p) < 0)
+            return B_OOM;
     }
-    /* pre-state: segments */
-    for (size_t j = 0; j < endseg.cap; j++) {
-        if (!endseg.keys[j])
+    return 0;
+}
+
+/* Segments that existed before the trace: live at the snapshot without a
+ * segment_alloc/map in the trace, or freed by the trace's first event on
+ * their address. */
+static int
+pre_state_segments(bld *b)
+{
+    for (size_t j = 0; j < b->endseg.cap; j++) {
+        if (!b->endseg.keys[j])
             continue;
         uint32_t f;
-        if (seen_get(&segfirst, endseg.keys[j], &f)) {
-            const char *a = act_name(pk_get(pk_at(trace, f), "action"));
+        if (seen_get(&b->segfirst, b->endseg.keys[j], &f)) {
+            const char *a = act_name(pk_get(pk_at(b->trace, f), "action"));
             if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map"))
                 continue;
         }
         int64_t tsz = 0;
-        pk_int(pk_get(pk_at(segs, endseg.val[j]), "total_size"), &tsz);
-        sev p = {0, endseg.keys[j], (uint64_t)tsz, 0, 0, E_PRE, TID_MAIN, AM_LVL_DEVICE, 0};
-        if (add_ev(s, &cap, &p) < 0)
-            goto oom;
+        pk_int(pk_get(pk_at(b->segs, b->endseg.val[j]), "total_size"), &tsz);
+        sev p = {0, b->endseg.keys[j], (uint64_t)tsz, 0, 0, E_PRE, TID_MAIN, AM_LVL_DEVICE, 0};
+        if (add_ev(b->s, &b->cap, &p) < 0)
+            return B_OOM;
     }
-    for (size_t i = 0; i < nt; i++) {
-        const pk_val *e = pk_at(trace, i);
+    for (size_t i = 0; i < b->nt; i++) {
+        const pk_val *e = pk_at(b->trace, i);
         const char *a = act_name(pk_get(e, "action"));
         uint32_t f;
         int64_t addr, size;
         pk_int(pk_get(e, "addr"), &addr);
         pk_int(pk_get(e, "size"), &size);
         if ((!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) &&
-            seen_get(&segfirst, (uint64_t)addr, &f) && f == i) {
+            seen_get(&b->segfirst, (uint64_t)addr, &f) && f == i) {
             sev p = {0, (uint64_t)addr, (uint64_t)size, 0, (uint32_t)i, E_PRE, TID_MAIN,
                      AM_LVL_DEVICE, 0};
-            if (add_ev(s, &cap, &p) < 0)
-                goto oom;
+            if (add_ev(b->s, &b->cap, &p) < 0)
+                return B_OOM;
         }
     }
+    return 0;
+}
 
-    /* the window: trace entries merged with annotations by time */
-    size_t ai = 0, na = pk_len(anns);
-    int seen_fwd = 0, in_opt = 0;
-    uint64_t tprev = 0;
-    for (size_t i = 0; i <= nt; i++) {
-        const pk_val *e = i < nt ? pk_at(trace, i) : NULL;
+/* Where the window walk is: the last time given out, the annotation next
+ * due, and what the annotations say (a forward seen, inside the optimizer
+ * step). */
+typedef struct walk {
+    uint64_t tprev;           /* ns */
+    size_t ai;
+    int seen_fwd, in_opt;
+} walk;
+
+/* Annotations of the device due at or before t (ns), as range events. */
+static int
+annotations_upto(bld *b, walk *w, uint64_t t)
+{
+    size_t na = pk_len(b->anns);
+    for (; w->ai < na; w->ai++) {
+        const pk_val *an = pk_at(b->anns, w->ai);
+        double at;
+        int64_t ad;
+        if (!pk_num(pk_get(an, "time_us"), &at) || !b->any_time)
+            continue;
+        if (pk_int(pk_get(an, "device"), &ad) && ad != b->dev)
+            continue;
+        uint64_t ta = ((uint64_t)at - b->t0) * 1000;
+        if (ta > t)
+            break;
+        const pk_val *nm = pk_get(an, "name"), *st = pk_get(an, "stage");
+        if (!nm || nm->type != PK_STR)
+            continue;
+        int start = pk_streq(st, "START");
+        uint32_t id = add_name(b->s, nm->u.str.s, nm->u.str.n);
+        if (!id)
+            return B_OOM;
+        if (nm->u.str.n > 15 && !memcmp(nm->u.str.s, "Optimizer.step#", 15)) {
+            w->in_opt = start;
+            if (start)
+                w->seen_fwd = 0;
+        }
+        sev p = {ta > w->tprev ? ta : w->tprev, 0, 0, id, (uint32_t)w->ai,
+                 (uint8_t)(start ? E_ANN_START : E_ANN_END), TID_MAIN, 0, 0};
+        w->tprev = p.t;
+        if (add_ev(b->s, &b->cap, &p) < 0)
+            return B_OOM;
+    }
+    return 0;
+}
+
+/* An alloc entry: its block size (the live block's real size when this is
+ * the address's last event and the block is live at the snapshot, else the
+ * request rounded up to 512 B), its thread (backward by the autograd
+ * engine's frames, or by position when there are no C++ frames), its
+ * optimizer flag and its allocating function. */
+static void
+alloc_event(bld *b, walk *w, const pk_val *e, size_t i, sev *p)
+{
+    finfo fi;
+    frames_info(pk_get(e, "frames"), &fi);
+    b->nallocs++;
+    p->kind = E_ALLOC;
+    p->levels = AM_LVL_TENSOR;
+    uint32_t l, v;
+    if (seen_get(&b->last, p->addr, &l) && l == i && seen_get(&b->endblk, p->addr, &v)) {
+        p->size = end_block_size(b, v);
+    } else {
+        p->size = round512(p->size);
+        b->napprox++;
+    }
+    if (fi.engine)
+        p->tid = TID_BWD;
+    else if (!b->has_cpp && fi.nframes == 0 && w->seen_fwd && !w->in_opt)
+        p->tid = TID_BWD;
+    if (fi.forward && !fi.engine)
+        w->seen_fwd = 1;
+    p->opt = (uint8_t)(fi.opt && !w->in_opt);
+    if (fi.fn) {
+        p->fn = frame_name(b->s, fi.fn, p->opt ? "Optimizer.step#frames " : NULL);
+        p->site = frame_site(b->s, fi.fn);
+    } else if (p->opt) {
+        p->fn = add_name(b->s, "Optimizer.step#frames", 21);
+    }
+}
+
+/* One trace entry as an event; 0 when the entry makes none (free_completed
+ * when free_requested exists, snapshot markers). */
+static int
+trace_event(bld *b, walk *w, const pk_val *e, size_t i, sev *p)
+{
+    const char *a = act_name(pk_get(e, "action"));
+    if (!strcmp(a, "alloc")) {
+        alloc_event(b, w, e, i, p);
+    } else if (!strcmp(a, b->has_free_req ? "free_requested" : "free_completed") ||
+               !strcmp(a, "free")) {
+        p->kind = E_FREE;
+        p->levels = AM_LVL_TENSOR;
+    } else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map")) {
+        p->kind = E_SEG_ALLOC;
+        p->levels = AM_LVL_DEVICE;
+    } else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) {
+        p->kind = E_SEG_FREE;
+        p->levels = AM_LVL_DEVICE;
+    } else if (!strcmp(a, "oom")) {
+        int64_t fr = 0;
+        p->kind = E_OOM;
+        p->addr = pk_int(pk_get(e, "device_free"), &fr) && fr > 0 ? (uint64_t)fr : 0;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* The window: trace entries merged with the annotations by time (ns since
+ * the first time; entries without time_us are 1 us apart). */
+static int
+window_events(bld *b)
+{
+    walk w = {0, 0, 0, 0};
+    for (size_t i = 0; i <= b->nt; i++) {
+        const pk_val *e = i < b->nt ? pk_at(b->trace, i) : NULL;
         double tu = 0;
-        uint64_t t = tprev; /* ns */
-        if (e) {
-            if (pk_num(pk_get(e, "time_us"), &tu))
-                t = ((uint64_t)tu - t0) * 1000;
-            else if (!any_time)
-                t = (uint64_t)i * 1000;
-        } else {
+        uint64_t t = w.tprev;
+        if (!e)
             t = UINT64_MAX;
-        }
-        /* annotations up to t */
-        while (ai < na) {
-            const pk_val *an = pk_at(anns, ai);
-            double at;
-            int64_t ad;
-            if (!pk_num(pk_get(an, "time_us"), &at) || !any_time) {
-                ai++;
-                continue;
-            }
-            if (pk_int(pk_get(an, "device"), &ad) && ad != dev) {
-                ai++;
-                continue;
-            }
-            uint64_t ta = ((uint64_t)at - t0) * 1000;
-            if (ta > t)
-                break;
-            const pk_val *nm = pk_get(an, "name"), *st = pk_get(an, "stage");
-            if (!nm || nm->type != PK_STR) {
-                ai++;
-                continue;
-            }
-            int start = pk_streq(st, "START");
-            uint32_t id = add_name(s, nm->u.str.s, nm->u.str.n);
-            if (!id)
-                goto oom;
-            int isopt = nm->u.str.n > 15 && !memcmp(nm->u.str.s, "Optimizer.step#", 15);
-            if (isopt) {
-                in_opt = start;
-                if (start)
-                    seen_fwd = 0;
-            }
-            sev p = {ta > tprev ? ta : tprev, 0, 0, id, (uint32_t)ai,
-                     (uint8_t)(start ? E_ANN_START : E_ANN_END), TID_MAIN, 0, 0};
-            tprev = p.t;
-            if (add_ev(s, &cap, &p) < 0)
-                goto oom;
-            ai++;
-        }
+        else if (pk_num(pk_get(e, "time_us"), &tu))
+            t = ((uint64_t)tu - b->t0) * 1000;
+        else if (!b->any_time)
+            t = (uint64_t)i * 1000;
+        if (annotations_upto(b, &w, t) < 0)
+            return B_OOM;
         if (!e)
             break;
-        if (t < tprev)
-            t = tprev;
-        tprev = t;
-        const char *a = act_name(pk_get(e, "action"));
+        if (t < w.tprev)
+            t = w.tprev;
+        w.tprev = t;
         int64_t addr, size;
         pk_int(pk_get(e, "addr"), &addr);
         pk_int(pk_get(e, "size"), &size);
         sev p = {t, (uint64_t)addr, (uint64_t)size, 0, (uint32_t)i, 0, TID_MAIN, 0, 0};
-        if (!strcmp(a, "alloc")) {
-            finfo fi;
-            frames_info(pk_get(e, "frames"), &fi);
-            nallocs++;
-            p.kind = E_ALLOC;
-            p.levels = AM_LVL_TENSOR;
-            uint32_t l, v;
-            if (seen_get(&last, (uint64_t)addr, &l) && l == i &&
-                seen_get(&endblk, (uint64_t)addr, &v)) {
-                int64_t bsz = 0;
-                pk_int(pk_get(pk_at(pk_get(pk_at(segs, v >> 16), "blocks"), v & 0xffff),
-                              "size"), &bsz);
-                p.size = (uint64_t)bsz;
-            } else {
-                p.size = round512((uint64_t)size);
-                napprox++;
-            }
-            if (fi.engine)
-                p.tid = TID_BWD;
-            else if (!has_cpp && fi.nframes == 0 && seen_fwd && !in_opt)
-                p.tid = TID_BWD;
-            if (fi.forward && !fi.engine)
-                seen_fwd = 1;
-            p.opt = (uint8_t)(fi.opt && !in_opt);
-            if (fi.fn) {
-                p.fn = frame_name(s, fi.fn, p.opt ? "Optimizer.step#frames " : NULL);
-                p.site = frame_site(s, fi.fn);
-            }
-            else if (p.opt)
-                p.fn = add_name(s, "Optimizer.step#frames", 21);
-        } else if (!strcmp(a, has_free_req ? "free_requested" : "free_completed") ||
-                   !strcmp(a, "free")) {
-            p.kind = E_FREE;
-            p.levels = AM_LVL_TENSOR;
-        } else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map")) {
-            p.kind = E_SEG_ALLOC;
-            p.levels = AM_LVL_DEVICE;
-        } else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) {
-            p.kind = E_SEG_FREE;
-            p.levels = AM_LVL_DEVICE;
-        } else if (!strcmp(a, "oom")) {
-            p.kind = E_OOM;
-            int64_t fr = 0;
-            if (pk_int(pk_get(e, "device_free"), &fr) && fr > 0)
-                p.addr = (uint64_t)fr;
-            else
-                p.addr = 0;
-        } else {
-            continue; /* free_completed (when free_requested exists), snapshot */
-        }
-        if (add_ev(s, &cap, &p) < 0)
-            goto oom;
+        if (trace_event(b, &w, e, i, &p) && add_ev(b->s, &b->cap, &p) < 0)
+            return B_OOM;
     }
-    if (napprox)
-        warnf(s, "%" PRIu64 " of %" PRIu64 " block sizes are requested sizes rounded up to "
-                 "512 B (blocks not live at the snapshot): approximate, unsplit large blocks "
-                 "can be bigger",
-              napprox, nallocs + npre);
-    if (!has_cpp && nt)
-        warnf(s, "no C++ frames (Python stacks only): allocations without a stack between a "
-                 "forward and the optimizer step are taken as backward");
-    if (!nt)
-        warnf(s, "the snapshot has no allocation trace (record_memory_history was off): only "
-                 "the state at the snapshot");
-    rc = 0;
-    goto out;
-oom:
-    snprintf(err, errlen, "out of memory");
-    rc = -1;
-out:
-    seen_free(&endblk);
-    seen_free(&endseg);
-    seen_free(&first);
-    seen_free(&last);
-    seen_free(&segfirst);
+    return 0;
+}
+
+/* What the snapshot could not say exactly. */
+static void
+build_warnings(bld *b)
+{
+    if (b->napprox)
+        warnf(b->s, "%" PRIu64 " of %" PRIu64 " block sizes are requested sizes rounded up to "
+                    "512 B (blocks not live at the snapshot): approximate, unsplit large "
+                    "blocks can be bigger",
+              b->napprox, b->nallocs + b->npre);
+    if (!b->has_cpp && b->nt)
+        warnf(b->s, "no C++ frames (Python stacks only): allocations without a stack between "
+                    "a forward and the optimizer step are taken as backward");
+    if (!b->nt)
+        warnf(b->s, "the snapshot has no allocation trace (record_memory_history was off): "
+                    "only the state at the snapshot");
+}
+
+/* Build s->ev from the parsed snapshot: the state before the trace (blocks
+ * and segments that existed before its first event), then the window.
+ * Returns 0, or -1 with err ("what"; the caller adds the file name). */
+static int
+build(snap *s, const pk_val *root, char *err, size_t errlen)
+{
+    bld b = {.s = s, .err = err, .errlen = errlen};
+    int rc = snap_parts(&b, root);
+    if (!rc)
+        rc = choose_device(&b);
+    if (!rc)
+        rc = scan_trace(&b);
+    if (!rc)
+        rc = index_segments(&b);
+    if (!rc)
+        rc = index_trace(&b);
+    if (!rc)
+        rc = pre_state_blocks(&b);
+    if (!rc)
+        rc = pre_state_segments(&b);
+    if (!rc)
+        rc = window_events(&b);
+    if (!rc)
+        build_warnings(&b);
+    if (rc == B_OOM) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    }
+    seen_free(&b.endblk);
+    seen_free(&b.endseg);
+    seen_free(&b.first);
+    seen_free(&b.last);
+    seen_free(&b.segfirst);
     return rc;
 }
 
