@@ -487,98 +487,99 @@ seen_t(pstate *p, uint64_t t)
 }
 
 static int
-end_event(pstate *p)
+emit_or_fail(pstate *p, krec *r)
 {
-    kin *k = p->k;
-    p->nevents++;
-    krec r;
-    memset(&r, 0, sizeof r);
-    r.seq = ++p->seq;
-    r.off = p->ev_off;
-    r.device = -1;
-    const char *nm = p->name;
-    if (p->has_ts && p->ph[0] != 'M')
-        seen_t(p, p->ts); /* the trace starts at its first event */
-    int is_mem = p->ph[0] == 'i' && !strcmp(nm, "[memory]");
-    if (p->ph[0] == 'M') {
-        if (!strcmp(nm, "thread_name") && p->has_tid && p->argname_n) {
-            /* "thread 639 (pt_autograd_0)" -> "pt_autograd_0" */
-            const char *a = p->argname, *o = strrchr(a, '('), *c = strrchr(a, ')');
-            size_t n = p->argname_n;
-            if (o && c && c > o) {
-                a = o + 1;
-                n = (size_t)(c - o - 1);
-            }
-            if (intern(k, a, n, &r.name) < 0)
-                return fail(p, "out of memory");
-            if (n > 12 && !memcmp(a, "pt_autograd_", 12) && p->nnamed < 64)
-                p->named[p->nnamed++] = tid32(p->tid);
-            r.kind = R_THREAD;
-            r.tid = tid32(p->tid);
-            r.t = 0;
-            r.cls = 0;
-            return emit(p, &r) < 0 ? fail(p, "cannot write the temporary file") : 1;
-        }
+    return emit(p, r) < 0 ? fail(p, "cannot write the temporary file") : 1;
+}
+
+/* A metadata event: thread_name gives a THREAD record ("thread 639
+ * (pt_autograd_0)" -> "pt_autograd_0"); the rest is ignored. */
+static int
+meta_event(pstate *p, krec *r)
+{
+    if (strcmp(p->name, "thread_name") != 0 || !p->has_tid || !p->argname_n)
         return 1;
+    const char *a = p->argname, *o = strrchr(a, '('), *c = strrchr(a, ')');
+    size_t n = p->argname_n;
+    if (o && c && c > o) {
+        a = o + 1;
+        n = (size_t)(c - o - 1);
     }
-    if (is_mem) {
-        if (p->badarg[0])
-            return fail(p, "[memory] argument \"%s\" is not a valid integer", p->badarg);
-        if (!p->has_ts)
-            return fail(p, "[memory] event without a ts");
-        if (!p->has_bytes)
-            return fail(p, "[memory] event without Bytes");
-        if (!p->has_dt || (p->devtype != 1 && p->devtype != 6)) {
-            p->nmem_cpu++;
-            return 1;
-        }
-        uint64_t mag = p->bytes < 0 ? (uint64_t)(-(p->bytes + 1)) + 1 : (uint64_t)p->bytes;
-        if (mag > ABSURD_BYTES || (p->has_ta && p->ta > ABSURD_BYTES) ||
-            (p->has_tr && p->tr > ABSURD_BYTES))
-            return fail(p, "[memory] event with an absurd size (%" PRId64 " bytes)", p->bytes);
-        p->nmem_gpu++;
-        if (p->devid >= 0 && p->devid < 64)
-            p->dev_count[p->devid]++;
-        if (!p->has_addr)
-            p->nmem_legacy++;
-        if (p->has_ta)
-            p->nmem_totals++;
-        r.kind = R_MEM;
-        r.t = p->ts;
-        r.cls = 2;
-        r.tid = tid32(p->tid);
-        r.addr = p->addr;
-        r.has_addr = (uint8_t)p->has_addr;
-        r.bytes = p->bytes;
-        r.has_tot = (uint8_t)(p->has_ta && p->has_tr ? 3 : p->has_ta ? 1 : p->has_tr ? 2 : 0);
-        r.tot_alloc = p->ta;
-        r.tot_res = p->tr;
-        r.device = (int32_t)p->devid;
-        seen_t(p, r.t);
-        return emit(p, &r) < 0 ? fail(p, "cannot write the temporary file") : 1;
-    }
-    if (p->ph[0] != 'X')
-        return 1;
+    if (intern(p->k, a, n, &r->name) < 0)
+        return fail(p, "out of memory");
+    if (n > 12 && !memcmp(a, "pt_autograd_", 12) && p->nnamed < 64)
+        p->named[p->nnamed++] = tid32(p->tid);
+    r->kind = R_THREAD;
+    r->tid = tid32(p->tid);
+    r->t = 0;
+    r->cls = 0;
+    return emit_or_fail(p, r);
+}
+
+/* A [memory] instant event of a GPU (Device Type 1 CUDA or 6 HIP): one MEM
+ * record; CPU memory events are counted and skipped. */
+static int
+memory_event(pstate *p, krec *r)
+{
+    if (p->badarg[0])
+        return fail(p, "[memory] argument \"%s\" is not a valid integer", p->badarg);
     if (!p->has_ts)
-        return fail(p, "complete event \"%.60s\" without a ts", nm);
-    if (!strcmp(p->cat, "kernel") || !strcmp(p->cat, "Kernel")) {
-        if (!strncmp(nm, "nccl", 4)) {
-            uint8_t op = kernel_op(nm);
-            r.kind = R_COLL;
-            r.csrc = CS_KERNEL;
-            r.op = op;
-            r.t = p->ts;
-            r.cls = 2;
-            r.tid = 0x80000000u | (tid32(p->tid) & 0xffff);
-            p->csrc_count[CS_KERNEL]++;
-            seen_t(p, r.t);
-            return emit(p, &r) < 0 ? fail(p, "cannot write the temporary file") : 1;
-        }
+        return fail(p, "[memory] event without a ts");
+    if (!p->has_bytes)
+        return fail(p, "[memory] event without Bytes");
+    if (!p->has_dt || (p->devtype != 1 && p->devtype != 6)) {
+        p->nmem_cpu++;
         return 1;
     }
-    if (is_gpu_cat(p->cat))
+    uint64_t mag = p->bytes < 0 ? (uint64_t)(-(p->bytes + 1)) + 1 : (uint64_t)p->bytes;
+    if (mag > ABSURD_BYTES || (p->has_ta && p->ta > ABSURD_BYTES) ||
+        (p->has_tr && p->tr > ABSURD_BYTES))
+        return fail(p, "[memory] event with an absurd size (%" PRId64 " bytes)", p->bytes);
+    p->nmem_gpu++;
+    if (p->devid >= 0 && p->devid < 64)
+        p->dev_count[p->devid]++;
+    if (!p->has_addr)
+        p->nmem_legacy++;
+    if (p->has_ta)
+        p->nmem_totals++;
+    r->kind = R_MEM;
+    r->t = p->ts;
+    r->cls = 2;
+    r->tid = tid32(p->tid);
+    r->addr = p->addr;
+    r->has_addr = (uint8_t)p->has_addr;
+    r->bytes = p->bytes;
+    r->has_tot = (uint8_t)(p->has_ta && p->has_tr ? 3 : p->has_ta ? 1 : p->has_tr ? 2 : 0);
+    r->tot_alloc = p->ta;
+    r->tot_res = p->tr;
+    r->device = (int32_t)p->devid;
+    seen_t(p, r->t);
+    return emit_or_fail(p, r);
+}
+
+/* A GPU kernel: NCCL kernels are collectives (on a pseudo-thread per
+ * stream); other kernels are ignored. */
+static int
+kernel_event(pstate *p, krec *r)
+{
+    if (strncmp(p->name, "nccl", 4) != 0)
         return 1;
-    /* a CPU range */
+    r->kind = R_COLL;
+    r->csrc = CS_KERNEL;
+    r->op = kernel_op(p->name);
+    r->t = p->ts;
+    r->cls = 2;
+    r->tid = 0x80000000u | (tid32(p->tid) & 0xffff);
+    p->csrc_count[CS_KERNEL]++;
+    seen_t(p, r->t);
+    return emit_or_fail(p, r);
+}
+
+/* Count the pids of CPU ranges (the job's pid is the most frequent) and
+ * note the autograd engine's thread. */
+static void
+note_cpu_thread(pstate *p, uint32_t tid)
+{
     if (p->has_pid) {
         for (int i = 0; i < 4; i++) {
             if (p->pid_cnt[i] && p->pid_cand[i] == p->pid) {
@@ -592,7 +593,7 @@ end_event(pstate *p)
             }
         }
     }
-    uint32_t tid = tid32(p->tid);
+    const char *nm = p->name;
     if (!strncmp(nm, "autograd::engine::evaluate_function", 35))
         note_bwd_tid(p, tid);
     else if (p->nbwd == 0 && !strcmp(p->cat, "Operator") && p->has_pid && p->tid != p->pid) {
@@ -600,35 +601,15 @@ end_event(pstate *p)
         if (n > 8 && !strcmp(nm + n - 8, "Backward"))
             note_bwd_tid(p, tid); /* old traces: *Backward ops on the engine thread */
     }
-    uint32_t id;
-    if (intern(k, nm, p->name_n, &id) < 0)
-        return fail(p, "out of memory");
-    uint64_t end = p->ts + (p->has_dur ? p->dur : 0);
-    if (end == p->ts)
-        end = p->ts + 1; /* zero-length: keep push before pop */
-    uint32_t span = (uint32_t)r.seq;
-    if (!span)
-        span = 1;
-    r.kind = R_PUSH;
-    r.t = p->ts;
-    r.cls = 1;
-    r.op = !strcmp(p->cat, "python_function"); /* a Python frame: allocation sites */
-    r.key2 = UINT64_MAX - end;    /* outer (longer) first */
-    r.tid = tid;
-    r.name = id;
-    r.span = span;
-    seen_t(p, r.t);
-    if (emit(p, &r) < 0)
-        return fail(p, "cannot write the temporary file");
-    r.kind = R_POP;
-    r.t = end;
-    r.cls = 0;
-    r.key2 = UINT64_MAX - p->ts;  /* inner (later start) first */
-    r.seq = UINT64_MAX - r.seq;
-    if (emit(p, &r) < 0)
-        return fail(p, "cannot write the temporary file");
-    /* collectives on the CPU side */
+}
+
+/* A CPU-side collective (nccl:* ranges, record_param_comms) as a COLL
+ * record with its bytes from the element count and dtype. */
+static int
+cpu_collective(pstate *p, uint32_t tid)
+{
     uint8_t op = 0, src = 0;
+    const char *nm = p->name;
     if (!strncmp(nm, "nccl:", 5)) {
         op = coll_op(nm + 5, strlen(nm + 5));
         src = CS_NCCL_OP;
@@ -636,25 +617,88 @@ end_event(pstate *p)
         op = coll_op(p->coll, strlen(p->coll));
         src = CS_PARAM_COMMS;
     }
-    if (src) {
-        krec c;
-        memset(&c, 0, sizeof c);
-        c.kind = R_COLL;
-        c.seq = ++p->seq;
-        c.off = p->ev_off;
-        c.t = p->ts;
-        c.cls = 2;
-        c.tid = tid;
-        c.op = op;
-        c.csrc = src;
-        c.device = -1;
-        uint64_t es = dtype_size(p->dtype);
-        c.addr = es && p->nelems < ABSURD_BYTES ? p->nelems * es : 0; /* bytes */
-        p->csrc_count[src]++;
-        if (emit(p, &c) < 0)
-            return fail(p, "cannot write the temporary file");
-    }
-    return 1;
+    if (!src)
+        return 1;
+    krec c;
+    memset(&c, 0, sizeof c);
+    c.kind = R_COLL;
+    c.seq = ++p->seq;
+    c.off = p->ev_off;
+    c.t = p->ts;
+    c.cls = 2;
+    c.tid = tid;
+    c.op = op;
+    c.csrc = src;
+    c.device = -1;
+    uint64_t es = dtype_size(p->dtype);
+    c.addr = es && p->nelems < ABSURD_BYTES ? p->nelems * es : 0; /* bytes */
+    p->csrc_count[src]++;
+    return emit_or_fail(p, &c);
+}
+
+/* A CPU range (complete event): a PUSH at its start and a POP at its end
+ * (outer ranges first at equal starts, inner first at equal ends), then any
+ * collective it stands for. */
+static int
+cpu_range(pstate *p, krec *r)
+{
+    uint32_t tid = tid32(p->tid);
+    note_cpu_thread(p, tid);
+    uint32_t id;
+    if (intern(p->k, p->name, p->name_n, &id) < 0)
+        return fail(p, "out of memory");
+    uint64_t end = p->ts + (p->has_dur ? p->dur : 0);
+    if (end == p->ts)
+        end = p->ts + 1; /* zero-length: keep push before pop */
+    uint32_t span = (uint32_t)r->seq;
+    r->kind = R_PUSH;
+    r->t = p->ts;
+    r->cls = 1;
+    r->op = !strcmp(p->cat, "python_function"); /* a Python frame: allocation sites */
+    r->key2 = UINT64_MAX - end;    /* outer (longer) first */
+    r->tid = tid;
+    r->name = id;
+    r->span = span ? span : 1;
+    seen_t(p, r->t);
+    if (emit(p, r) < 0)
+        return fail(p, "cannot write the temporary file");
+    r->kind = R_POP;
+    r->t = end;
+    r->cls = 0;
+    r->key2 = UINT64_MAX - p->ts;  /* inner (later start) first */
+    r->seq = UINT64_MAX - r->seq;
+    if (emit(p, r) < 0)
+        return fail(p, "cannot write the temporary file");
+    return cpu_collective(p, tid);
+}
+
+/* One traceEvents entry has been parsed into p: turn it into records by its
+ * phase ('M' metadata, 'i' [memory], 'X' complete: kernels, GPU activity
+ * skipped, CPU ranges). Returns 1, or what fail() returns. */
+static int
+end_event(pstate *p)
+{
+    p->nevents++;
+    krec r;
+    memset(&r, 0, sizeof r);
+    r.seq = ++p->seq;
+    r.off = p->ev_off;
+    r.device = -1;
+    if (p->has_ts && p->ph[0] != 'M')
+        seen_t(p, p->ts); /* the trace starts at its first event */
+    if (p->ph[0] == 'M')
+        return meta_event(p, &r);
+    if (p->ph[0] == 'i' && !strcmp(p->name, "[memory]"))
+        return memory_event(p, &r);
+    if (p->ph[0] != 'X')
+        return 1;
+    if (!p->has_ts)
+        return fail(p, "complete event \"%.60s\" without a ts", p->name);
+    if (!strcmp(p->cat, "kernel") || !strcmp(p->cat, "Kernel"))
+        return kernel_event(p, &r);
+    if (is_gpu_cat(p->cat))
+        return 1;
+    return cpu_range(p, &r);
 }
 
 static void
