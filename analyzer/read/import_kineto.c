@@ -814,122 +814,149 @@ cb_map_key(void *ctx, const unsigned char *s, size_t n)
     return 1;
 }
 
-/* A scalar value; str = 1 when it was a JSON string. */
+/* A scalar of a traceEvents entry: ph, cat, name, ts/dur (us -> ns),
+ * pid/tid (numeric, or a hash of "stream 7" style ids). */
+static int
+event_field(pstate *p, const char *s, size_t n, int str)
+{
+    const char *key = p->key_ev;
+    if (!strcmp(key, "ph")) {
+        if (!str)
+            return fail(p, "event field ph is not a string");
+        setkey(p->ph, sizeof p->ph, (const unsigned char *)s, n);
+    } else if (!strcmp(key, "cat")) {
+        if (str)
+            setkey(p->cat, sizeof p->cat, (const unsigned char *)s, n);
+    } else if (!strcmp(key, "name")) {
+        if (!str)
+            return fail(p, "event field name is not a string");
+        p->name_n = n > NAME_MAX_LEN ? NAME_MAX_LEN : n;
+        memcpy(p->name, s, p->name_n);
+        p->name[p->name_n] = 0;
+    } else if (!strcmp(key, "ts") || !strcmp(key, "dur")) {
+        uint64_t v;
+        if (us_to_ns(s, n, &v) < 0)
+            return fail(p, "event field %s is not a non-negative number of microseconds",
+                        key);
+        if (key[0] == 't') {
+            p->ts = v;
+            p->has_ts = 1;
+        } else {
+            p->dur = v;
+            p->has_dur = 1;
+        }
+    } else if (!strcmp(key, "pid") || !strcmp(key, "tid")) {
+        int64_t v;
+        if (to_i64(s, n, &v) < 0)
+            v = str ? (int64_t)fnv(s, n) : -1; /* "stream 7" style ids */
+        if (key[0] == 'p') {
+            p->pid = v;
+            p->has_pid = 1;
+        } else {
+            p->tid = v;
+            p->has_tid = 1;
+        }
+    }
+    return 1;
+}
+
+/* A scalar of an entry's args: the thread name, collective name, dtype and
+ * element counts, and the [memory] fields (Addr, Bytes, totals, device). */
+static int
+args_field(pstate *p, const char *s, size_t n, int str)
+{
+    const char *key = p->key_args;
+    int64_t v;
+    if (!strcmp(key, "name")) {
+        if (str) {
+            p->argname_n = n >= sizeof p->argname ? sizeof p->argname - 1 : n;
+            memcpy(p->argname, s, p->argname_n);
+            p->argname[p->argname_n] = 0;
+        }
+    } else if (!strcmp(key, "Collective name")) {
+        if (str)
+            setkey(p->coll, sizeof p->coll, (const unsigned char *)s, n);
+    } else if (!strcmp(key, "dtype")) {
+        if (str)
+            setkey(p->dtype, sizeof p->dtype, (const unsigned char *)s, n);
+    } else if (!strcmp(key, "Out msg nelems") || !strcmp(key, "In msg nelems")) {
+        if (!str && to_i64(s, n, &v) == 0 && v > 0 && (uint64_t)v > p->nelems)
+            p->nelems = (uint64_t)v;
+    } else {
+        int which = !strcmp(key, "Addr") ? 1 : !strcmp(key, "Bytes") ? 2
+                  : !strcmp(key, "Total Allocated") ? 3 : !strcmp(key, "Total Reserved") ? 4
+                  : !strcmp(key, "Device Type") ? 5 : !strcmp(key, "Device Id") ? 6 : 0;
+        if (!which)
+            return 1;
+        if (str || to_i64(s, n, &v) < 0) {
+            setkey(p->badarg, sizeof p->badarg, (const unsigned char *)key, strlen(key));
+            return 1;
+        }
+        switch (which) {
+        case 1: p->addr = (uint64_t)v; p->has_addr = 1; break;
+        case 2: p->bytes = v; p->has_bytes = 1; break;
+        case 3:
+        case 4:
+            if (v < 0) {
+                setkey(p->badarg, sizeof p->badarg, (const unsigned char *)key,
+                       strlen(key));
+                return 1;
+            }
+            if (which == 3) { p->ta = (uint64_t)v; p->has_ta = 1; }
+            else { p->tr = (uint64_t)v; p->has_tr = 1; }
+            break;
+        case 5: p->devtype = v; p->has_dt = 1; break;
+        case 6: p->devid = v; break;
+        }
+    }
+    return 1;
+}
+
+/* distributedInfo.rank / world_size. */
+static int
+dist_field(pstate *p, const char *s, size_t n, int str)
+{
+    int64_t v;
+    if (!strcmp(p->key_dist, "rank") || !strcmp(p->key_dist, "world_size")) {
+        if (str || to_i64(s, n, &v) < 0 || v < 0 || v > 1000000)
+            return fail(p, "distributedInfo.%s is not a small non-negative integer",
+                        p->key_dist);
+        if (p->key_dist[0] == 'r') {
+            p->rank = v;
+            p->has_rank = 1;
+        } else {
+            p->world = v;
+        }
+    }
+    return 1;
+}
+
+/* deviceProperties[].id / totalGlobalMem. */
+static int
+devprops_field(pstate *p, const char *s, size_t n, int str)
+{
+    int64_t v;
+    if (!str && to_i64(s, n, &v) == 0) {
+        if (!strcmp(p->key_dist, "id"))
+            p->dp_id = v;
+        else if (!strcmp(p->key_dist, "totalGlobalMem") && v > 0)
+            p->dp_mem = (uint64_t)v;
+    }
+    return 1;
+}
+
+/* A scalar value (str = 1 when it was a JSON string), by where the parser is. */
 static int
 scalar(pstate *p, const char *s, size_t n, int str)
 {
-    if (p->in_ev && p->depth == ev_depth(p)) {
-        const char *key = p->key_ev;
-        if (!strcmp(key, "ph")) {
-            if (!str)
-                return fail(p, "event field ph is not a string");
-            setkey(p->ph, sizeof p->ph, (const unsigned char *)s, n);
-        } else if (!strcmp(key, "cat")) {
-            if (str)
-                setkey(p->cat, sizeof p->cat, (const unsigned char *)s, n);
-        } else if (!strcmp(key, "name")) {
-            if (!str)
-                return fail(p, "event field name is not a string");
-            p->name_n = n > NAME_MAX_LEN ? NAME_MAX_LEN : n;
-            memcpy(p->name, s, p->name_n);
-            p->name[p->name_n] = 0;
-        } else if (!strcmp(key, "ts") || !strcmp(key, "dur")) {
-            uint64_t v;
-            if (us_to_ns(s, n, &v) < 0)
-                return fail(p, "event field %s is not a non-negative number of microseconds",
-                            key);
-            if (key[0] == 't') {
-                p->ts = v;
-                p->has_ts = 1;
-            } else {
-                p->dur = v;
-                p->has_dur = 1;
-            }
-        } else if (!strcmp(key, "pid") || !strcmp(key, "tid")) {
-            int64_t v;
-            if (to_i64(s, n, &v) < 0)
-                v = str ? (int64_t)fnv(s, n) : -1; /* "stream 7" style ids */
-            if (key[0] == 'p') {
-                p->pid = v;
-                p->has_pid = 1;
-            } else {
-                p->tid = v;
-                p->has_tid = 1;
-            }
-        }
-        return 1;
-    }
-    if (p->in_args && p->depth == ev_depth(p) + 1) {
-        const char *key = p->key_args;
-        int64_t v;
-        if (!strcmp(key, "name")) {
-            if (str) {
-                p->argname_n = n >= sizeof p->argname ? sizeof p->argname - 1 : n;
-                memcpy(p->argname, s, p->argname_n);
-                p->argname[p->argname_n] = 0;
-            }
-        } else if (!strcmp(key, "Collective name")) {
-            if (str)
-                setkey(p->coll, sizeof p->coll, (const unsigned char *)s, n);
-        } else if (!strcmp(key, "dtype")) {
-            if (str)
-                setkey(p->dtype, sizeof p->dtype, (const unsigned char *)s, n);
-        } else if (!strcmp(key, "Out msg nelems") || !strcmp(key, "In msg nelems")) {
-            if (!str && to_i64(s, n, &v) == 0 && v > 0 && (uint64_t)v > p->nelems)
-                p->nelems = (uint64_t)v;
-        } else {
-            int which = !strcmp(key, "Addr") ? 1 : !strcmp(key, "Bytes") ? 2
-                      : !strcmp(key, "Total Allocated") ? 3 : !strcmp(key, "Total Reserved") ? 4
-                      : !strcmp(key, "Device Type") ? 5 : !strcmp(key, "Device Id") ? 6 : 0;
-            if (!which)
-                return 1;
-            if (str || to_i64(s, n, &v) < 0) {
-                setkey(p->badarg, sizeof p->badarg, (const unsigned char *)key, strlen(key));
-                return 1;
-            }
-            switch (which) {
-            case 1: p->addr = (uint64_t)v; p->has_addr = 1; break;
-            case 2: p->bytes = v; p->has_bytes = 1; break;
-            case 3:
-            case 4:
-                if (v < 0) {
-                    setkey(p->badarg, sizeof p->badarg, (const unsigned char *)key,
-                           strlen(key));
-                    return 1;
-                }
-                if (which == 3) { p->ta = (uint64_t)v; p->has_ta = 1; }
-                else { p->tr = (uint64_t)v; p->has_tr = 1; }
-                break;
-            case 5: p->devtype = v; p->has_dt = 1; break;
-            case 6: p->devid = v; break;
-            }
-        }
-        return 1;
-    }
-    if (p->in_dist && p->depth == 2) {
-        int64_t v;
-        if (!strcmp(p->key_dist, "rank") || !strcmp(p->key_dist, "world_size")) {
-            if (str || to_i64(s, n, &v) < 0 || v < 0 || v > 1000000)
-                return fail(p, "distributedInfo.%s is not a small non-negative integer",
-                            p->key_dist);
-            if (p->key_dist[0] == 'r') {
-                p->rank = v;
-                p->has_rank = 1;
-            } else {
-                p->world = v;
-            }
-        }
-        return 1;
-    }
-    if (p->in_devprops && p->depth == 3) {
-        int64_t v;
-        if (!str && to_i64(s, n, &v) == 0) {
-            if (!strcmp(p->key_dist, "id"))
-                p->dp_id = v;
-            else if (!strcmp(p->key_dist, "totalGlobalMem") && v > 0)
-                p->dp_mem = (uint64_t)v;
-        }
-    }
+    if (p->in_ev && p->depth == ev_depth(p))
+        return event_field(p, s, n, str);
+    if (p->in_args && p->depth == ev_depth(p) + 1)
+        return args_field(p, s, n, str);
+    if (p->in_dist && p->depth == 2)
+        return dist_field(p, s, n, str);
+    if (p->in_devprops && p->depth == 3)
+        return devprops_field(p, s, n, str);
     return 1;
 }
 
