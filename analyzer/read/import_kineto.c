@@ -1235,6 +1235,76 @@ py_site(kin *k, uint32_t tid)
     return id + 1;
 }
 
+/* Old-format [memory] events carry only Bytes: an allocation gets a
+ * synthetic address, a free takes the most recent live allocation of the
+ * same size (or an address of its own when it was made before the trace).
+ * Returns the address, or 0 when out of memory. */
+static uint64_t
+legacy_addr(kin *k, const krec *r, uint64_t mag)
+{
+    k->running += r->bytes;
+    if (r->bytes > 0) {
+        uint64_t addr = (1ull << 62) | k->next_syn++;
+        if (grow((void **)&k->lv, &k->caplv, k->nlv + 1, sizeof *k->lv) < 0)
+            return 0;
+        k->lv[k->nlv].size = mag;
+        k->lv[k->nlv++].addr = addr;
+        return addr;
+    }
+    for (size_t i = k->nlv; i-- > 0;)
+        if (k->lv[i].size == mag) {
+            uint64_t addr = k->lv[i].addr;
+            memmove(&k->lv[i], &k->lv[i + 1], (k->nlv - i - 1) * sizeof *k->lv);
+            k->nlv--;
+            return addr;
+        }
+    return (1ull << 61) | k->next_syn++; /* freed before the window */
+}
+
+/* A [memory] record of the followed GPU as a tensor-level ALLOC or FREE
+ * (with PyTorch's totals, or the running sum for old traces) and the
+ * reserved level it reports. Returns -1 when out of memory. */
+static int
+mem_event(kin *k, const krec *r)
+{
+    uint64_t mag = r->bytes < 0 ? (uint64_t)(-r->bytes) : (uint64_t)r->bytes;
+    uint64_t addr = r->addr;
+    int legacy = !r->has_addr;
+    if (legacy && !(addr = legacy_addr(k, r, mag)))
+        return -1;
+    if ((r->has_tot & 2) && reserve_to(k, r, r->tot_res) < 0)
+        return -1;
+    if (r->bytes == 0)
+        return 0;
+    am_event *e = qpush(k, r);
+    e->kind = r->bytes > 0 ? AM_EV_ALLOC : AM_EV_FREE;
+    if (r->bytes > 0) {
+        uint32_t site = py_site(k, r->tid);
+        if (site) {
+            e->site = k->names[site - 1];
+            e->site_len = k->name_len[site - 1];
+        }
+    }
+    e->levels = AM_LVL_TENSOR;
+    e->mem = AM_MEM_DEVICE;
+    e->lib = AM_LIB_PYTORCH;
+    e->addr = addr;
+    e->size = mag;
+    e->device = r->device;
+    if (r->has_tot & 1) {
+        e->has_totals = 1;
+        e->total_allocated = r->tot_alloc;
+        e->total_reserved = (r->has_tot & 2) ? r->tot_res : 0;
+    } else if (legacy) {
+        e->has_totals = 1;
+        e->total_allocated = k->running > 0 ? (uint64_t)k->running : 0;
+        e->total_reserved = 0;
+    }
+    return 0;
+}
+
+/* One merged record as events in k's queue (a flat dispatch by record
+ * kind). Returns -1 with s->error set when out of memory. */
 static int
 translate(am_source *s, kin *k, const krec *r)
 {
@@ -1285,63 +1355,10 @@ translate(am_source *s, kin *k, const krec *r)
         e->size = r->addr;
         return 0;
     }
-    case R_MEM: {
-        if (r->device != k->gpu_device)
-            return 0;
-        uint64_t mag = r->bytes < 0 ? (uint64_t)(-r->bytes) : (uint64_t)r->bytes;
-        uint64_t addr = r->addr;
-        int legacy = !r->has_addr;
-        if (legacy) {
-            k->running += r->bytes;
-            if (r->bytes > 0) {
-                addr = (1ull << 62) | k->next_syn++;
-                if (grow((void **)&k->lv, &k->caplv, k->nlv + 1, sizeof *k->lv) < 0)
-                    goto oom;
-                k->lv[k->nlv].size = mag;
-                k->lv[k->nlv++].addr = addr;
-            } else {
-                addr = 0;
-                for (size_t i = k->nlv; i-- > 0;)
-                    if (k->lv[i].size == mag) {
-                        addr = k->lv[i].addr;
-                        memmove(&k->lv[i], &k->lv[i + 1], (k->nlv - i - 1) * sizeof *k->lv);
-                        k->nlv--;
-                        break;
-                    }
-                if (!addr)
-                    addr = (1ull << 61) | k->next_syn++; /* freed before the window */
-            }
-        }
-        if ((r->has_tot & 2) && reserve_to(k, r, r->tot_res) < 0)
+    case R_MEM:
+        if (r->device == k->gpu_device && mem_event(k, r) < 0)
             goto oom;
-        if (r->bytes == 0)
-            return 0;
-        am_event *e = qpush(k, r);
-        e->kind = r->bytes > 0 ? AM_EV_ALLOC : AM_EV_FREE;
-        if (r->bytes > 0) {
-            uint32_t site = py_site(k, r->tid);
-            if (site) {
-                e->site = k->names[site - 1];
-                e->site_len = k->name_len[site - 1];
-            }
-        }
-        e->levels = AM_LVL_TENSOR;
-        e->mem = AM_MEM_DEVICE;
-        e->lib = AM_LIB_PYTORCH;
-        e->addr = addr;
-        e->size = mag;
-        e->device = r->device;
-        if (r->has_tot & 1) {
-            e->has_totals = 1;
-            e->total_allocated = r->tot_alloc;
-            e->total_reserved = (r->has_tot & 2) ? r->tot_res : 0;
-        } else if (legacy) {
-            e->has_totals = 1;
-            e->total_allocated = k->running > 0 ? (uint64_t)k->running : 0;
-            e->total_reserved = 0;
-        }
         return 0;
-    }
     }
     return 0;
 oom:
