@@ -997,6 +997,52 @@ set_name(snap *s, am_event *v, uint32_t id)
     }
 }
 
+/* An allocation (or a block or segment from before the window) as an
+ * ALLOC event with the running totals; an allocation with a Python frame is
+ * wrapped in a range of that frame's name (its allocation site). Returns -1
+ * when out of memory. */
+static int
+alloc_events(snap *s, const sev *e)
+{
+    if (e->levels & AM_LVL_TENSOR) {
+        if (live_put_(s, e->addr, e->size) < 0)
+            return -1;
+    } else {
+        s->reserved += e->size;
+    }
+    am_event *v;
+    if (e->kind == E_ALLOC && e->fn) {
+        v = qpush(s, e);
+        v->kind = AM_EV_RANGE_PUSH;
+        set_name(s, v, e->fn);
+        v->domain_id = s->next_span;
+    }
+    v = qpush(s, e);
+    v->kind = AM_EV_ALLOC;
+    v->levels = e->levels;
+    v->mem = AM_MEM_DEVICE;
+    v->lib = AM_LIB_PYTORCH;
+    v->addr = e->addr;
+    v->size = e->size;
+    v->has_totals = 1;
+    v->total_allocated = s->allocated;
+    v->total_reserved = s->reserved;
+    /* a segment from before the window: phase unknown */
+    v->pretrace = e->kind == E_PRE && !(e->levels & AM_LVL_TENSOR);
+    if (e->site && (e->levels & AM_LVL_TENSOR)) {
+        v->site = s->names[e->site - 1];
+        v->site_len = s->name_len[e->site - 1];
+    }
+    if (e->kind == E_ALLOC && e->fn) {
+        v = qpush(s, e);
+        v->kind = AM_EV_RANGE_POP;
+        v->domain_id = s->next_span++;
+        if (!s->next_span)
+            s->next_span = 1;
+    }
+    return 0;
+}
+
 static int
 snap_next(am_source *src, am_event *out)
 {
@@ -1023,41 +1069,8 @@ snap_next(am_source *src, am_event *out)
         case E_PRE:
         case E_ALLOC:
         case E_SEG_ALLOC:
-            if (e->levels & AM_LVL_TENSOR) {
-                if (live_put_(s, e->addr, e->size) < 0)
-                    goto oom;
-            } else {
-                s->reserved += e->size;
-            }
-            if (e->kind == E_ALLOC && e->fn) {
-                v = qpush(s, e);
-                v->kind = AM_EV_RANGE_PUSH;
-                set_name(s, v, e->fn);
-                v->domain_id = s->next_span;
-            }
-            v = qpush(s, e);
-            v->kind = AM_EV_ALLOC;
-            v->levels = e->levels;
-            v->mem = AM_MEM_DEVICE;
-            v->lib = AM_LIB_PYTORCH;
-            v->addr = e->addr;
-            v->size = e->size;
-            v->has_totals = 1;
-            v->total_allocated = s->allocated;
-            v->total_reserved = s->reserved;
-            /* a segment from before the window: phase unknown */
-            v->pretrace = e->kind == E_PRE && !(e->levels & AM_LVL_TENSOR);
-            if (e->site && (e->levels & AM_LVL_TENSOR)) {
-                v->site = s->names[e->site - 1];
-                v->site_len = s->name_len[e->site - 1];
-            }
-            if (e->kind == E_ALLOC && e->fn) {
-                v = qpush(s, e);
-                v->kind = AM_EV_RANGE_POP;
-                v->domain_id = s->next_span++;
-                if (!s->next_span)
-                    s->next_span = 1;
-            }
+            if (alloc_events(s, e) < 0)
+                goto oom;
             break;
         case E_FREE:
         case E_SEG_FREE:
