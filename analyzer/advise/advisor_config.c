@@ -418,12 +418,12 @@ adv_cfg_is_moe_layer(const adv_cfg *c, int l)
     return l % k == 0;
 }
 
-int
-adv_config_read(const am_meta *m, const char *extra_config, const char *trace_dir,
-                adv_cfg *c)
+/* Megatron's defaults for what a configuration does not say (megatron.md
+ * §4) and this advisor's assumptions until told otherwise. */
+static void
+set_defaults(adv_cfg *c)
 {
     memset(c, 0, sizeof *c);
-    seen s = {.n = 0};
     c->tp = c->pp = c->cp = c->ep = 1;
     c->groups = 0;
     c->fused_attn = 1;
@@ -435,9 +435,28 @@ adv_config_read(const am_meta *m, const char *extra_config, const char *trace_di
     c->moe_layer_freq_k = 1;
     snprintf(c->fp8_recipe, sizeof c->fp8_recipe, "delayed");
     snprintf(c->cuda_graph_impl, sizeof c->cuda_graph_impl, "none");
-    int gqa = 0, nsrc = 0;
+}
+
+/* Append to a "; "- or " + "-separated text field. */
+static void
+append(char *buf, size_t n, const char *sep, const char *fmt, const char *arg)
+{
+    size_t l = strlen(buf);
+    if (l >= n)
+        return;
+    snprintf(buf + l, n - l, "%s", l ? sep : "");
+    l = strlen(buf);
+    snprintf(buf + l, n - l, fmt, arg);
+}
+
+/* Pass 1a: the job's config file (--config/--yaml-cfg/--config-file on its
+ * command line) and the one given to recomp-analyze, each read from its
+ * path or beside the traces. */
+static void
+read_config_files(adv_cfg *c, seen *s, const am_meta *m, const char *extra_config,
+                  const char *trace_dir)
+{
     const char *cfgfile = NULL;
-    /* pass 1: config files and overrides; pass 2: CLI flags (win) */
     for (size_t i = 0; i < m->argc; i++) {
         const char *a = m->argv[i];
         if ((strcmp(a, "--config") == 0 || strcmp(a, "--yaml-cfg") == 0 ||
@@ -458,18 +477,20 @@ adv_config_read(const am_meta *m, const char *extra_config, const char *trace_di
         }
         if (t) {
             fclose(t);
-            int before = c->megatron;
-            parse_file(c, &s, path);
-            if (c->megatron && !before)
-                nsrc++;
-            size_t l = strlen(c->source);
-            snprintf(c->source + l, sizeof c->source - l, "%s--config %s", l ? " + " : "", f);
+            parse_file(c, s, path);
+            append(c->source, sizeof c->source, " + ", "--config %s", f);
             c->flags_style = 'y';
         } else {
-            size_t l = strlen(c->unknown);
-            snprintf(c->unknown + l, sizeof c->unknown - l, "%sconfig file %s not readable", l ? "; " : "", f);
+            append(c->unknown, sizeof c->unknown, "; ", "config file %s not readable", f);
         }
     }
+}
+
+/* Pass 1b: Megatron-Bridge overrides on the command line
+ * (`model.num_layers=8`, `+cfg.model.x=y`): the key after the last dot. */
+static void
+read_overrides(adv_cfg *c, seen *s, const am_meta *m)
+{
     int overrides = 0;
     for (size_t i = 0; i < m->argc; i++) {
         const char *a = m->argv[i];
@@ -491,60 +512,74 @@ adv_config_read(const am_meta *m, const char *extra_config, const char *trace_di
             continue;
         memcpy(key, dot + 1, kl);
         key[kl] = 0;
-        if (apply(c, &s, key, eq + 1)) {
+        if (apply(c, s, key, eq + 1)) {
             c->megatron = 1;
             overrides = 1;
         }
     }
     if (overrides) {
-        size_t l = strlen(c->source);
-        snprintf(c->source + l, sizeof c->source - l, "%sMegatron-Bridge overrides", l ? " + " : "");
+        append(c->source, sizeof c->source, " + ", "%s", "Megatron-Bridge overrides");
         if (!c->flags_style || c->flags_style == 'y')
             c->flags_style = 'o';
     }
+}
+
+/* The value of command-line flag argv[i]: `--flag=value`, or the following
+ * words that are not flags (one word unless the flag takes a list). */
+static void
+flag_value(const am_meta *m, size_t i, const char *key, char *val, size_t n)
+{
+    const char *a = m->argv[i];
+    const char *eq = strchr(a, '=');
+    val[0] = 0;
+    if (eq) {
+        snprintf(val, n, "%s", eq + 1);
+        return;
+    }
+    size_t vl = 0;
+    for (size_t j = i + 1; j < m->argc && !(m->argv[j][0] == '-' && m->argv[j][1] == '-'); j++) {
+        if (strchr(m->argv[j], '=') && strchr(m->argv[j], '.'))
+            break; /* an override, not a value */
+        vl += (size_t)snprintf(val + vl, vl < n ? n - vl : 0, "%s%s", vl ? " " : "",
+                               m->argv[j]);
+        if (vl >= n)
+            break;
+        if (strcmp(key, "recompute_modules") && strcmp(key, "cuda_graph_modules") &&
+            strcmp(key, "cuda_graph_scope"))
+            break; /* single-valued */
+    }
+}
+
+/* Pass 2: Megatron's command-line flags, which win over files and
+ * overrides; a flag given twice takes its last value. Sets *gqa for
+ * --group-query-attention. */
+static void
+read_flags(adv_cfg *c, seen *s, const am_meta *m, int *gqa)
+{
     int cli = 0;
     for (size_t i = 0; i < m->argc; i++) {
         const char *a = m->argv[i];
         if (a[0] != '-' || a[1] != '-' || !a[2])
             continue;
         if (strcmp(a, "--group-query-attention") == 0) {
-            gqa = 1;
+            *gqa = 1;
             continue;
         }
         if (strcmp(a, "--recompute-activations") == 0) {
             c->granularity = 1;
-            mark(&s, "recompute_granularity");
+            mark(s, "recompute_granularity");
             cli = 1;
             continue;
         }
         if (strcmp(a, "--no-rope-fusion") == 0 || strcmp(a, "--disable-bias-linear") == 0)
             continue;
-        char key[64];
+        char key[64], val[512];
         flag_to_key(a, key, sizeof key);
         for (size_t r = 0; r < sizeof renames / sizeof renames[0]; r++)
             if (strcmp(a, renames[r].flag) == 0 && renames[r].key)
                 snprintf(key, sizeof key, "%s", renames[r].key);
-        /* the value: --flag=value, or the following non-flag words */
-        char val[512] = "";
-        const char *eq = strchr(a, '=');
-        if (eq) {
-            snprintf(val, sizeof val, "%s", eq + 1);
-        } else {
-            size_t vl = 0;
-            for (size_t j = i + 1; j < m->argc && !(m->argv[j][0] == '-' && m->argv[j][1] == '-');
-                 j++) {
-                if (strchr(m->argv[j], '=') && strchr(m->argv[j], '.'))
-                    break; /* an override, not a value */
-                vl += (size_t)snprintf(val + vl, vl < sizeof val ? sizeof val - vl : 0, "%s%s",
-                                       vl ? " " : "", m->argv[j]);
-                if (vl >= sizeof val)
-                    break;
-                if (strcmp(key, "recompute_modules") && strcmp(key, "cuda_graph_modules") &&
-                    strcmp(key, "cuda_graph_scope"))
-                    break; /* single-valued */
-            }
-        }
-        if (apply(c, &s, key, val[0] ? val : NULL)) {
+        flag_value(m, i, key, val, sizeof val);
+        if (apply(c, s, key, val[0] ? val : NULL)) {
             c->megatron = 1;
             cli = 1;
         }
@@ -555,19 +590,16 @@ adv_config_read(const am_meta *m, const char *extra_config, const char *trace_di
         snprintf(c->source, sizeof c->source, "command line%s%.200s", tmp[0] ? " + " : "", tmp);
         c->flags_style = 'c';
     }
-    (void)nsrc;
-    /* Megatron frames in the command line: pretrain_gpt.py etc. */
-    for (size_t i = 0; i < m->argc && !c->megatron; i++)
-        if (strstr(m->argv[i], "pretrain_gpt") || strstr(m->argv[i], "megatron"))
-            c->megatron = 1;
-    /* environment */
-    for (size_t i = 0; i < m->nenv; i++)
-        if ((strncmp(m->env[i], "PYTORCH_CUDA_ALLOC_CONF=", 24) == 0 ||
-             strncmp(m->env[i], "PYTORCH_ALLOC_CONF=", 19) == 0) &&
-            strstr(m->env[i], "expandable_segments:True"))
-            c->alloc_expandable = 1;
-    /* defaults and derived (megatron.md §4) */
-    if (!gqa && !was(&s, "num_query_groups"))
+}
+
+/* What follows from what was given (megatron.md §4): query groups, head
+ * size, FFN size, MoE FFN, expert TP, sequence parallelism off at TP=1,
+ * selective recompute's default module, VPP, data parallelism from the
+ * world size, the vocabulary. */
+static void
+derive(adv_cfg *c, const seen *s, const am_meta *m, int gqa)
+{
+    if (!gqa && !was(s, "num_query_groups"))
         c->groups = c->heads;
     if (!gqa && c->groups == 0)
         c->groups = c->heads;
@@ -583,12 +615,10 @@ adv_config_read(const am_meta *m, const char *extra_config, const char *trace_di
         c->etp = c->tp;
     if (c->tp == 1)
         c->sp = 0;
-    if (c->granularity == 1 && !was(&s, "recompute_modules"))
+    if (c->granularity == 1 && !was(s, "recompute_modules"))
         c->modules = 1u << ADV_L_core_attn; /* __post_init__ default */
     if (c->vpp < 0 && c->num_layers && c->pp)
         c->vpp = c->num_layers / c->pp / -c->vpp;
-    if (!c->bf16 && !c->fp16 && c->megatron)
-        c->bf16 = 0;
     c->world = m->world_size > 0 ? m->world_size : 1;
     int mp = c->tp * c->pp * (c->cp > 0 ? c->cp : 1);
     c->dp = mp > 0 && c->world % mp == 0 ? c->world / mp : 1;
@@ -596,15 +626,37 @@ adv_config_read(const am_meta *m, const char *extra_config, const char *trace_di
         c->dp = 1;
     if (!c->vocab)
         c->vocab = 50257;
+}
+
+int
+adv_config_read(const am_meta *m, const char *extra_config, const char *trace_dir,
+                adv_cfg *c)
+{
+    seen s = {.n = 0};
+    int gqa = 0;
+    set_defaults(c);
+    /* pass 1: config files and overrides; pass 2: CLI flags (win) */
+    read_config_files(c, &s, m, extra_config, trace_dir);
+    read_overrides(c, &s, m);
+    read_flags(c, &s, m, &gqa);
+    /* Megatron frames in the command line: pretrain_gpt.py etc. */
+    for (size_t i = 0; i < m->argc && !c->megatron; i++)
+        if (strstr(m->argv[i], "pretrain_gpt") || strstr(m->argv[i], "megatron"))
+            c->megatron = 1;
+    /* environment */
+    for (size_t i = 0; i < m->nenv; i++)
+        if ((strncmp(m->env[i], "PYTORCH_CUDA_ALLOC_CONF=", 24) == 0 ||
+             strncmp(m->env[i], "PYTORCH_ALLOC_CONF=", 19) == 0) &&
+            strstr(m->env[i], "expandable_segments:True"))
+            c->alloc_expandable = 1;
+    derive(c, &s, m, gqa);
     /* what matters and is unknown */
     static const char *const need[] = {"num_layers", "hidden_size", "num_attention_heads",
                                        "seq_length", "micro_batch_size"};
     if (c->megatron)
         for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
-            if (!was(&s, need[i])) {
-                size_t l = strlen(c->unknown);
-                snprintf(c->unknown + l, sizeof c->unknown - l, "%s%s", l ? ", " : "", need[i]);
-            }
+            if (!was(&s, need[i]))
+                append(c->unknown, sizeof c->unknown, ", ", "%s", need[i]);
     if (!c->source[0])
         snprintf(c->source, sizeof c->source, "none recorded");
     return 0;
