@@ -209,7 +209,5 @@ void am_job_key(const am_meta *m, char *buf, size_t n);
 /* Cross-rank: pipeline stages from the command line, hot rank, spread. */
 void am_job_finish(am_job *j);
 
-/* The value of "--flag" in argv (next argument or --flag=value), or NULL. */
-const char *am_argv_value(const am_meta *m, const char *flag);
 
 #endif

@@ -1,26 +1,9 @@
-/* ranks.c: job identity, command-line flags, pipeline stages, hot rank. */
+/* ranks.c: job identity, pipeline stages, hot rank. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "analysis.h"
-
-const char *
-am_argv_value(const am_meta *m, const char *flag)
-{
-    size_t fl = strlen(flag);
-    for (size_t i = 0; i < m->argc; i++) {
-        const char *a = m->argv[i];
-        if (strncmp(a, flag, fl) != 0)
-            continue;
-        if (a[fl] == '=')
-            return a + fl + 1;
-        if (a[fl] == 0)
-            return i + 1 < m->argc && strncmp(m->argv[i + 1], "--", 2) != 0 ? m->argv[i + 1]
-                                                                             : "";
-    }
-    return NULL;
-}
 
 void
 am_job_key(const am_meta *m, char *buf, size_t n)

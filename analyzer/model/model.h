@@ -222,6 +222,12 @@ int am_format_addr(am_source *s, uint64_t addr, char *buf, size_t n);
 /* The native trace importer (source_native.c). */
 extern const am_importer am_native_importer;
 
+/* The value of "--flag" in the job's recorded command line (the next
+ * argument, "" when the next argument is another flag, or --flag=value),
+ * NULL when absent. A flag given several times takes its last value, as
+ * argparse does (model/meta.c). */
+const char *am_argv_value(const am_meta *m, const char *flag);
+
 /* Names for reports. */
 const char *am_lib_name(int lib);
 const char *am_coll_name(int op);

@@ -245,3 +245,26 @@ Test(config, not_megatron)
     cr_assert_eq(c.megatron, 0);
     cr_assert_str_eq(c.unknown, "");
 }
+
+/* issue 14 (12): a flag given twice takes its last value, as argparse does,
+ * both in the advisor's configuration and in am_argv_value (which the
+ * layer numbering reads) */
+Test(config, flag_given_twice_takes_the_last_value)
+{
+    const char *argv[] = {"python", "pretrain_gpt.py", "--num-layers", "32",
+                          "--pipeline-model-parallel-size", "2", "--num-layers=8",
+                          "--num-layers", "16", "--pipeline-model-parallel-size"};
+    adv_cfg c;
+    read_cfg(argv, sizeof argv / sizeof *argv, NULL, &c);
+    cr_assert_eq(c.num_layers, 16);
+    am_meta m;
+    memset(&m, 0, sizeof m);
+    m.argv = argv;
+    m.argc = sizeof argv / sizeof *argv;
+    cr_assert_str_eq(am_argv_value(&m, "--num-layers"), "16");
+    /* the last one has no value: "" (the flag is there, its value is not) */
+    cr_assert_str_eq(am_argv_value(&m, "--pipeline-model-parallel-size"), "");
+    cr_assert_null(am_argv_value(&m, "--hidden-size"));
+    /* a prefix is not the flag */
+    cr_assert_null(am_argv_value(&m, "--num-layer"));
+}

@@ -1,0 +1,22 @@
+/* meta.c: questions about a job's metadata (am_meta) that every stage asks. */
+#include <string.h>
+
+#include "model.h"
+
+const char *
+am_argv_value(const am_meta *m, const char *flag)
+{
+    size_t fl = strlen(flag);
+    const char *last = NULL;
+    for (size_t i = 0; i < m->argc; i++) {
+        const char *a = m->argv[i];
+        if (strncmp(a, flag, fl) != 0)
+            continue;
+        if (a[fl] == '=')
+            last = a + fl + 1;
+        else if (a[fl] == 0)
+            last = i + 1 < m->argc && strncmp(m->argv[i + 1], "--", 2) != 0 ? m->argv[i + 1]
+                                                                            : "";
+    }
+    return last;
+}
