@@ -24,7 +24,6 @@
 #include <string.h>
 
 #include "advisor.h"
-#include "report.h"
 
 #define GB(x) am_fmt_bytes((x), (char[32]){0}, 32)
 

@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "advisor.h"
-#include "report.h"
 
 void adv_trace_debug(const adv_trace *t);
 

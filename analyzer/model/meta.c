@@ -1,4 +1,7 @@
-/* meta.c: questions about a job's metadata (am_meta) that every stage asks. */
+/* meta.c: questions about a job's metadata (am_meta) that every stage asks,
+ * and the byte format every stage writes. */
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "model.h"
@@ -19,4 +22,21 @@ am_argv_value(const am_meta *m, const char *flag)
                                                                             : "";
     }
     return last;
+}
+
+const char *
+am_fmt_bytes(uint64_t b, char *buf, size_t n)
+{
+    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int i = 0;
+    while (v >= 1024.0 && i < 4) {
+        v /= 1024.0;
+        i++;
+    }
+    if (i == 0)
+        snprintf(buf, n, "%" PRIu64 " B", b);
+    else
+        snprintf(buf, n, "%.2f %s", v, u[i]);
+    return buf;
 }

@@ -228,6 +228,10 @@ extern const am_importer am_native_importer;
  * argparse does (model/meta.c). */
 const char *am_argv_value(const am_meta *m, const char *flag);
 
+/* b bytes in binary units with two decimals ("12.50 GiB"; whole bytes below
+ * 1 KiB: "512 B") into buf of n bytes; returns buf (model/meta.c). */
+const char *am_fmt_bytes(uint64_t b, char *buf, size_t n);
+
 /* Names for reports. */
 const char *am_lib_name(int lib);
 const char *am_coll_name(int op);

@@ -20,7 +20,4 @@ void am_report_text(FILE *f, const am_job *j, const am_report_opts *o);
 /* The JSON document (docs/json-schema.md) on f. Returns 0, -1 on error. */
 int am_report_json(FILE *f, const am_job *j, const am_report_opts *o);
 
-/* "12.5 GiB" style, into buf. */
-const char *am_fmt_bytes(uint64_t b, char *buf, size_t n);
-
 #endif

@@ -7,23 +7,6 @@
 #include "advisor_report.h"
 #include "report.h"
 
-const char *
-am_fmt_bytes(uint64_t b, char *buf, size_t n)
-{
-    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int i = 0;
-    while (v >= 1024.0 && i < 4) {
-        v /= 1024.0;
-        i++;
-    }
-    if (i == 0)
-        snprintf(buf, n, "%" PRIu64 " B", b);
-    else
-        snprintf(buf, n, "%.2f %s", v, u[i]);
-    return buf;
-}
-
 static void
 print_groups(FILE *f, const am_rank *r, const am_group *g, size_t n, int top, const char *indent)
 {
