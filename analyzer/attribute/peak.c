@@ -479,6 +479,71 @@ decide_opt_init(sweep *s)
         s->tl.phase = AM_PH_optimizer;
 }
 
+/* An allocation: host memory is counted apart; device memory enters the
+ * live set of each level it belongs to with its attribution, and may set a
+ * peak. A pending OOM of the same thread ends here (retried or not). */
+static int
+on_alloc(sweep *s, const am_event *ev)
+{
+    am_rank *r = s->out;
+    if (s->pass == 1)
+        r->nallocs++;
+    if (s->pending_oom && s->pending_oom->tid == ev->tid && (ev->levels & AM_LVL_DEVICE))
+        finish_oom(s, s->pending_oom->requested != ev->size);
+    if (ev->mem != AM_MEM_DEVICE) {
+        s->host_bytes += ev->size;
+        return 0;
+    }
+    am_attr a = tl_attr(&s->tl, ev, s->seq);
+    if (ev->pretrace)
+        a = (am_attr){AM_PH_unknown, AM_BD_unknown, 0};
+    live_ent e = {ev->addr, ev->size, s->seq, ev->space, a.phase, a.boundary, ev->lib,
+                  a.layer, site_intern(r, ev->site, ev->site_len)};
+    for (int l = 0; l < AM_NLEVELS; l++) {
+        if (!(ev->levels & (1 << l)))
+            continue;
+        s->levels_seen |= 1 << l;
+        if (l == AM_L_DEVICE) {
+            live_ent old;
+            if (live_del(&s->live[l], ev->space, ev->addr, &old))
+                s->by_lib[old.lib] -= old.size;
+            s->by_lib[ev->lib] += ev->size;
+        }
+        if (live_put(&s->live[l], &e) < 0)
+            return -1;
+        count_level(s, l, ev);
+        check_peaks(s, l, ev, &a);
+    }
+    return 0;
+}
+
+/* A free: out of each level's live set; the tensor level follows PyTorch's
+ * own allocated total where the source has it. A free of memory the trace
+ * never saw allocated is counted. */
+static void
+on_free(sweep *s, const am_event *ev)
+{
+    int found = 0;
+    if (s->pass == 1)
+        s->out->nfrees++;
+    for (int l = 0; l < AM_NLEVELS; l++) {
+        if (!(ev->levels & (1 << l)))
+            continue;
+        live_ent old;
+        if (live_del(&s->live[l], ev->space, ev->addr, &old)) {
+            found = 1;
+            if (l == AM_L_DEVICE)
+                s->by_lib[old.lib] -= old.size;
+        }
+        if (l == AM_L_TENSOR && ev->has_totals)
+            s->counter[l] = ev->total_allocated;
+        else
+            s->counter[l] = s->live[l].bytes;
+    }
+    if (!found && s->pass == 1 && ev->mem == AM_MEM_DEVICE)
+        s->out->nunmatched_frees++;
+}
+
 /* ---- the event loop ---- */
 
 static int
@@ -505,59 +570,13 @@ on_event(sweep *s, const am_event *ev)
             }
     }
     switch ((am_ev_kind)ev->kind) {
-    case AM_EV_ALLOC: {
-        if (s->pass == 1)
-            r->nallocs++;
-        if (s->pending_oom && s->pending_oom->tid == ev->tid && (ev->levels & AM_LVL_DEVICE))
-            finish_oom(s, s->pending_oom->requested != ev->size);
-        if (ev->mem != AM_MEM_DEVICE) {
-            s->host_bytes += ev->size;
-            break;
-        }
-        am_attr a = tl_attr(&s->tl, ev, s->seq);
-        if (ev->pretrace)
-            a = (am_attr){AM_PH_unknown, AM_BD_unknown, 0};
-        live_ent e = {ev->addr, ev->size, s->seq, ev->space, a.phase, a.boundary, ev->lib,
-                      a.layer, site_intern(r, ev->site, ev->site_len)};
-        for (int l = 0; l < AM_NLEVELS; l++) {
-            if (!(ev->levels & (1 << l)))
-                continue;
-            s->levels_seen |= 1 << l;
-            if (l == AM_L_DEVICE) {
-                live_ent old;
-                if (live_del(&s->live[l], ev->space, ev->addr, &old))
-                    s->by_lib[old.lib] -= old.size;
-                s->by_lib[ev->lib] += ev->size;
-            }
-            if (live_put(&s->live[l], &e) < 0)
-                return -1;
-            count_level(s, l, ev);
-            check_peaks(s, l, ev, &a);
-        }
+    case AM_EV_ALLOC:
+        if (on_alloc(s, ev) < 0)
+            return -1;
         break;
-    }
-    case AM_EV_FREE: {
-        int found = 0;
-        if (s->pass == 1)
-            r->nfrees++;
-        for (int l = 0; l < AM_NLEVELS; l++) {
-            if (!(ev->levels & (1 << l)))
-                continue;
-            live_ent old;
-            if (live_del(&s->live[l], ev->space, ev->addr, &old)) {
-                found = 1;
-                if (l == AM_L_DEVICE)
-                    s->by_lib[old.lib] -= old.size;
-            }
-            if (l == AM_L_TENSOR && ev->has_totals)
-                s->counter[l] = ev->total_allocated;
-            else
-                s->counter[l] = s->live[l].bytes;
-        }
-        if (!found && s->pass == 1 && ev->mem == AM_MEM_DEVICE)
-            r->nunmatched_frees++;
+    case AM_EV_FREE:
+        on_free(s, ev);
         break;
-    }
     case AM_EV_OOM:
         if (s->pass == 1)
             on_oom(s, ev);
@@ -735,47 +754,36 @@ coverage(am_rank *r, const am_meta *m)
 #undef MEAN
 }
 
-int
-am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t errlen)
+/* Pass 1: the sweep over every event: levels, peaks, iterations, phases,
+ * OOMs. Returns run_pass's result; *last_t is the last event's time. */
+static int
+first_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
 {
-    sweep s;
-    memset(&s, 0, sizeof s);
-    s.src = src;
-    s.out = out;
-    s.opts = opts;
-    out->src = src;
-    out->path = src->meta.path;
-    out->rank = src->meta.rank;
-    out->iter_selected = opts->iteration;
-    for (int l = 0; l < AM_NLEVELS; l++) {
-        live_init(&s.live[l]);
-        out->peak[l].iteration = -1;
-        out->iter_peak[l].iteration = -1;
-    }
-    layer_numbering(out, &src->meta);
+    am_rank *out = s->out;
+    s->pass = 1;
+    tl_init(&s->tl, s->src->meta.pid, out);
+    s->tl.resolve = on_resolve;
+    s->tl.resolve_ctx = s;
+    int rc = run_pass(s, err, errlen, last_t);
+    if (s->tl.phase == AM_PH_optimizer_state_init)
+        decide_opt_init(s);
+    tl_end(&s->tl, *last_t);
+    finish_oom(s, 1);
+    out->nevents = s->seq;
+    tl_fini(&s->tl);
+    return rc;
+}
 
-    /* pass 1 */
-    s.pass = 1;
-    tl_init(&s.tl, src->meta.pid, out);
-    s.tl.resolve = on_resolve;
-    s.tl.resolve_ctx = &s;
-    uint64_t last_t = 0;
-    int rc = run_pass(&s, err, errlen, &last_t);
-    if (s.tl.phase == AM_PH_optimizer_state_init)
-        decide_opt_init(&s);
-    tl_end(&s.tl, last_t);
-    finish_oom(&s, 1);
-    out->nevents = s.seq;
-    tl_fini(&s.tl);
-    if (rc < 0)
-        goto done;
-
-    out->levels = s.levels_seen;
-    coverage(out, &src->meta);
-    if (out->oom && src->meta.limit_hit && src->meta.limit_ns &&
-        out->oom->t_ns > src->meta.limit_ns)
+/* What the sweep could not know: a device level below the tensor level,
+ * levels the source does not have, an iteration without allocations. */
+static void
+qualify_levels(sweep *s)
+{
+    am_rank *out = s->out;
+    const am_meta *m = &s->src->meta;
+    if (out->oom && m->limit_hit && m->limit_ns && out->oom->t_ns > m->limit_ns)
         out->oom->past_limit = 1;
-    if ((s.levels_seen & AM_LVL_TENSOR) && (s.levels_seen & AM_LVL_DEVICE) &&
+    if ((s->levels_seen & AM_LVL_TENSOR) && (s->levels_seen & AM_LVL_DEVICE) &&
         out->peak[AM_L_DEVICE].known && out->peak[AM_L_TENSOR].known &&
         out->peak[AM_L_DEVICE].bytes < out->peak[AM_L_TENSOR].bytes) {
         out->device_lower_bound = 1;
@@ -784,8 +792,8 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
                      "segments): device memory reserved outside the recorded part is "
                      "missing, so the device-level figures are lower bounds");
     }
-    if (!(s.levels_seen & AM_LVL_TENSOR)) {
-        out->tensor_na = strcmp(src->meta.mode, "default") == 0
+    if (!(s->levels_seen & AM_LVL_TENSOR)) {
+        out->tensor_na = strcmp(m->mode, "default") == 0
                              ? "default-mode trace without TENSOR records (PyTorch's allocator "
                                "report hook was not called): only the device level is known"
                              : "no tensor-level allocations in this trace";
@@ -795,18 +803,23 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
             p->reason = out->tensor_na;
         }
     }
-    if (!(s.levels_seen & AM_LVL_DEVICE))
+    if (!(s->levels_seen & AM_LVL_DEVICE))
         for (int k = 0; k < 2; k++) {
             am_peak *p = k ? &out->iter_peak[AM_L_DEVICE] : &out->peak[AM_L_DEVICE];
             p->known = 0;
             p->reason = "no device-level allocations in this source";
         }
-    if (opts->iteration >= 0)
+    if (s->opts->iteration >= 0)
         for (int l = 0; l < AM_NLEVELS; l++)
             if (!out->iter_peak[l].known && !out->iter_peak[l].reason)
                 out->iter_peak[l].reason = "no allocation in the selected iteration";
+}
 
-    /* steady state: optimizer state initialised and >= 2 iterations after */
+/* Steady state: the optimizer state initialised and two or more iterations
+ * after it (or state that existed before the trace), with the reason. */
+static void
+steady_state(am_rank *out)
+{
     if (out->first_opt_iteration >= 0 && out->nallocs == 0) {
         out->steady = 0;
         out->steady_reason = "unknown: the trace has no memory events, so whether its first "
@@ -835,89 +848,134 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
                                          : "fewer than two iterations after the optimizer "
                                            "state was initialised";
     }
+}
 
-    /* a job that is not Megatron (no Megatron layer ranges, no Megatron flags)
-     * whose source knows the allocation sites: group by the allocating
-     * function (issue 5: the boundaries are the Python functions) */
-    if (out->nsites && out->layer_signal != 1 && !am_argv_value(&src->meta, "--num-layers")) {
-        int mega = 0;
-        for (size_t i = 0; i < src->meta.argc && !mega; i++)
-            if (strstr(src->meta.argv[i], "pretrain_") || strstr(src->meta.argv[i], "megatron"))
-                mega = 1;
-        out->by_site = !mega;
+/* A job that is not Megatron (no Megatron layer ranges, no Megatron flags)
+ * whose source knows the allocation sites is grouped by the allocating
+ * function (issue 5: the boundaries are the Python functions). */
+static void
+choose_grouping(am_rank *out, const am_meta *m)
+{
+    if (!out->nsites || out->layer_signal == 1 || am_argv_value(m, "--num-layers"))
+        return;
+    int mega = 0;
+    for (size_t i = 0; i < m->argc && !mega; i++)
+        if (strstr(m->argv[i], "pretrain_") || strstr(m->argv[i], "megatron"))
+            mega = 1;
+    out->by_site = !mega;
+}
+
+/* The live set taken at one peak, grouped into the peak's contributors;
+ * bytes the live set does not explain are untracked. */
+static void
+group_snapshot(am_rank *out, snapshot *sn)
+{
+    if (!sn->ents)
+        return;
+    const live_ent **v = malloc((sn->n ? sn->n : 1) * sizeof *v);
+    if (!v)
+        return;
+    uint64_t sum = 0;
+    for (size_t k = 0; k < sn->n; k++) {
+        v[k] = &sn->ents[k];
+        sum += sn->ents[k].size;
     }
+    group_entries(out, v, sn->n, &sn->peak->groups, &sn->peak->ngroups);
+    free(v);
+    sn->peak->untracked_bytes = sn->peak->bytes > sum ? sn->peak->bytes - sum : 0;
+    /* the setter's boundary may have been resolved after its event */
+    for (size_t k = 0; k < sn->n; k++)
+        if (sn->ents[k].seq == sn->event_index) {
+            sn->peak->setter.attr.boundary = sn->ents[k].boundary;
+            sn->peak->setter.attr.layer =
+                report_layer(out, sn->ents[k].boundary, sn->ents[k].layer);
+        }
+}
 
-    /* pass 2: replay to the peaks */
+/* Pass 2: replay the source to each known peak (overall and of the selected
+ * iteration) and take the live set there, attributing exactly as pass 1
+ * did (same pipeline layout). */
+static int
+second_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
+{
+    am_rank *out = s->out;
     for (int l = 0; l < AM_NLEVELS; l++) {
         if (out->peak[l].known)
-            s.snaps[s.nsnaps++] = (snapshot){out->peak[l].event_index, l, &out->peak[l]};
+            s->snaps[s->nsnaps++] = (snapshot){out->peak[l].event_index, l, &out->peak[l]};
         if (out->iter_peak[l].known)
-            s.snaps[s.nsnaps++] =
+            s->snaps[s->nsnaps++] =
                 (snapshot){out->iter_peak[l].event_index, l, &out->iter_peak[l]};
     }
-    if (s.nsnaps) {
-        am_rank scratch;
-        memset(&scratch, 0, sizeof scratch);
-        /* pass 2 must attribute exactly as pass 1: same pipeline layout */
-        scratch.layer_global = out->layer_global;
-        scratch.pp = out->pp;
-        scratch.stage = out->stage;
-        scratch.layers_per_stage = out->layers_per_stage;
-        scratch.layers_per_chunk = out->layers_per_chunk;
-        scratch.opt_state_preexisting = out->opt_state_preexisting;
-        if (am_rewind(src) < 0) {
-            snprintf(err, errlen, "%s", src->error);
-            rc = -1;
-            goto done;
-        }
-        for (int l = 0; l < AM_NLEVELS; l++)
-            live_clear(&s.live[l]);
-        memset(s.counter, 0, sizeof s.counter);
-        memset(s.by_lib, 0, sizeof s.by_lib);
-        s.seq = 0;
-        s.pass = 2;
-        tl_init(&s.tl, src->meta.pid, &scratch);
-        s.tl.resolve = on_resolve;
-        s.tl.resolve_ctx = &s;
-        rc = run_pass(&s, err, errlen, &last_t);
-        tl_fini(&s.tl);
-        for (size_t i = 0; i < scratch.niters; i++)
-            free(scratch.iters[i].phases);
-        free(scratch.iters);
-        if (rc < 0)
-            goto done;
-        for (size_t i = 0; i < s.nsnaps; i++) {
-            snapshot *sn = &s.snaps[i];
-            if (!sn->ents)
-                continue;
-            const live_ent **v = malloc((sn->n ? sn->n : 1) * sizeof *v);
-            if (!v)
-                continue;
-            uint64_t sum = 0;
-            for (size_t k = 0; k < sn->n; k++) {
-                v[k] = &sn->ents[k];
-                sum += sn->ents[k].size;
-            }
-            group_entries(out, v, sn->n, &sn->peak->groups, &sn->peak->ngroups);
-            free(v);
-            sn->peak->untracked_bytes = sn->peak->bytes > sum ? sn->peak->bytes - sum : 0;
-            /* the setter's boundary may have been resolved after its event */
-            for (size_t k = 0; k < sn->n; k++)
-                if (sn->ents[k].seq == sn->event_index) {
-                    sn->peak->setter.attr.boundary = sn->ents[k].boundary;
-                    sn->peak->setter.attr.layer =
-                        report_layer(out, sn->ents[k].boundary, sn->ents[k].layer);
-                }
-        }
+    if (!s->nsnaps)
+        return 0;
+    am_rank scratch;
+    memset(&scratch, 0, sizeof scratch);
+    scratch.layer_global = out->layer_global;
+    scratch.pp = out->pp;
+    scratch.stage = out->stage;
+    scratch.layers_per_stage = out->layers_per_stage;
+    scratch.layers_per_chunk = out->layers_per_chunk;
+    scratch.opt_state_preexisting = out->opt_state_preexisting;
+    if (am_rewind(s->src) < 0) {
+        snprintf(err, errlen, "%s", s->src->error);
+        return -1;
     }
-    if (s.host_bytes)
+    for (int l = 0; l < AM_NLEVELS; l++)
+        live_clear(&s->live[l]);
+    memset(s->counter, 0, sizeof s->counter);
+    memset(s->by_lib, 0, sizeof s->by_lib);
+    s->seq = 0;
+    s->pass = 2;
+    tl_init(&s->tl, s->src->meta.pid, &scratch);
+    s->tl.resolve = on_resolve;
+    s->tl.resolve_ctx = s;
+    int rc = run_pass(s, err, errlen, last_t);
+    tl_fini(&s->tl);
+    for (size_t i = 0; i < scratch.niters; i++)
+        free(scratch.iters[i].phases);
+    free(scratch.iters);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < s->nsnaps; i++)
+        group_snapshot(out, &s->snaps[i]);
+    return 0;
+}
+
+int
+am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t errlen)
+{
+    sweep s;
+    memset(&s, 0, sizeof s);
+    s.src = src;
+    s.out = out;
+    s.opts = opts;
+    out->src = src;
+    out->path = src->meta.path;
+    out->rank = src->meta.rank;
+    out->iter_selected = opts->iteration;
+    for (int l = 0; l < AM_NLEVELS; l++) {
+        live_init(&s.live[l]);
+        out->peak[l].iteration = -1;
+        out->iter_peak[l].iteration = -1;
+    }
+    layer_numbering(out, &src->meta);
+    uint64_t last_t = 0;
+    int rc = first_pass(&s, err, errlen, &last_t);
+    if (rc >= 0) {
+        out->levels = s.levels_seen;
+        coverage(out, &src->meta);
+        qualify_levels(&s);
+        steady_state(out);
+        choose_grouping(out, &src->meta);
+        rc = second_pass(&s, err, errlen, &last_t);
+    }
+    if (rc >= 0 && s.host_bytes)
         am_note(out, "%" PRIu64 " bytes of host-pinned/managed allocations are not counted in "
                      "device peaks",
                 s.host_bytes);
-    if (out->nunmatched_frees)
+    if (rc >= 0 && out->nunmatched_frees)
         am_note(out, "%" PRIu64 " frees of memory allocated before the trace started",
                 out->nunmatched_frees);
-done:
     for (size_t i = 0; i < s.nsnaps; i++)
         free(s.snaps[i].ents);
     for (int l = 0; l < AM_NLEVELS; l++)
