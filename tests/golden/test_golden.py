@@ -48,7 +48,8 @@ def ok(cond, name, detail=""):
     return cond
 
 
-# what differs between two runs of the same simulated job
+# what differs between two runs of the same simulated job, or between two
+# checkouts of the repository
 RUN_MASKS = [
     (re.compile(r"(?:/[^\s,()\"']*/)?[^\s/,()\"']*-a\d+/+"), "<rundir>/"),
     (re.compile(r"run_id=\S+"), "run_id=<run>"),
@@ -61,7 +62,9 @@ RUN_MASKS = [
 # what differs between checkouts for a fixture
 FIXTURE_MASKS = [(re.compile(re.escape(FIXTURES.rstrip("/")) + "/") if FIXTURES else None,
                   "<fixtures>/")]
-MASK_KEYS_RUN = {"pid", "thread", "tid", "host", "path"}
+# file offsets move with the length of the recorded command line and
+# environment (LD_PRELOAD's path: where the checkout is)
+MASK_KEYS_RUN = {"pid", "thread", "tid", "host", "path", "file_offset"}
 
 
 def mask_text(s, masks):
