@@ -15,9 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "advisor.h"
 #include "analysis.h"
+#include "capture.h"
 #include "compare.h"
 #include "gates.h"
 #include "report.h"
@@ -152,6 +154,10 @@ usage(FILE *f)
             "  --top N         contributors shown per peak in the text report (default 5 in\n"
             "                  the grouped report, 12 with --ranks all; 0 = all)\n"
             "  --markdown FILE also write the report as Markdown (CI job summaries)\n"
+            "  --html FILE     also write one self-contained HTML page with SVG memory\n"
+            "                  timelines per stage (per rank with --ranks all)\n"
+            "  --perfetto FILE also write a Chrome trace (Perfetto, chrome://tracing):\n"
+            "                  memory counters, phases, NVTX ranges, collectives, the OOM\n"
             "  --fail-on LIST  gates, e.g. oom,verdict!=OK:FITS,peak=70GiB or, with compare,\n"
             "                  peak=+3%%,reserved=+5%%,unmatched (docs/analysis.md, Gates)\n"
             "  --budget SIZE   device capacity for the advisor (default: the trace header),\n"
@@ -191,6 +197,8 @@ typedef struct cli {
     int compare;              /* the compare subcommand */
     int json, want_rank, iteration, top, advice, all_ranks;
     const char *markdown;     /* --markdown FILE, NULL none */
+    const char *html;         /* --html FILE, NULL none */
+    const char *perfetto;     /* --perfetto FILE, NULL none */
     am_gates gates;           /* --fail-on */
     adv_opts aopts;
     char **inputs;            /* the positional arguments */
@@ -204,6 +212,7 @@ typedef struct run {
     am_job job;
     adv_verdict verdict;
     int have_verdict;
+    am_capture *caps;         /* per file, with --html/--perfetto; NULL none */
 } run;
 
 /* Options into *o. Returns -1 to go on, else the exit code (0 --help, 1 usage). */
@@ -217,6 +226,7 @@ parse_args(int argc, char **argv, cli *o)
         {"headroom", required_argument, 0, 'H'}, {"config", required_argument, 0, 'C'},
         {"no-advice", no_argument, 0, 'N'},     {"ranks", required_argument, 0, 'R'},
         {"markdown", required_argument, 0, 'M'}, {"fail-on", required_argument, 0, 'F'},
+        {"html", required_argument, 0, 'W'},    {"perfetto", required_argument, 0, 'P'},
         {0, 0, 0, 0},
     };
     char err[256];
@@ -266,6 +276,12 @@ parse_args(int argc, char **argv, cli *o)
         case 'M':
             o->markdown = optarg;
             break;
+        case 'W':
+            o->html = optarg;
+            break;
+        case 'P':
+            o->perfetto = optarg;
+            break;
         case 'F':
             if (am_gates_parse(optarg, &o->gates, err, sizeof err) < 0) {
                 fprintf(stderr, "recomp-analyze: --fail-on: %s\n", err);
@@ -287,6 +303,10 @@ parse_args(int argc, char **argv, cli *o)
             fprintf(stderr, "recomp-analyze: compare wants a control and at least one "
                             "candidate run\n");
         usage(stderr);
+        return 1;
+    }
+    if (o->compare && (o->html || o->perfetto)) {
+        fprintf(stderr, "recomp-analyze: --html and --perfetto show one run: not with compare\n");
         return 1;
     }
     if (am_gates_check(&o->gates, o->compare, o->advice, err, sizeof err) < 0) {
@@ -390,19 +410,84 @@ check_one_job(const run *r)
     return 0;
 }
 
+/* Progress on stderr when it is a terminal (never otherwise): the rank being
+ * analysed and, every 2^20 events, how far it is; chains to a capture. */
+typedef struct progress {
+    int on;
+    size_t i, n;              /* rank i of n */
+    uint64_t events;
+    const char *path;
+    const am_observer *next;  /* the capture's observer, NULL none */
+} progress;
+
+/* Replace the progress line by what (NULL: clear it). */
+static void
+progress_line(const progress *p, const char *what)
+{
+    if (p->on)
+        fprintf(stderr, "\r\033[K%s%s", what ? "recomp-analyze: " : "", what ? what : "");
+}
+
+static void
+progress_event(void *ctx, const am_event *ev)
+{
+    progress *p = ctx;
+    if (p->next)
+        p->next->event(p->next->ctx, ev);
+    if ((++p->events & ((1u << 20) - 1)) == 0) {
+        char b[160];
+        snprintf(b, sizeof b, "rank %zu/%zu: %llu M events (%s)", p->i + 1, p->n,
+                 (unsigned long long)(p->events >> 20), p->path);
+        progress_line(p, b);
+    }
+}
+
+static void
+progress_counter(void *ctx, int level, uint64_t t_ns, uint64_t bytes)
+{
+    progress *p = ctx;
+    if (p->next)
+        p->next->counter(p->next->ctx, level, t_ns, bytes);
+}
+
 /* Analyse every selected rank (sources move into the ranks), sorted by
  * rank. 0, 1 (no trace of --rank N), or 2. */
 static int
 analyze_ranks(run *r, const cli *o)
 {
     char err[1024];
-    am_opts opts = {o->iteration};
+    am_opts opts = {o->iteration, NULL};
     am_job *j = &r->job;
+    if ((o->html || o->perfetto) && !(r->caps = calloc(r->files.n, sizeof *r->caps))) {
+        fprintf(stderr, "recomp-analyze: out of memory\n");
+        return 2;
+    }
+    progress pr = {isatty(STDERR_FILENO), 0, r->files.n, 0, NULL, NULL};
+    am_observer pobs = {&pr, progress_event, progress_counter};
     for (size_t i = 0; i < r->files.n; i++) {
         if (o->want_rank >= 0 && r->srcs[i]->meta.rank != o->want_rank)
             continue;
         am_rank *rk = &j->ranks[j->nranks];
+        am_observer obs;
+        if (r->caps) {
+            r->caps[i].path = r->srcs[i]->meta.path;
+            am_capture_observer(&r->caps[i], &obs);
+            opts.observe = &obs;
+        }
+        if (pr.on) {
+            char b[160];
+            pr.i = i;
+            pr.events = 0;
+            pr.path = r->srcs[i]->meta.path;
+            pr.next = r->caps ? &obs : NULL;
+            snprintf(b, sizeof b, "rank %zu/%zu (%s)", i + 1, r->files.n, pr.path);
+            progress_line(&pr, b);
+            opts.observe = &pobs;
+        }
         int bad = am_analyze(r->srcs[i], &opts, rk, err, sizeof err) < 0;
+        progress_line(&pr, NULL);
+        if (r->caps)
+            am_capture_finish(&r->caps[i]);
         r->srcs[i] = NULL; /* owned by the rank now */
         if (!bad && rk->rank < 0)
             rk->rank = (int)j->nranks;
@@ -471,7 +556,13 @@ load_run(char *const *in, int n, const cli *o, run *r)
     r->job.nfiles = r->files.n;
     am_job_finish(&r->job);
     if (o->advice) {
-        if (adv_run(&r->job, &o->aopts, &r->verdict, err, sizeof err) < 0) {
+        if (isatty(STDERR_FILENO))
+            fprintf(stderr, "\r\033[Krecomp-analyze: recompute advisor (%zu ranks)",
+                    r->job.nranks);
+        int bad = adv_run(&r->job, &o->aopts, &r->verdict, err, sizeof err) < 0;
+        if (isatty(STDERR_FILENO))
+            fprintf(stderr, "\r\033[K");
+        if (bad) {
             fprintf(stderr, "recomp-analyze: advisor: %s\n", err);
             return 2;
         }
@@ -496,36 +587,55 @@ run_free(run *r)
     free(r->files.v);
     free(r->srcs);
     free(r->job.ranks);
+    if (r->caps)
+        for (size_t i = 0; i < r->files.n; i++)
+            am_capture_free(&r->caps[i]);
+    free(r->caps);
 }
 
-/* --markdown FILE through writer(f). 0, or 2 with a message. */
+/* What a report file needs (write_file's writers). */
+typedef struct out_args {
+    const run *r;
+    const am_report_opts *ro;
+    const am_comparison *cmp;
+} out_args;
+
+/* --OPTION FILE through writer(f) (-1: write error). 0, or 2 with a message. */
 static int
-write_markdown(const char *path, void (*writer)(FILE *, const void *), const void *arg)
+write_file(const char *option, const char *path, int (*writer)(FILE *, const out_args *),
+           const out_args *a)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
-        fprintf(stderr, "recomp-analyze: --markdown %s: cannot create: %s\n", path,
+        fprintf(stderr, "recomp-analyze: --%s %s: cannot create: %s\n", option, path,
                 strerror(errno));
         return 2;
     }
-    writer(f, arg);
-    if (fclose(f) != 0) {
-        fprintf(stderr, "recomp-analyze: --markdown %s: write failed\n", path);
+    int bad = writer(f, a) < 0 || ferror(f);
+    if (fclose(f) != 0 || bad) {
+        fprintf(stderr, "recomp-analyze: --%s %s: write failed\n", option, path);
         return 2;
     }
     return 0;
 }
 
-typedef struct md_args {
-    const am_job *job;
-    const am_report_opts *ro;
-} md_args;
-
-static void
-md_job(FILE *f, const void *a)
+static int
+md_job(FILE *f, const out_args *a)
 {
-    const md_args *m = a;
-    am_report_markdown(f, m->job, m->ro);
+    am_report_markdown(f, &a->r->job, a->ro);
+    return 0;
+}
+
+static int
+html_job(FILE *f, const out_args *a)
+{
+    return am_report_html(f, &a->r->job, a->r->caps, a->r->files.n, a->ro);
+}
+
+static int
+perfetto_job(FILE *f, const out_args *a)
+{
+    return am_report_perfetto(f, &a->r->job, a->r->caps, a->r->files.n);
 }
 
 /* recomp-analyze TRACE...|DIR: reports of one run, then its gates. */
@@ -547,9 +657,13 @@ main_analyze(const cli *o)
     }
     if (fflush(stdout) != 0)
         rc = 2;
-    md_args ma = {&r.job, &ro};
+    out_args oa = {&r, &ro, NULL};
     if (!rc && o->markdown)
-        rc = write_markdown(o->markdown, md_job, &ma);
+        rc = write_file("markdown", o->markdown, md_job, &oa);
+    if (!rc && o->html)
+        rc = write_file("html", o->html, html_job, &oa);
+    if (!rc && o->perfetto)
+        rc = write_file("perfetto", o->perfetto, perfetto_job, &oa);
     if (!rc && o->gates.n) {
         am_runsum s;
         am_runsum_fill(&s, o->ninputs == 1 ? o->inputs[0] : "the run", &r.job,
@@ -562,11 +676,11 @@ out:
     return rc;
 }
 
-static void
-md_compare(FILE *f, const void *a)
+static int
+md_compare(FILE *f, const out_args *a)
 {
-    const am_comparison *c = a;
-    am_compare_markdown(f, c);
+    am_compare_markdown(f, a->cmp);
+    return 0;
 }
 
 /* recomp-analyze compare CONTROL CANDIDATE...: each argument one run. */
@@ -600,8 +714,9 @@ main_compare(const cli *o)
         if (fflush(stdout) != 0)
             rc = 2;
     }
+    out_args oa = {NULL, NULL, &cmp};
     if (!rc && o->markdown)
-        rc = write_markdown(o->markdown, md_compare, &cmp);
+        rc = write_file("markdown", o->markdown, md_compare, &oa);
     if (!rc && o->gates.n && am_gates_eval(&o->gates, &cmp.runs[0], cmp.runs + 1, cmp.n - 1,
                                            stderr) > 0)
         rc = 3;

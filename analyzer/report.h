@@ -24,6 +24,16 @@ void am_report_text(FILE *f, const am_job *j, const am_report_opts *o);
 /* The grouped report as Markdown, for CI job summaries (report_md.c). */
 void am_report_markdown(FILE *f, const am_job *j, const am_report_opts *o);
 
+struct am_capture;
+
+/* --perfetto: Chrome trace-event JSON of the job with the captured timelines
+ * (report_perfetto.c). 0, -1 on a write error. */
+int am_report_perfetto(FILE *f, const am_job *j, const struct am_capture *caps, size_t ncaps);
+
+/* --html: one self-contained page (report_html.c). 0, -1 on a write error. */
+int am_report_html(FILE *f, const am_job *j, const struct am_capture *caps, size_t ncaps,
+                   const am_report_opts *o);
+
 /* Ranks grouped for the scalable reports: one group per pipeline stage,
  * outcome (OOM or not) and peak band (report_groups.c). */
 typedef struct am_rank_group {

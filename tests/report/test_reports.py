@@ -214,6 +214,66 @@ def grouped_tests(big, tmp):
                                          if l.startswith("| ") and "GiB" in l) == 8, text)
 
 
+def perfetto_tests(run, tmp, cap):
+    """--perfetto: Chrome trace JSON; per rank, each level's counter reaches
+    the analyzer's peak exactly, never more points than the cap allows; the
+    OOM, phases, iterations and NVTX slices are there."""
+    out = os.path.join(tmp, "trace.json")
+    rc, _, err = analyze("--no-advice", "--perfetto", out, run)
+    check("perfetto: exit 0", rc == 0, err)
+    trace = json.load(open(out))
+    ev = trace["traceEvents"]
+    doc = json.loads(analyze("--json", "--no-advice", run)[1])
+    for r in doc["ranks"]:
+        pid = r["rank"]
+        for level, peak in (("tensor", r["peak"]), ("device", r["device_peak"])):
+            vals = [e["args"]["bytes"] for e in ev if e["ph"] == "C" and e["pid"] == pid
+                    and e["name"].startswith(level)]
+            check("perfetto rank %d: %s counter max = analyzer's peak" % (pid, level),
+                  vals and max(vals) == peak["bytes"],
+                  "%r vs %r" % (max(vals) if vals else None, peak["bytes"]))
+            check("perfetto rank %d: %s counter within the cap" % (pid, level),
+                  0 < len(vals) <= 2 * cap, "%d points" % len(vals))
+        mine = [e for e in ev if e["pid"] == pid]
+        check("perfetto rank %d: OOM instant iff the rank OOMed" % pid,
+              sum(1 for e in mine if e["ph"] == "i" and e["name"] == "OOM") == (1 if r["oom"] else 0),
+              repr(r["oom"]))
+        names = {e["name"] for e in mine if e["ph"] == "X"}
+        check("perfetto rank %d: iterations, phases and NVTX slices" % pid,
+              "iteration 0" in names and "forward" in names
+              and any(n.startswith("megatron.core") for n in names), sorted(names)[:20])
+        for level in ("tensor", "device"):
+            tss = [float(e["ts"]) for e in mine if e["ph"] == "C" and e["name"].startswith(level)]
+            check("perfetto rank %d: %s counter samples in time order" % (pid, level),
+                  all(x <= y for x, y in zip(tss, tss[1:])), "")
+
+
+def progress_tests(run):
+    """Progress on stderr only when it is a terminal."""
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.run([ANALYZE, "--no-advice", run], stdout=subprocess.DEVNULL, stderr=slave,
+                       timeout=300)
+    os.close(slave)
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    check("progress on a terminal: each rank announced",
+          p.returncode == 0 and all(b"rank %d/4 (" % i in got for i in range(1, 5)), repr(got[:300]))
+    check("progress on a terminal: the line is cleared at the end", got.endswith(b"\r\x1b[K"),
+          repr(got[-40:]))
+    rc, out, err = analyze("--no-advice", run)
+    check("no progress when stderr is not a terminal", rc == 0 and "\r" not in err
+          and "rank 1/4" not in err, repr(err[:300]))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="reports.", dir=os.environ.get("TMPDIR"))
     try:
@@ -227,6 +287,8 @@ def main():
                                    "--global-batch-size", "8", "--train-iters", "2",
                                    "--profile", "--nvtx-ranges"])
         comparison_tests(a, b, c, d, tmp)
+        perfetto_tests(a, tmp, 2048)
+        progress_tests(a)
         gate_tests(a, b, c, big)
         grouped_tests(big, tmp)
     except Exception as e:  # a crash is a failure, not a silent pass
