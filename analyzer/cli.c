@@ -305,8 +305,8 @@ parse_args(int argc, char **argv, cli *o)
         usage(stderr);
         return 1;
     }
-    if (o->compare && (o->html || o->perfetto)) {
-        fprintf(stderr, "recomp-analyze: --html and --perfetto show one run: not with compare\n");
+    if (o->compare && o->perfetto) {
+        fprintf(stderr, "recomp-analyze: --perfetto shows one run: not with compare\n");
         return 1;
     }
     if (am_gates_check(&o->gates, o->compare, o->advice, err, sizeof err) < 0) {
@@ -598,6 +598,7 @@ typedef struct out_args {
     const run *r;
     const am_report_opts *ro;
     const am_comparison *cmp;
+    char *const *sections;    /* compare --html: each run's section, NULL none */
 } out_args;
 
 /* --OPTION FILE through writer(f) (-1: write error). 0, or 2 with a message. */
@@ -657,7 +658,7 @@ main_analyze(const cli *o)
     }
     if (fflush(stdout) != 0)
         rc = 2;
-    out_args oa = {&r, &ro, NULL};
+    out_args oa = {&r, &ro, NULL, NULL};
     if (!rc && o->markdown)
         rc = write_file("markdown", o->markdown, md_job, &oa);
     if (!rc && o->html)
@@ -683,6 +684,32 @@ md_compare(FILE *f, const out_args *a)
     return 0;
 }
 
+static int
+html_compare(FILE *f, const out_args *a)
+{
+    am_compare_html(f, a->cmp, a->sections);
+    return 0;
+}
+
+/* Run i's section of the comparison page: its hot rank's timeline. */
+static char *
+run_section(const run *r, size_t i, const char *label)
+{
+    char *buf = NULL, title[512];
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    snprintf(title, sizeof title, "run %zu: %s (hot rank %d)", i, label,
+             r->job.hot >= 0 ? r->job.ranks[r->job.hot].rank : -1);
+    am_html_hot_timeline(f, &r->job, r->caps, r->files.n, title);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
 /* recomp-analyze compare CONTROL CANDIDATE...: each argument one run. */
 static int
 main_compare(const cli *o)
@@ -695,13 +722,16 @@ main_compare(const cli *o)
         fprintf(stderr, "recomp-analyze: out of memory\n");
         return 2;
     }
+    char **sections = o->html ? calloc(cmp.n, sizeof *sections) : NULL;
     for (size_t i = 0; i < cmp.n && !rc; i++) {
         run r = {0};
         rc = load_run(&o->inputs[i], 1, o, &r);
-        if (!rc)
+        if (!rc) {
             am_runsum_fill(&cmp.runs[i], o->inputs[i], &r.job, r.have_verdict ? &r.verdict : NULL,
                            o->aopts.config);
-        else
+            if (sections)
+                sections[i] = run_section(&r, i, o->inputs[i]);
+        } else
             fprintf(stderr, "recomp-analyze: compare: run %s could not be analysed\n",
                     o->inputs[i]);
         run_free(&r);
@@ -714,9 +744,14 @@ main_compare(const cli *o)
         if (fflush(stdout) != 0)
             rc = 2;
     }
-    out_args oa = {NULL, NULL, &cmp};
+    out_args oa = {NULL, NULL, &cmp, sections};
     if (!rc && o->markdown)
         rc = write_file("markdown", o->markdown, md_compare, &oa);
+    if (!rc && o->html)
+        rc = write_file("html", o->html, html_compare, &oa);
+    for (size_t i = 0; sections && i < cmp.n; i++)
+        free(sections[i]);
+    free(sections);
     if (!rc && o->gates.n && am_gates_eval(&o->gates, &cmp.runs[0], cmp.runs + 1, cmp.n - 1,
                                            stderr) > 0)
         rc = 3;

@@ -411,6 +411,58 @@ am_compare_markdown(FILE *f, const am_comparison *c)
     rank_rows(f, c, 1);
 }
 
+/* One HTML table cell of text. */
+static void
+td(FILE *f, const char *s)
+{
+    fprintf(f, "<td>");
+    am_html_esc(f, s);
+    fprintf(f, "</td>");
+}
+
+void
+am_compare_html(FILE *f, const am_comparison *c, char *const *run_html)
+{
+    char o[160], p1[64], p2[64], d1[64], d2[64], m[1024], st[32];
+    am_html_head(f, "recomp-analyze: matched comparison");
+    fprintf(f, "<table id=\"comparison\"><tr><th>run</th><th>recompute</th><th>matched</th>"
+               "<th>outcome</th><th>peak allocated</th><th>change</th><th>peak device</th>"
+               "<th>change</th><th>step time</th><th>verdict</th></tr>\n");
+    for (size_t i = 0; i < c->n; i++) {
+        const am_runsum *s = &c->runs[i];
+        outcome(s, o, sizeof o);
+        if (i && !am_run_passes(s))
+            strncat(o, " -- NOT PASSING", sizeof o - strlen(o) - 1);
+        matched(c, i, m, sizeof m);
+        delta(&c->runs[0], s, AM_L_TENSOR, d1, sizeof d1);
+        delta(&c->runs[0], s, AM_L_DEVICE, d2, sizeof d2);
+        snprintf(st, sizeof st, s->step_known ? "%.3f s" : "n/a", s->step_s);
+        fprintf(f, "<tr class=\"run\">");
+        td(f, s->label);
+        td(f, s->setting);
+        td(f, m);
+        td(f, o);
+        td(f, peak_str(s, AM_L_TENSOR, p1, sizeof p1));
+        td(f, i ? d1 : "-");
+        td(f, peak_str(s, AM_L_DEVICE, p2, sizeof p2));
+        td(f, i ? d2 : "-");
+        td(f, st);
+        td(f, s->has_verdict ? s->verdict : "-");
+        fprintf(f, "</tr>\n");
+    }
+    fprintf(f, "</table>\n");
+    if (any_oom(c) && c->n > 1) {
+        fprintf(f, "<p>");
+        am_html_esc(f, oom_cut_note);
+        fprintf(f, "</p>\n");
+    }
+    am_html_legend(f);
+    for (size_t i = 0; i < c->n; i++)
+        if (run_html && run_html[i])
+            fputs(run_html[i], f);
+    fprintf(f, "</body></html>\n");
+}
+
 #define JS(g, s) yajl_gen_string((g), (const unsigned char *)(s), strlen(s))
 static void
 ju64(yajl_gen g, uint64_t v)

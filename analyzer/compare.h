@@ -63,6 +63,11 @@ void am_compare_text(FILE *f, const am_comparison *c);
 void am_compare_markdown(FILE *f, const am_comparison *c);
 int am_compare_json(FILE *f, const am_comparison *c);
 
+/* The comparison as one self-contained HTML page: the table, then each
+ * run's section (run_html[i]: HTML, e.g. its hot rank's timeline; NULL
+ * none). */
+void am_compare_html(FILE *f, const am_comparison *c, char *const *run_html);
+
 void am_comparison_free(am_comparison *c);
 
 #endif

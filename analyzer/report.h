@@ -34,6 +34,15 @@ int am_report_perfetto(FILE *f, const am_job *j, const struct am_capture *caps, 
 int am_report_html(FILE *f, const am_job *j, const struct am_capture *caps, size_t ncaps,
                    const am_report_opts *o);
 
+/* Pieces of the HTML page (report_html.c), for the comparison page too:
+ * the document head with the style and an <h1>; the legend of the
+ * timelines; text HTML-escaped; the hot rank's timeline section. */
+void am_html_head(FILE *f, const char *h1);
+void am_html_legend(FILE *f);
+void am_html_esc(FILE *f, const char *s);
+void am_html_hot_timeline(FILE *f, const am_job *j, const struct am_capture *caps, size_t ncaps,
+                          const char *title);
+
 /* Ranks grouped for the scalable reports: one group per pipeline stage,
  * outcome (OOM or not) and peak band (report_groups.c). */
 typedef struct am_rank_group {

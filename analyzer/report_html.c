@@ -220,23 +220,52 @@ static const char style[] =
     ".ph1{fill:#1b9e77}.ph2{fill:#7570b3}.ph3{fill:#e7298a}.ph4{fill:#66a61e}"
     ".ph5{fill:#e6ab02}.ph6{fill:#a6761d}.ph7{fill:#1f78b4}";
 
+void
+am_html_head(FILE *f, const char *h1)
+{
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>recomp-analyze"
+               "</title><style>%s</style></head><body>\n<h1>",
+            style);
+    esc(f, h1);
+    fprintf(f, "</h1>\n");
+}
+
+void
+am_html_legend(FILE *f)
+{
+    fprintf(f, "<p class=\"legend\">lines: <span style=\"color:#d95f02\">tensor level (PyTorch "
+               "allocated)</span>, <span style=\"color:#1b6ac9\">device level (segments + "
+               "outside PyTorch)</span>; bands: phases; dashed: iterations and the device "
+               "capacity; dots: the peaks; red: the OOM.</p>\n");
+}
+
+void
+am_html_esc(FILE *f, const char *s)
+{
+    esc(f, s);
+}
+
+void
+am_html_hot_timeline(FILE *f, const am_job *j, const am_capture *caps, size_t ncaps,
+                     const char *title)
+{
+    if (j->hot >= 0)
+        timeline(f, &j->ranks[j->hot], am_capture_of(caps, ncaps, &j->ranks[j->hot]), title, 5);
+}
+
 int
 am_report_html(FILE *f, const am_job *j, const am_capture *caps, size_t ncaps,
                const am_report_opts *o)
 {
     char title[128], list[512];
     int top = o->top < 0 ? 8 : o->top == 0 ? 1 << 30 : o->top;
-    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>recomp-analyze"
-               "</title><style>%s</style></head><body>\n<h1>recomp-analyze: %zu rank(s)</h1>\n"
-               "<p>",
-            style, j->nranks);
+    snprintf(title, sizeof title, "recomp-analyze: %zu rank(s)", j->nranks);
+    am_html_head(f, title);
+    fprintf(f, "<p>");
     esc(f, j->id);
     fprintf(f, "</p>\n");
     verdict(f, j);
-    fprintf(f, "<p class=\"legend\">lines: <span style=\"color:#d95f02\">tensor level (PyTorch "
-               "allocated)</span>, <span style=\"color:#1b6ac9\">device level (segments + "
-               "outside PyTorch)</span>; bands: phases; dashed: iterations and the device "
-               "capacity; dots: the peaks; red: the OOM.</p>\n");
+    am_html_legend(f);
     am_rank_group *g;
     long ng = o->all_ranks ? 0 : am_rank_groups(j, &g);
     if (ng < 0)

@@ -113,6 +113,48 @@ print_peak(FILE *f, const am_rank *r, const am_peak *p, const char *label, int t
     print_groups(f, r, p->groups, p->ngroups, top, "      ");
 }
 
+/* The full listing's OOM block: request, state, ranges, native stack, live set. */
+static void
+print_oom(FILE *f, const am_rank *r, const am_meta *m, int top)
+{
+    char b[32];
+    const am_oom *x = r->oom;
+    fprintf(f, "  OOM: %s requested at %.3f s", am_fmt_bytes(x->requested, b, sizeof b),
+            (double)x->t_ns / 1e9);
+    if (x->iteration >= 0)
+        fprintf(f, ", iteration %d", x->iteration);
+    fprintf(f, ", phase %s, caller %s", am_phase_name(x->phase), am_lib_name(x->lib));
+    if (x->total_bytes)
+        fprintf(f, ", free %s of %s", am_fmt_bytes(x->free_bytes, b, sizeof b),
+                am_fmt_bytes(x->total_bytes, (char[32]){0}, 32));
+    fprintf(f, " (%zu fatal OOM(s))\n", r->noom_fatal);
+    if (x->past_limit)
+        fprintf(f, "    NOTE: recorded %.3f s after the byte limit stopped recording: the "
+                   "iteration, phase and live set here are those of the last recorded "
+                   "event, not of the OOM; what ran in between is missing\n",
+                (double)(x->t_ns - m->limit_ns) / 1e9);
+    int olow = (r->levels & AM_LVL_TENSOR) && x->live[AM_L_DEVICE] < x->live[AM_L_TENSOR];
+    fprintf(f, "    live then: device %s%s", olow ? "at least " : "",
+            am_fmt_bytes(x->live[AM_L_DEVICE], b, sizeof b));
+    if (r->levels & AM_LVL_TENSOR)
+        fprintf(f, ", tensor %s", am_fmt_bytes(x->live[AM_L_TENSOR], b, sizeof b));
+    if (olow)
+        fprintf(f, " (device below tensor is impossible for a complete record: device "
+                   "memory outside the recorded part is missing)");
+    fputc('\n', f);
+    if (x->where[0])
+        fprintf(f, "    ranges: %s\n", x->where);
+    if (x->nframes || x->shim_frames)
+        fprintf(f, "    native stack (innermost first%s):\n",
+                x->shim_frames ? "; the profiler's own frames hidden" : "");
+    for (size_t i = 0; i < x->nframes && i < 16; i++)
+        fprintf(f, "    #%zu %s\n", i, x->frames[i]);
+    fprintf(f, "    live at the OOM (device level; phase of allocation x boundary x "
+               "layer%s):\n",
+            r->by_site ? " x allocating function" : "");
+    print_groups(f, r, x->groups, x->ngroups, top, "      ");
+}
+
 static void
 print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o_)
 {
@@ -177,43 +219,8 @@ print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o_)
                    "its cache (first: %s in iteration %d, %s)\n",
                 r->nretries, am_fmt_bytes(r->retries[0].size, b, sizeof b),
                 r->retries[0].iteration, am_phase_name(r->retries[0].phase));
-    if (r->oom) {
-        const am_oom *x = r->oom;
-        fprintf(f, "  OOM: %s requested at %.3f s", am_fmt_bytes(x->requested, b, sizeof b),
-                (double)x->t_ns / 1e9);
-        if (x->iteration >= 0)
-            fprintf(f, ", iteration %d", x->iteration);
-        fprintf(f, ", phase %s, caller %s", am_phase_name(x->phase), am_lib_name(x->lib));
-        if (x->total_bytes)
-            fprintf(f, ", free %s of %s", am_fmt_bytes(x->free_bytes, b, sizeof b),
-                    am_fmt_bytes(x->total_bytes, (char[32]){0}, 32));
-        fprintf(f, " (%zu fatal OOM(s))\n", r->noom_fatal);
-        if (x->past_limit)
-            fprintf(f, "    NOTE: recorded %.3f s after the byte limit stopped recording: the "
-                       "iteration, phase and live set here are those of the last recorded "
-                       "event, not of the OOM; what ran in between is missing\n",
-                    (double)(x->t_ns - m->limit_ns) / 1e9);
-        int olow = (r->levels & AM_LVL_TENSOR) && x->live[AM_L_DEVICE] < x->live[AM_L_TENSOR];
-        fprintf(f, "    live then: device %s%s", olow ? "at least " : "",
-                am_fmt_bytes(x->live[AM_L_DEVICE], b, sizeof b));
-        if (r->levels & AM_LVL_TENSOR)
-            fprintf(f, ", tensor %s", am_fmt_bytes(x->live[AM_L_TENSOR], b, sizeof b));
-        if (olow)
-            fprintf(f, " (device below tensor is impossible for a complete record: device "
-                       "memory outside the recorded part is missing)");
-        fputc('\n', f);
-        if (x->where[0])
-            fprintf(f, "    ranges: %s\n", x->where);
-        if (x->nframes || x->shim_frames)
-            fprintf(f, "    native stack (innermost first%s):\n",
-                    x->shim_frames ? "; the profiler's own frames hidden" : "");
-        for (size_t i = 0; i < x->nframes && i < 16; i++)
-            fprintf(f, "    #%zu %s\n", i, x->frames[i]);
-        fprintf(f, "    live at the OOM (device level; phase of allocation x boundary x "
-                   "layer%s):\n",
-                r->by_site ? " x allocating function" : "");
-        print_groups(f, r, x->groups, x->ngroups, o->top, "      ");
-    }
+    if (r->oom)
+        print_oom(f, r, m, o->top);
     for (size_t i = 0; i < m->nwarnings; i++)
         fprintf(f, "  warning: %s\n", m->warnings[i]);
     for (size_t i = 0; i < r->nnotes; i++)

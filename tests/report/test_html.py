@@ -23,7 +23,7 @@ import tempfile
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_reports import MAIN, analyze, megasim  # noqa: E402
+from test_reports import FULL2, MAIN, analyze, max_peaks, megasim  # noqa: E402
 
 results = []
 
@@ -133,20 +133,47 @@ def page_tests(run, tmp, extra, label, want_svgs):
         int(a["data-rank"]))]["oom"])
     check("%s: OOM marked where the rank OOMed" % label, len(ooms) == want_oom,
           "%d vs %d" % (len(ooms), want_oom))
+    screenshot_not_blank(label, page, tmp)
+
+
+def screenshot_not_blank(label, page, tmp):
     png = os.path.join(tmp, label + ".png")
     shot = chromium("--screenshot=" + png, "--window-size=1024,1200", "file://" + page)
     check("%s: chromium --screenshot exit 0" % label, shot.returncode == 0 and os.path.exists(png),
           shot.stderr[-800:])
-    if os.path.exists(png):
-        w, h, rows, ch = png_pixels(png)
-        colours, ink = set(), 0
-        for row in rows[::4]:
-            for x in range(0, w * ch, ch * 4):
-                px = row[x:x + 3]
-                colours.add(px)
-                ink += px != b"\xff\xff\xff"
-        check("%s: screenshot not blank" % label, len(colours) > 16 and ink > 1000,
-              "%d colours, %d non-white samples" % (len(colours), ink))
+    if not os.path.exists(png):
+        return
+    w, h, rows, ch = png_pixels(png)
+    colours, ink = set(), 0
+    for row in rows[::4]:
+        for x in range(0, w * ch, ch * 4):
+            px = row[x:x + 3]
+            colours.add(px)
+            ink += px != b"\xff\xff\xff"
+    check("%s: screenshot not blank" % label, len(colours) > 16 and ink > 1000,
+          "%d colours, %d non-white samples" % (len(colours), ink))
+
+
+def compare_page_tests(runs, tmp):
+    """compare --html: the table (one row per run) and each run's hot-rank
+    timeline, whose peak is that run's highest tensor-level peak."""
+    page = os.path.join(tmp, "compare.html")
+    rc, out, err = analyze("compare", "--no-advice", "--html", page, *runs)
+    check("compare --html: exit 0", rc == 0, err)
+    p = Balance()
+    p.feed(open(page).read())
+    check("compare --html: well-formed", not p.errors and not p.stack, repr(p.errors[:5]))
+    dom = chromium("--dump-dom", "file://" + page)
+    d = Balance()
+    d.feed(dom.stdout.decode("utf-8", "replace"))
+    rows = [a for t, a in d.tags if t == "tr" and a.get("class") == "run"]
+    check("compare --html: one table row per run", len(rows) == len(runs), "%d rows" % len(rows))
+    svgs = [a for t, a in d.tags if t == "svg" and a.get("class") == "timeline"]
+    want = [max_peaks(r)[0] for r in runs]
+    got = [int(a["data-peak-bytes"]) for a in svgs]
+    check("compare --html: each run's hot-rank timeline peak = its analysis", got == want,
+          "%r vs %r" % (got, want))
+    screenshot_not_blank("compare", page, tmp)
 
 
 def main():
@@ -159,6 +186,7 @@ def main():
         run = megasim(tmp, "a", MAIN)
         page_tests(run, tmp, [], "grouped", 2)
         page_tests(run, tmp, ["--ranks", "all"], "all ranks", 4)
+        compare_page_tests([run, megasim(tmp, "b", MAIN + FULL2)], tmp)
     except Exception as e:  # a crash is a failure, not a silent pass
         check("no exception", False, repr(e))
     finally:
