@@ -214,22 +214,32 @@ eval_one(const am_gate *x, const am_runsum *c, const am_runsum *s, char *buf, si
                      !s->known[l] ? s->na[l] : c->na[l]);
             return 1;
         }
+        /* A run cut by an OOM has a peak that is only a lower bound: a
+         * candidate's below the threshold, or a rise over a cut control,
+         * is not known. Only certain results pass or fail plainly. */
         double v = (double)s->peak[l];
         if (!x->relative) {
-            if (v <= x->value)
+            if (v <= x->value && !s->oom)
                 return 0;
-            snprintf(buf, n, "%s: %s-level peak %s > %s", s->label, lv,
-                     am_fmt_bytes(s->peak[l], b1, sizeof b1),
-                     am_fmt_bytes((uint64_t)x->value, b2, sizeof b2));
+            snprintf(buf, n, "%s%s: %s-level peak %s %s %s", v <= x->value ? "cannot decide: " : "",
+                     s->label, lv, am_fmt_bytes(s->peak[l], b1, sizeof b1),
+                     v <= x->value ? "<=" : ">", am_fmt_bytes((uint64_t)x->value, b2, sizeof b2));
+            if (v <= x->value)
+                snprintf(buf + strlen(buf), n - strlen(buf), " but the run stopped at an OOM");
             return 1;
         }
         double base = (double)c->peak[l], d = v - base;
         double limit = x->percent ? base * x->value / 100.0 : x->value;
-        if (d <= limit)
+        int over = d > limit;
+        if (!over && !s->oom)
             return 0;
-        snprintf(buf, n, "%s: %s-level peak %s -> %s (%+.2f%%)", s->label, lv,
+        snprintf(buf, n, "%s%s: %s-level peak %s -> %s (%+.2f%%)%s",
+                 !over || c->oom ? "cannot decide: " : "", s->label, lv,
                  am_fmt_bytes(c->peak[l], b1, sizeof b1), am_fmt_bytes(s->peak[l], b2, sizeof b2),
-                 base > 0 ? 100.0 * d / base : 100.0);
+                 base > 0 ? 100.0 * d / base : 100.0,
+                 !over ? " but the candidate stopped at an OOM"
+                 : c->oom ? " but the control stopped at an OOM (its peak is a lower bound)"
+                          : "");
         return 1;
     }
     }

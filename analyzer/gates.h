@@ -39,8 +39,10 @@ int am_gates_check(const am_gates *g, int compare, int advice, char *err, size_t
 /* Evaluate every gate on the subjects (a single run, or the candidates
  * against control; control NULL for a single analysis) and print one
  * summary line on f: "recomp-analyze: gates: PASS|FAIL ...". A gate that
- * cannot be decided (a level n/a) fails and says why. Returns the number
- * of gates failed. */
+ * cannot be decided fails and says why: a level n/a, or a peak threshold
+ * whose answer an OOM hides (the cut run's peak is only a lower bound: a
+ * candidate under the threshold, or a rise over a cut control). Returns the
+ * number of gates failed. */
 int am_gates_eval(const am_gates *g, const am_runsum *control, const am_runsum *subj,
                   size_t n, FILE *f);
 

@@ -97,3 +97,52 @@ Test(gates, parse_errors_name_the_item)
     cr_expect_eq(g.v[1].value, 1073741824.0);
     am_gates_free(&g);
 }
+
+/* An OOM-cut peak is a lower bound: only certain answers pass. */
+static int
+eval1(const char *spec, const am_runsum *c, const am_runsum *s, char **out)
+{
+    am_gates g = {0};
+    char err[256];
+    cr_assert_eq(am_gates_parse(spec, &g, err, sizeof err), 0, "%s", err);
+    size_t len = 0;
+    FILE *f = open_memstream(out, &len);
+    int k = am_gates_eval(&g, c, s, 1, f);
+    fclose(f);
+    am_gates_free(&g);
+    return k;
+}
+
+Test(gates, oom_cut_peaks_decide_only_what_is_certain)
+{
+    am_runsum *c = run("control", 1), *s = run("cand", 1);
+    char *out;
+    /* candidate 1% above a complete control: pass; cut candidate: cannot decide */
+    s->peak[AM_L_TENSOR] = c->peak[AM_L_TENSOR] / 100 * 101;
+    cr_expect_eq(eval1("peak=+3%", c, s, &out), 0, "%s", out);
+    free(out);
+    s->oom = 1;
+    cr_expect_eq(eval1("peak=+3%", c, s, &out), 1);
+    cr_expect(strstr(out, "cannot decide") && strstr(out, "candidate stopped at an OOM"), "%s",
+              out);
+    free(out);
+    cr_expect_eq(eval1("peak=80GiB", c, s, &out), 1);
+    cr_expect(strstr(out, "cannot decide"), "%s", out);
+    free(out);
+    /* a cut control: a candidate below it passes (its true peak is higher still) */
+    s->oom = 0;
+    c->oom = 1;
+    cr_expect_eq(eval1("peak=+3%", c, s, &out), 0, "%s", out);
+    free(out);
+    /* ... a rise over it is not known */
+    s->peak[AM_L_TENSOR] = c->peak[AM_L_TENSOR] / 100 * 110;
+    cr_expect_eq(eval1("peak=+3%", c, s, &out), 1);
+    cr_expect(strstr(out, "control stopped at an OOM"), "%s", out);
+    free(out);
+    /* a complete run over an absolute threshold fails plainly */
+    c->oom = 0;
+    cr_expect_eq(eval1("peak=70GiB", c, s, &out), 1);
+    cr_expect(strstr(out, "> 70.00 GiB") && !strstr(out, "cannot decide"), "%s", out);
+    free(out);
+    free(c), free(s);
+}

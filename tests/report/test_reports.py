@@ -124,30 +124,41 @@ def comparison_tests(a, b, c, d, tmp):
           text.count("\n| ") >= 3 + 4 and "| run | recompute | matched |" in text, text)
 
 
-def relative_gates(a, b):
-    # control b (full recompute), candidate a (none): its peaks are higher
-    tb, db = max_peaks(b)
-    ta, da = max_peaks(a)
-    for key, base, cand in (("peak", tb, ta), ("reserved", db, da)):
-        pct = 100.0 * (cand - base) / base
+def relative_gates(ctl, cand, cut):
+    """Peak gates on runs that completed (their peaks are whole): thresholds
+    just below and just above the measured change. cut: a run stopped at an
+    OOM, whose peak is only a lower bound."""
+    tb, db = max_peaks(ctl)
+    ta, da = max_peaks(cand)
+    for key, base, top in (("peak", tb, ta), ("reserved", db, da)):
+        pct = 100.0 * (top - base) / base
         below, above = "%.2f" % (pct - 0.05), "%.2f" % (pct + 0.05)
         gate("%s=+%s%% (just below the change)" % (key, below),
-             ["compare", "--no-advice", "--fail-on", "%s=+%s%%" % (key, below), b, a], 3, "FAIL")
+             ["compare", "--no-advice", "--fail-on", "%s=+%s%%" % (key, below), ctl, cand], 3,
+             "FAIL")
         gate("%s=+%s%% (just above the change)" % (key, above),
-             ["compare", "--no-advice", "--fail-on", "%s=+%s%%" % (key, above), b, a], 0, "PASS")
-        diff = cand - base
+             ["compare", "--no-advice", "--fail-on", "%s=+%s%%" % (key, above), ctl, cand], 0,
+             "PASS")
+        diff = top - base
         gate("%s=+SIZE below the change" % key,
-             ["compare", "--no-advice", "--fail-on", "%s=+%d" % (key, diff - 1), b, a], 3, "FAIL")
+             ["compare", "--no-advice", "--fail-on", "%s=+%d" % (key, diff - 1), ctl, cand], 3,
+             "FAIL")
         gate("%s=+SIZE at the change" % key,
-             ["compare", "--no-advice", "--fail-on", "%s=+%d" % (key, diff), b, a], 0, "PASS")
-        top = cand
+             ["compare", "--no-advice", "--fail-on", "%s=+%d" % (key, diff), ctl, cand], 0, "PASS")
         gate("%s=SIZE below the peak" % key,
-             ["--no-advice", "--fail-on", "%s=%d" % (key, top - 1), a], 3, "FAIL")
+             ["--no-advice", "--fail-on", "%s=%d" % (key, top - 1), cand], 3, "FAIL")
         gate("%s=SIZE at the peak" % key,
-             ["--no-advice", "--fail-on", "%s=%d" % (key, top), a], 0, "PASS")
+             ["--no-advice", "--fail-on", "%s=%d" % (key, top), cand], 0, "PASS")
+        # a candidate cut by an OOM: under the threshold is not known
+        rc, out, err = gate("%s=+100%% on an OOM-cut candidate" % key,
+                            ["compare", "--no-advice", "--fail-on", "%s=+100%%" % key, ctl, cut],
+                            3, "FAIL")
+        check("%s gate on an OOM-cut candidate says it cannot decide" % key,
+              "cannot decide" in err, err)
 
 
 def gate_tests(a, b, c, ok_run):
+    # a: no recompute (OOM), b: full[block,2] (fits), c: selective[mlp] at 4096 tokens (fits)
     gate("oom on the OOM run", ["--no-advice", "--fail-on", "oom", a], 3, "FAIL")
     gate("oom on the run that fits", ["--no-advice", "--fail-on", "oom", b], 0, "PASS")
     gate("compare oom: candidate OOMs", ["compare", "--no-advice", "--fail-on", "oom", b, a], 3,
@@ -169,7 +180,7 @@ def gate_tests(a, b, c, ok_run):
          ["compare", "--no-advice", "--fail-on", "unmatched", a, c], 3, "FAIL")
     gate("several gates, one fails",
          ["compare", "--fail-on", "peak=+3%,reserved=+5%,oom,unmatched", a, b, c], 3, "FAIL")
-    relative_gates(a, b)
+    relative_gates(c, b, a)
     # usage errors: exit 1, no gate line; bad input: exit 2
     gate("unknown gate", ["--fail-on", "peaks=3", a], 1, None)
     gate("relative gate without compare", ["--fail-on", "peak=+3%", a], 1, None)
