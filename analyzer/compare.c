@@ -160,6 +160,7 @@ am_runsum_fill(am_runsum *s, const char *label, const am_job *j, const struct ad
         if (s->completed < 0 || done < s->completed)
             s->completed = done;
         s->incomplete |= !r->coverage.complete || !r->src->meta.closed;
+        s->killed |= !r->src->meta.closed;
     }
     const am_rank *hot = j->hot >= 0 ? &j->ranks[j->hot] : &j->ranks[0];
     s->step_s = steady_step(hot, s->step_na, sizeof s->step_na);
@@ -222,16 +223,20 @@ am_settings_diff(const am_runsum *a, const am_runsum *b, char *buf, size_t n)
 int
 am_run_passes(const am_runsum *s)
 {
-    return !s->oom && s->completed > 0;
+    return !s->oom && !s->killed && s->completed > 0;
 }
 
 /* "completed 3 iteration(s)" / "OOM in iteration 1, phase forward, rank 0" */
 static void
 outcome(const am_runsum *s, char *buf, size_t n)
 {
-    if (!s->oom)
+    if (!s->oom && s->killed)
+        snprintf(buf, n, "a trace was not closed (killed or still running) after %d "
+                         "iteration(s) recorded, the last possibly cut",
+                 s->completed);
+    else if (!s->oom)
         snprintf(buf, n, "completed %d iteration(s)%s", s->completed,
-                 s->incomplete ? " (a trace is incomplete)" : "");
+                 s->incomplete ? " (a trace is capped or windowed)" : "");
     else if (s->oom_iter >= 0)
         snprintf(buf, n, "OOM in iteration %d, phase %s, rank %d (after %d complete)",
                  s->oom_iter, am_phase_name(s->oom_phase), s->oom_rank, s->completed);
@@ -306,6 +311,8 @@ rank_rows(FILE *f, const am_comparison *c, int md)
 {
     const am_runsum *c0 = &c->runs[0];
     char b[32];
+    if (c0->nranks > c0->nrank_rows)
+        fprintf(f, "\n(the first %zu of the control's %zu ranks)\n", c0->nrank_rows, c0->nranks);
     fprintf(f, md ? "\n| rank |" : "\nper rank, allocated / device peak (hot rank first):\n  %-6s",
             "rank");
     for (size_t i = 0; i < c->n; i++)

@@ -29,6 +29,7 @@ typedef struct am_runsum {
     uint8_t oom_phase;
     int completed;            /* iterations every rank finished */
     int incomplete;           /* a rank's trace is capped/windowed/not closed */
+    int killed;               /* a rank's trace was not closed (killed, still running) */
     int step_known;
     double step_s;            /* median iteration time after the first, hot rank */
     char step_na[128];
@@ -55,7 +56,8 @@ void am_runsum_fill(am_runsum *s, const char *label, const am_job *j,
  * run's settings are unknown (buf says which). */
 int am_settings_diff(const am_runsum *a, const am_runsum *b, char *buf, size_t n);
 
-/* A run passes when it completed and no rank hit a fatal OOM. */
+/* A run passes when it completed at least one iteration, no rank hit a
+ * fatal OOM and every rank's trace was closed (not killed). */
 int am_run_passes(const am_runsum *s);
 
 /* The comparison as a terminal table (text), Markdown, or JSON (0, -1). */

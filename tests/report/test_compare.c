@@ -52,12 +52,15 @@ Test(compare, every_differing_setting_named)
     free(a), free(b);
 }
 
-Test(compare, a_run_with_an_oom_never_passes)
+Test(compare, a_run_with_an_oom_or_killed_never_passes)
 {
     am_runsum *a = run("a", 1);
     cr_expect(am_run_passes(a));
     a->oom = 1; /* even one that completed more iterations */
     a->completed = 100;
+    cr_expect(!am_run_passes(a));
+    a->oom = 0; /* a killed run (trace not closed) does not pass either */
+    a->killed = 1;
     cr_expect(!am_run_passes(a));
     free(a);
 }
