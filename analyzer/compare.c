@@ -310,11 +310,12 @@ static void
 rank_rows(FILE *f, const am_comparison *c, int md)
 {
     const am_runsum *c0 = &c->runs[0];
-    char b[32];
     if (c0->nranks > c0->nrank_rows)
         fprintf(f, "\n(the first %zu of the control's %zu ranks)\n", c0->nrank_rows, c0->nranks);
-    fprintf(f, md ? "\n| rank |" : "\nper rank, allocated / device peak (hot rank first):\n  %-6s",
-            "rank");
+    if (md)
+        fprintf(f, "\n| rank |");
+    else
+        fprintf(f, "\nper rank, allocated / device peak (hot rank first):\n  %-6s", "rank");
     for (size_t i = 0; i < c->n; i++)
         fprintf(f, md ? " run %zu |" : " | run %-27zu", i);
     fputc('\n', f);
@@ -329,7 +330,7 @@ rank_rows(FILE *f, const am_comparison *c, int md)
             int id = c0->rank_id[k];
             if ((id == c0->hot_rank) != (pass == 0))
                 continue;
-            fprintf(f, md ? "| %d%s |" : "  %-6d", id, !md && id == c0->hot_rank ? "" : "");
+            fprintf(f, md ? "| %d |" : "  %-6d", id);
             for (size_t i = 0; i < c->n; i++) {
                 const am_runsum *s = &c->runs[i];
                 size_t r = 0;
@@ -348,7 +349,6 @@ rank_rows(FILE *f, const am_comparison *c, int md)
             }
             fputc('\n', f);
         }
-    (void)b;
 }
 
 void
