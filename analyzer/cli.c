@@ -1,10 +1,12 @@
-/* cli.c: recomp-analyze TRACE...|DIR [--json] [--rank N] [--iteration K].
+/* cli.c: recomp-analyze [OPTIONS] TRACE...|DIR and
+ *        recomp-analyze compare [OPTIONS] CONTROL CANDIDATE...
  *
  * Exit codes: 0 analysed (also for a trace that was not closed: warning);
  * 1 usage error (also --iteration K that an analysed rank lacks: the valid
  * range per rank is printed); 2 unreadable/damaged input, empty directory,
  * traces of different jobs, runs (run directories) or attempts mixed, two
- * traces of one rank.
+ * traces of one rank; 3 a --fail-on gate failed (gates.c; the reports are
+ * still written).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -13,9 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "advisor.h"
 #include "analysis.h"
+#include "capture.h"
+#include "compare.h"
+#include "gates.h"
 #include "report.h"
 
 typedef struct paths {
@@ -133,15 +139,27 @@ static void
 usage(FILE *f)
 {
     fprintf(f,
-            "usage: recomp-analyze [--json] [--rank N] [--iteration K] [--top N] TRACE...|DIR\n"
+            "usage: recomp-analyze [OPTIONS] TRACE...|DIR\n"
+            "       recomp-analyze compare [OPTIONS] CONTROL CANDIDATE...\n"
             "  Per-rank GPU memory peaks (tensor and device level), the phase, module\n"
-            "  boundary and layer of what was live, OOMs, and the hot rank.\n"
+            "  boundary and layer of what was live, OOMs, the hot rank and the recompute\n"
+            "  verdict. compare: each argument is one run (a run directory or a file); the\n"
+            "  matched-comparison table of every candidate against the control.\n"
             "  --json          the JSON document (docs/json-schema.md) on stdout\n"
             "  --rank N        only rank N\n"
+            "  --ranks all     the full per-rank listing (default: one line per pipeline\n"
+            "                  stage, details for the hot rank and ranks that differ)\n"
             "  --iteration K   also the peak of iteration K, with its live set (numbered as\n"
             "                  the report prints them: ProfilerStep#N, else from 0)\n"
-            "  --top N         contributors shown per peak in the text report (default 12,\n"
-            "                  0 = all)\n"
+            "  --top N         contributors shown per peak in the text report (default 5 in\n"
+            "                  the grouped report, 12 with --ranks all; 0 = all)\n"
+            "  --markdown FILE also write the report as Markdown (CI job summaries)\n"
+            "  --html FILE     also write one self-contained HTML page with SVG memory\n"
+            "                  timelines per stage (per rank with --ranks all)\n"
+            "  --perfetto FILE also write a Chrome trace (Perfetto, chrome://tracing):\n"
+            "                  memory counters, phases, NVTX ranges, collectives, the OOM\n"
+            "  --fail-on LIST  gates, e.g. oom,verdict!=OK:FITS,peak=70GiB or, with compare,\n"
+            "                  peak=+3%%,reserved=+5%%,unmatched (docs/analysis.md, Gates)\n"
             "  --budget SIZE   device capacity for the advisor (default: the trace header),\n"
             "                  e.g. 80GiB, 79.1G, 85899345920\n"
             "  --headroom SIZE kept free on every rank (default 2GiB)\n"
@@ -149,7 +167,8 @@ usage(FILE *f)
             "                  YAML or JSON) when its settings are not on the command line\n"
             "  --no-advice     skip the recompute advisor\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
-            "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank\n");
+            "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank,\n"
+            "      3 a --fail-on gate failed (one summary line on stderr)\n");
 }
 
 static int
@@ -164,39 +183,6 @@ parse_int(const char *s, int *v)
     return 0;
 }
 
-/* "80GiB", "79.5G", "512MiB", "1024" (bytes) */
-static int
-parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
-        return -1;
-    double m = 1;
-    if (*end == 'K' || *end == 'k')
-        m = 1024.0;
-    else if (*end == 'M' || *end == 'm')
-        m = 1024.0 * 1024;
-    else if (*end == 'G' || *end == 'g')
-        m = 1024.0 * 1024 * 1024;
-    else if (*end == 'T' || *end == 't')
-        m = 1024.0 * 1024 * 1024 * 1024;
-    else if (*end)
-        return -1;
-    if (*end) {
-        end++;
-        if (*end == 'i')
-            end++;
-        if (*end == 'B')
-            end++;
-        if (*end)
-            return -1;
-    }
-    *out = (uint64_t)(v * m);
-    return 0;
-}
-
 static int
 rank_cmp(const void *a, const void *b)
 {
@@ -206,56 +192,101 @@ rank_cmp(const void *a, const void *b)
     return strcmp(x->path, y->path);
 }
 
-int
-main(int argc, char **argv)
+/* The command line, parsed (parse_args). */
+typedef struct cli {
+    int compare;              /* the compare subcommand */
+    int json, want_rank, iteration, top, advice, all_ranks;
+    const char *markdown;     /* --markdown FILE, NULL none */
+    const char *html;         /* --html FILE, NULL none */
+    const char *perfetto;     /* --perfetto FILE, NULL none */
+    am_gates gates;           /* --fail-on */
+    adv_opts aopts;
+    char **inputs;            /* the positional arguments */
+    int ninputs;
+} cli;
+
+/* One analysed run: its files, their sources, the job and the verdict. */
+typedef struct run {
+    paths files;
+    am_source **srcs;
+    am_job job;
+    adv_verdict verdict;
+    int have_verdict;
+    am_capture *caps;         /* per file, with --html/--perfetto; NULL none */
+} run;
+
+/* Options into *o. Returns -1 to go on, else the exit code (0 --help, 1 usage). */
+static int
+parse_args(int argc, char **argv, cli *o)
 {
-    int json = 0, want_rank = -1, iteration = -1, top = 12, advice = 1;
-    adv_opts aopts = {0, (uint64_t)2 << 30, NULL};
     static const struct option lo[] = {
         {"json", no_argument, 0, 'j'},          {"rank", required_argument, 0, 'r'},
         {"iteration", required_argument, 0, 'i'}, {"top", required_argument, 0, 't'},
         {"help", no_argument, 0, 'h'},          {"budget", required_argument, 0, 'B'},
         {"headroom", required_argument, 0, 'H'}, {"config", required_argument, 0, 'C'},
-        {"no-advice", no_argument, 0, 'N'},     {0, 0, 0, 0},
+        {"no-advice", no_argument, 0, 'N'},     {"ranks", required_argument, 0, 'R'},
+        {"markdown", required_argument, 0, 'M'}, {"fail-on", required_argument, 0, 'F'},
+        {"html", required_argument, 0, 'W'},    {"perfetto", required_argument, 0, 'P'},
+        {0, 0, 0, 0},
     };
+    char err[256];
     int c;
+    if (argc > 1 && strcmp(argv[1], "compare") == 0) {
+        o->compare = 1;
+        argv[1] = argv[0]; /* getopt starts after the subcommand */
+        argv++;
+        argc--;
+    }
     while ((c = getopt_long(argc, argv, "jr:i:t:h", lo, NULL)) != -1) {
         switch (c) {
         case 'j':
-            json = 1;
+            o->json = 1;
             break;
         case 'r':
-            if (parse_int(optarg, &want_rank) < 0) {
-                fprintf(stderr, "recomp-analyze: --rank wants a rank number, got '%s'\n", optarg);
-                return 1;
-            }
-            break;
         case 'i':
-            if (parse_int(optarg, &iteration) < 0) {
-                fprintf(stderr, "recomp-analyze: --iteration wants a number, got '%s'\n",
-                        optarg);
-                return 1;
-            }
-            break;
         case 't':
-            if (parse_int(optarg, &top) < 0) {
-                fprintf(stderr, "recomp-analyze: --top wants a number, got '%s'\n", optarg);
+            if (parse_int(optarg, c == 'r' ? &o->want_rank : c == 'i' ? &o->iteration : &o->top) <
+                0) {
+                fprintf(stderr, "recomp-analyze: --%s wants a number, got '%s'\n",
+                        c == 'r' ? "rank" : c == 'i' ? "iteration" : "top", optarg);
                 return 1;
             }
             break;
         case 'B':
         case 'H':
-            if (parse_size(optarg, c == 'B' ? &aopts.budget : &aopts.headroom) < 0) {
+            if (am_parse_size(optarg, c == 'B' ? &o->aopts.budget : &o->aopts.headroom) < 0) {
                 fprintf(stderr, "recomp-analyze: --%s wants a size (e.g. 80GiB), got '%s'\n",
                         c == 'B' ? "budget" : "headroom", optarg);
                 return 1;
             }
             break;
         case 'C':
-            aopts.config = optarg;
+            o->aopts.config = optarg;
             break;
         case 'N':
-            advice = 0;
+            o->advice = 0;
+            break;
+        case 'R':
+            if (strcmp(optarg, "all") != 0) {
+                fprintf(stderr, "recomp-analyze: --ranks takes 'all', got '%s'\n", optarg);
+                return 1;
+            }
+            o->all_ranks = 1;
+            break;
+        case 'M':
+            o->markdown = optarg;
+            break;
+        case 'W':
+            o->html = optarg;
+            break;
+        case 'P':
+            o->perfetto = optarg;
+            break;
+        case 'F':
+            if (am_gates_parse(optarg, &o->gates, err, sizeof err) < 0) {
+                fprintf(stderr, "recomp-analyze: --fail-on: %s\n", err);
+                return 1;
+            }
             break;
         case 'h':
             usage(stdout);
@@ -265,49 +296,72 @@ main(int argc, char **argv)
             return 1;
         }
     }
-    if (optind >= argc) {
+    o->inputs = argv + optind;
+    o->ninputs = argc - optind;
+    if (o->ninputs < (o->compare ? 2 : 1)) {
+        if (o->compare)
+            fprintf(stderr, "recomp-analyze: compare wants a control and at least one "
+                            "candidate run\n");
         usage(stderr);
         return 1;
     }
+    if (o->compare && o->perfetto) {
+        fprintf(stderr, "recomp-analyze: --perfetto shows one run: not with compare\n");
+        return 1;
+    }
+    if (am_gates_check(&o->gates, o->compare, o->advice, err, sizeof err) < 0) {
+        fprintf(stderr, "recomp-analyze: --fail-on: %s\n", err);
+        return 1;
+    }
+    return -1;
+}
 
-    paths files = {0};
-    for (int i = optind; i < argc; i++) {
+/* The trace files of the inputs (files as given, directories scanned).
+ * 0, or 2 with a message. */
+static int
+collect_files(char *const *in, int n, paths *files)
+{
+    g_nseen = 0; /* a file counts once per run */
+    for (int i = 0; i < n; i++) {
         struct stat st;
-        if (stat(argv[i], &st) < 0) {
-            fprintf(stderr, "recomp-analyze: %s: cannot open: %s\n", argv[i], strerror(errno));
+        if (stat(in[i], &st) < 0) {
+            fprintf(stderr, "recomp-analyze: %s: cannot open: %s\n", in[i], strerror(errno));
             return 2;
         }
         if (S_ISDIR(st.st_mode)) {
-            size_t before = files.n;
-            if (scan_dir(argv[i], &files, 0) < 0)
+            size_t before = files->n;
+            if (scan_dir(in[i], files, 0) < 0)
                 return 2;
-            if (files.n == before) {
+            if (files->n == before) {
                 fprintf(stderr, "recomp-analyze: %s: no trace files in this directory\n",
-                        argv[i]);
+                        in[i]);
                 return 2;
             }
-        } else if (add_path(&files, argv[i]) < 0) {
+        } else if (add_path(files, in[i]) < 0) {
             fprintf(stderr, "recomp-analyze: out of memory\n");
             return 2;
         }
     }
+    return 0;
+}
 
-    am_job job = {0};
-    job.ranks = calloc(files.n, sizeof *job.ranks);
-    am_source **srcs = calloc(files.n, sizeof *srcs);
-    if (!job.ranks || !srcs) {
+/* Open every file of the run; each warning once on stderr. 0, or 2. */
+static int
+open_sources(run *r)
+{
+    char err[1024];
+    r->job.ranks = calloc(r->files.n, sizeof *r->job.ranks);
+    r->srcs = calloc(r->files.n, sizeof *r->srcs);
+    if (!r->job.ranks || !r->srcs) {
         fprintf(stderr, "recomp-analyze: out of memory\n");
         return 2;
     }
-    int rc = 0;
-    char err[1024];
-    for (size_t i = 0; i < files.n; i++) {
-        if (am_source_open(files.v[i], &srcs[i], err, sizeof err) < 0) {
+    for (size_t i = 0; i < r->files.n; i++) {
+        if (am_source_open(r->files.v[i], &r->srcs[i], err, sizeof err) < 0) {
             fprintf(stderr, "recomp-analyze: %s\n", err);
-            rc = 2;
-            goto out;
+            return 2;
         }
-        const am_meta *m = &srcs[i]->meta;
+        const am_meta *m = &r->srcs[i]->meta;
         for (size_t w = 0; w < m->nwarnings; w++)
             fprintf(stderr, "recomp-analyze: warning: %s\n", m->warnings[w]);
         if (!m->closed && !m->nwarnings)
@@ -316,130 +370,403 @@ main(int argc, char **argv)
                     "is still running): read to its last published record\n",
                     m->path);
     }
+    return 0;
+}
 
-    /* one job per analysis: the same job, run directory and attempt */
-    {
-        char k0[256], ki[256];
-        am_job_key(&srcs[0]->meta, k0, sizeof k0);
-        int mixed = 0;
-        for (size_t i = 1; i < files.n; i++) {
-            am_job_key(&srcs[i]->meta, ki, sizeof ki);
-            if (strcmp(k0, ki) != 0)
-                mixed = 1;
-        }
-        if (mixed) {
-            fprintf(stderr, "recomp-analyze: traces from different jobs, runs or attempts "
-                            "(job id, run directory, restart count); analyse one run at a "
-                            "time (point recomp-analyze at one run directory):\n");
-            for (size_t i = 0; i < files.n; i++) {
-                am_job_key(&srcs[i]->meta, ki, sizeof ki);
-                fprintf(stderr, "  %s: %s\n", files.v[i], ki[0] ? ki : "(no job identity)");
-            }
-            rc = 2;
-            goto out;
-        }
-        /* one trace per rank */
-        for (size_t i = 0; i < files.n; i++)
-            for (size_t k = i + 1; k < files.n; k++)
-                if (srcs[i]->meta.rank >= 0 && srcs[i]->meta.rank == srcs[k]->meta.rank) {
-                    fprintf(stderr,
-                            "recomp-analyze: two traces of rank %d in one job: %s and %s "
-                            "(different processes or restarts of one rank; analyse one run "
-                            "at a time)\n",
-                            srcs[i]->meta.rank, files.v[i], files.v[k]);
-                    rc = 2;
-                    goto out;
-                }
+/* One job per analysis: the same job, run directory and attempt, one trace
+ * per rank. 0, or 2 with the files listed. */
+static int
+check_one_job(const run *r)
+{
+    char k0[256], ki[256];
+    const paths *f = &r->files;
+    am_job_key(&r->srcs[0]->meta, k0, sizeof k0);
+    int mixed = 0;
+    for (size_t i = 1; i < f->n; i++) {
+        am_job_key(&r->srcs[i]->meta, ki, sizeof ki);
+        if (strcmp(k0, ki) != 0)
+            mixed = 1;
     }
+    if (mixed) {
+        fprintf(stderr, "recomp-analyze: traces from different jobs, runs or attempts "
+                        "(job id, run directory, restart count); analyse one run at a "
+                        "time (point recomp-analyze at one run directory):\n");
+        for (size_t i = 0; i < f->n; i++) {
+            am_job_key(&r->srcs[i]->meta, ki, sizeof ki);
+            fprintf(stderr, "  %s: %s\n", f->v[i], ki[0] ? ki : "(no job identity)");
+        }
+        return 2;
+    }
+    for (size_t i = 0; i < f->n; i++)
+        for (size_t k = i + 1; k < f->n; k++)
+            if (r->srcs[i]->meta.rank >= 0 && r->srcs[i]->meta.rank == r->srcs[k]->meta.rank) {
+                fprintf(stderr,
+                        "recomp-analyze: two traces of rank %d in one job: %s and %s "
+                        "(different processes or restarts of one rank; analyse one run "
+                        "at a time)\n",
+                        r->srcs[i]->meta.rank, f->v[i], f->v[k]);
+                return 2;
+            }
+    return 0;
+}
 
-    am_opts opts = {iteration};
-    for (size_t i = 0; i < files.n; i++) {
-        if (want_rank >= 0 && srcs[i]->meta.rank != want_rank)
+/* Progress on stderr when it is a terminal (never otherwise): the rank being
+ * analysed and, every 2^20 events, how far it is; chains to a capture. */
+typedef struct progress {
+    int on;
+    size_t i, n;              /* rank i of n */
+    uint64_t events;
+    const char *path;
+    const am_observer *next;  /* the capture's observer, NULL none */
+} progress;
+
+/* Replace the progress line by what (NULL: clear it). */
+static void
+progress_line(const progress *p, const char *what)
+{
+    if (p->on)
+        fprintf(stderr, "\r\033[K%s%s", what ? "recomp-analyze: " : "", what ? what : "");
+}
+
+static void
+progress_event(void *ctx, const am_event *ev)
+{
+    progress *p = ctx;
+    if (p->next)
+        p->next->event(p->next->ctx, ev);
+    if ((++p->events & ((1u << 20) - 1)) == 0) {
+        char b[160];
+        snprintf(b, sizeof b, "rank %zu/%zu: %llu M events (%s)", p->i + 1, p->n,
+                 (unsigned long long)(p->events >> 20), p->path);
+        progress_line(p, b);
+    }
+}
+
+static void
+progress_counter(void *ctx, int level, uint64_t t_ns, uint64_t bytes)
+{
+    progress *p = ctx;
+    if (p->next)
+        p->next->counter(p->next->ctx, level, t_ns, bytes);
+}
+
+/* Analyse every selected rank (sources move into the ranks), sorted by
+ * rank. 0, 1 (no trace of --rank N), or 2. */
+static int
+analyze_ranks(run *r, const cli *o)
+{
+    char err[1024];
+    am_opts opts = {o->iteration, NULL};
+    am_job *j = &r->job;
+    if ((o->html || o->perfetto) && !(r->caps = calloc(r->files.n, sizeof *r->caps))) {
+        fprintf(stderr, "recomp-analyze: out of memory\n");
+        return 2;
+    }
+    progress pr = {isatty(STDERR_FILENO), 0, r->files.n, 0, NULL, NULL};
+    am_observer pobs = {&pr, progress_event, progress_counter};
+    for (size_t i = 0; i < r->files.n; i++) {
+        if (o->want_rank >= 0 && r->srcs[i]->meta.rank != o->want_rank)
             continue;
-        am_rank *r = &job.ranks[job.nranks];
-        if (am_analyze(srcs[i], &opts, r, err, sizeof err) < 0) {
+        am_rank *rk = &j->ranks[j->nranks];
+        am_observer obs;
+        if (r->caps) {
+            r->caps[i].path = r->srcs[i]->meta.path;
+            am_capture_observer(&r->caps[i], &obs);
+            opts.observe = &obs;
+        }
+        if (pr.on) {
+            char b[160];
+            pr.i = i;
+            pr.events = 0;
+            pr.path = r->srcs[i]->meta.path;
+            pr.next = r->caps ? &obs : NULL;
+            snprintf(b, sizeof b, "rank %zu/%zu (%s)", i + 1, r->files.n, pr.path);
+            progress_line(&pr, b);
+            opts.observe = &pobs;
+        }
+        int bad = am_analyze(r->srcs[i], &opts, rk, err, sizeof err) < 0;
+        progress_line(&pr, NULL);
+        if (r->caps)
+            am_capture_finish(&r->caps[i]);
+        r->srcs[i] = NULL; /* owned by the rank now */
+        if (!bad && rk->rank < 0)
+            rk->rank = (int)j->nranks;
+        j->nranks++;
+        if (bad) {
             fprintf(stderr, "recomp-analyze: %s\n", err);
-            srcs[i] = NULL; /* owned by r now */
-            job.nranks++;
-            rc = 2;
-            goto out;
-        }
-        srcs[i] = NULL;
-        if (r->rank < 0)
-            r->rank = (int)job.nranks;
-        job.nranks++;
-    }
-    if (!job.nranks) {
-        fprintf(stderr, "recomp-analyze: no trace of rank %d among %zu file(s)\n", want_rank,
-                files.n);
-        rc = 1;
-        goto out;
-    }
-    qsort(job.ranks, job.nranks, sizeof *job.ranks, rank_cmp);
-    /* --iteration K must name an iteration every analysed rank has */
-    if (iteration >= 0) {
-        int missing = 0;
-        for (size_t i = 0; i < job.nranks; i++) {
-            int found = 0;
-            for (size_t k = 0; k < job.ranks[i].niters; k++)
-                found |= job.ranks[i].iters[k].number == iteration;
-            missing |= !found;
-        }
-        if (missing) {
-            fprintf(stderr, "recomp-analyze: --iteration %d: no such iteration; iterations "
-                            "are numbered as the report prints them (ProfilerStep#N numbers "
-                            "when the trace has step markers, else from 0):\n",
-                    iteration);
-            for (size_t i = 0; i < job.nranks; i++) {
-                const am_rank *r = &job.ranks[i];
-                if (!r->niters)
-                    fprintf(stderr, "  rank %d: no iterations\n", r->rank);
-                else
-                    fprintf(stderr, "  rank %d: %d..%d (%zu iteration(s), %s)\n", r->rank,
-                            r->iters[0].number, r->iters[r->niters - 1].number, r->niters,
-                            r->has_step_markers ? "ProfilerStep numbers"
-                                                : "numbered from 0 by the "
-                                                  "forward/backward/optimizer cycle");
-            }
-            rc = 1;
-            goto out;
+            return 2;
         }
     }
-    job.rank_selected = want_rank >= 0;
-    job.rank_filter = want_rank;
-    job.nfiles = files.n;
-    am_job_finish(&job);
-    adv_verdict verdict;
-    memset(&verdict, 0, sizeof verdict);
-    if (advice) {
-        if (adv_run(&job, &aopts, &verdict, err, sizeof err) < 0) {
+    if (!j->nranks) {
+        fprintf(stderr, "recomp-analyze: no trace of rank %d among %zu file(s)\n", o->want_rank,
+                r->files.n);
+        return 1;
+    }
+    qsort(j->ranks, j->nranks, sizeof *j->ranks, rank_cmp);
+    return 0;
+}
+
+/* --iteration K must name an iteration every analysed rank has: 0, or 1 with
+ * the valid range per rank. */
+static int
+check_iteration(const am_job *j, int iteration)
+{
+    if (iteration < 0)
+        return 0;
+    int missing = 0;
+    for (size_t i = 0; i < j->nranks; i++) {
+        int found = 0;
+        for (size_t k = 0; k < j->ranks[i].niters; k++)
+            found |= j->ranks[i].iters[k].number == iteration;
+        missing |= !found;
+    }
+    if (!missing)
+        return 0;
+    fprintf(stderr, "recomp-analyze: --iteration %d: no such iteration; iterations "
+                    "are numbered as the report prints them (ProfilerStep#N numbers "
+                    "when the trace has step markers, else from 0):\n",
+            iteration);
+    for (size_t i = 0; i < j->nranks; i++) {
+        const am_rank *r = &j->ranks[i];
+        if (!r->niters)
+            fprintf(stderr, "  rank %d: no iterations\n", r->rank);
+        else
+            fprintf(stderr, "  rank %d: %d..%d (%zu iteration(s), %s)\n", r->rank,
+                    r->iters[0].number, r->iters[r->niters - 1].number, r->niters,
+                    r->has_step_markers ? "ProfilerStep numbers"
+                                        : "numbered from 0 by the "
+                                          "forward/backward/optimizer cycle");
+    }
+    return 1;
+}
+
+/* Everything up to the verdict for one run (the inputs that make it up).
+ * 0, or the exit code (1, 2). */
+static int
+load_run(char *const *in, int n, const cli *o, run *r)
+{
+    char err[1024];
+    int rc;
+    if ((rc = collect_files(in, n, &r->files)) || (rc = open_sources(r)) ||
+        (rc = check_one_job(r)) || (rc = analyze_ranks(r, o)) ||
+        (rc = check_iteration(&r->job, o->iteration)))
+        return rc;
+    r->job.rank_selected = o->want_rank >= 0;
+    r->job.rank_filter = o->want_rank;
+    r->job.nfiles = r->files.n;
+    am_job_finish(&r->job);
+    if (o->advice) {
+        if (isatty(STDERR_FILENO))
+            fprintf(stderr, "\r\033[Krecomp-analyze: recompute advisor (%zu ranks)",
+                    r->job.nranks);
+        int bad = adv_run(&r->job, &o->aopts, &r->verdict, err, sizeof err) < 0;
+        if (isatty(STDERR_FILENO))
+            fprintf(stderr, "\r\033[K");
+        if (bad) {
             fprintf(stderr, "recomp-analyze: advisor: %s\n", err);
-            rc = 2;
-            goto out;
+            return 2;
         }
-        job.verdict = &verdict;
+        r->have_verdict = 1;
+        r->job.verdict = &r->verdict;
     }
-    am_report_opts ro = {top, iteration};
-    if (json) {
-        if (am_report_json(stdout, &job, &ro) < 0) {
+    return 0;
+}
+
+static void
+run_free(run *r)
+{
+    if (r->have_verdict)
+        adv_verdict_free(&r->verdict);
+    for (size_t i = 0; i < r->job.nranks; i++)
+        am_rank_free(&r->job.ranks[i]);
+    for (size_t i = 0; i < r->files.n; i++) {
+        if (r->srcs)
+            am_source_close(r->srcs[i]);
+        free(r->files.v[i]);
+    }
+    free(r->files.v);
+    free(r->srcs);
+    free(r->job.ranks);
+    if (r->caps)
+        for (size_t i = 0; i < r->files.n; i++)
+            am_capture_free(&r->caps[i]);
+    free(r->caps);
+}
+
+/* What a report file needs (write_file's writers). */
+typedef struct out_args {
+    const run *r;
+    const am_report_opts *ro;
+    const am_comparison *cmp;
+    char *const *sections;    /* compare --html: each run's section, NULL none */
+} out_args;
+
+/* --OPTION FILE through writer(f) (-1: write error). 0, or 2 with a message. */
+static int
+write_file(const char *option, const char *path, int (*writer)(FILE *, const out_args *),
+           const out_args *a)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "recomp-analyze: --%s %s: cannot create: %s\n", option, path,
+                strerror(errno));
+        return 2;
+    }
+    int bad = writer(f, a) < 0 || ferror(f);
+    if (fclose(f) != 0 || bad) {
+        fprintf(stderr, "recomp-analyze: --%s %s: write failed\n", option, path);
+        return 2;
+    }
+    return 0;
+}
+
+static int
+md_job(FILE *f, const out_args *a)
+{
+    am_report_markdown(f, &a->r->job, a->ro);
+    return 0;
+}
+
+static int
+html_job(FILE *f, const out_args *a)
+{
+    return am_report_html(f, &a->r->job, a->r->caps, a->r->files.n, a->ro);
+}
+
+static int
+perfetto_job(FILE *f, const out_args *a)
+{
+    return am_report_perfetto(f, &a->r->job, a->r->caps, a->r->files.n);
+}
+
+/* recomp-analyze TRACE...|DIR: reports of one run, then its gates. */
+static int
+main_analyze(const cli *o)
+{
+    run r = {0};
+    int rc = load_run(o->inputs, o->ninputs, o, &r);
+    if (rc)
+        goto out;
+    am_report_opts ro = {o->top, o->iteration, o->all_ranks};
+    if (o->json) {
+        if (am_report_json(stdout, &r.job, &ro) < 0) {
             fprintf(stderr, "recomp-analyze: cannot write the JSON document\n");
             rc = 2;
         }
     } else {
-        am_report_text(stdout, &job, &ro);
+        am_report_text(stdout, &r.job, &ro);
     }
     if (fflush(stdout) != 0)
         rc = 2;
-    adv_verdict_free(&verdict);
-out:
-    for (size_t i = 0; i < job.nranks; i++)
-        am_rank_free(&job.ranks[i]);
-    for (size_t i = 0; i < files.n; i++) {
-        am_source_close(srcs[i]);
-        free(files.v[i]);
+    out_args oa = {&r, &ro, NULL, NULL};
+    if (!rc && o->markdown)
+        rc = write_file("markdown", o->markdown, md_job, &oa);
+    if (!rc && o->html)
+        rc = write_file("html", o->html, html_job, &oa);
+    if (!rc && o->perfetto)
+        rc = write_file("perfetto", o->perfetto, perfetto_job, &oa);
+    if (!rc && o->gates.n) {
+        am_runsum s;
+        am_runsum_fill(&s, o->ninputs == 1 ? o->inputs[0] : "the run", &r.job,
+                       r.have_verdict ? &r.verdict : NULL, o->aopts.config);
+        if (am_gates_eval(&o->gates, NULL, &s, 1, stderr) > 0)
+            rc = 3;
     }
-    free(files.v);
-    free(srcs);
-    free(job.ranks);
+out:
+    run_free(&r);
+    return rc;
+}
+
+static int
+md_compare(FILE *f, const out_args *a)
+{
+    am_compare_markdown(f, a->cmp);
+    return 0;
+}
+
+static int
+html_compare(FILE *f, const out_args *a)
+{
+    am_compare_html(f, a->cmp, a->sections);
+    return 0;
+}
+
+/* Run i's section of the comparison page: its hot rank's timeline. */
+static char *
+run_section(const run *r, size_t i, const char *label)
+{
+    char *buf = NULL, title[512];
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    snprintf(title, sizeof title, "run %zu: %s (hot rank %d)", i, label,
+             r->job.hot >= 0 ? r->job.ranks[r->job.hot].rank : -1);
+    am_html_hot_timeline(f, &r->job, r->caps, r->files.n, title);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* recomp-analyze compare CONTROL CANDIDATE...: each argument one run. */
+static int
+main_compare(const cli *o)
+{
+    am_comparison cmp = {0};
+    int rc = 0;
+    cmp.n = (size_t)o->ninputs;
+    cmp.runs = calloc(cmp.n, sizeof *cmp.runs);
+    if (!cmp.runs) {
+        fprintf(stderr, "recomp-analyze: out of memory\n");
+        return 2;
+    }
+    char **sections = o->html ? calloc(cmp.n, sizeof *sections) : NULL;
+    for (size_t i = 0; i < cmp.n && !rc; i++) {
+        run r = {0};
+        rc = load_run(&o->inputs[i], 1, o, &r);
+        if (!rc) {
+            am_runsum_fill(&cmp.runs[i], o->inputs[i], &r.job, r.have_verdict ? &r.verdict : NULL,
+                           o->aopts.config);
+            if (sections)
+                sections[i] = run_section(&r, i, o->inputs[i]);
+        } else
+            fprintf(stderr, "recomp-analyze: compare: run %s could not be analysed\n",
+                    o->inputs[i]);
+        run_free(&r);
+    }
+    if (!rc) {
+        if (o->json)
+            rc = am_compare_json(stdout, &cmp) < 0 ? 2 : 0;
+        else
+            am_compare_text(stdout, &cmp);
+        if (fflush(stdout) != 0)
+            rc = 2;
+    }
+    out_args oa = {NULL, NULL, &cmp, sections};
+    if (!rc && o->markdown)
+        rc = write_file("markdown", o->markdown, md_compare, &oa);
+    if (!rc && o->html)
+        rc = write_file("html", o->html, html_compare, &oa);
+    for (size_t i = 0; sections && i < cmp.n; i++)
+        free(sections[i]);
+    free(sections);
+    if (!rc && o->gates.n && am_gates_eval(&o->gates, &cmp.runs[0], cmp.runs + 1, cmp.n - 1,
+                                           stderr) > 0)
+        rc = 3;
+    am_comparison_free(&cmp);
+    return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+    cli o = {.want_rank = -1, .iteration = -1, .top = -1, .advice = 1}; /* top -1: the report's default */
+    o.aopts.headroom = (uint64_t)2 << 30;
+    int rc = parse_args(argc, argv, &o);
+    if (rc < 0)
+        rc = o.compare ? main_compare(&o) : main_analyze(&o);
+    am_gates_free(&o.gates);
     return rc;
 }

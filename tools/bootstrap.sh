@@ -37,6 +37,24 @@ if [ ${#need[@]} -gt 0 ]; then
     fi
 fi
 
+# Optional: Debian's Chromium renders the --html report in its test
+# (tests/report/test_html.py); that test SKIPs, visibly, when it is missing,
+# so a failed install does not stop the build.
+if ! have_cmd chromium && [ "${RECOMP_NO_CHROMIUM:-0}" != 1 ]; then
+    say "installing: chromium (optional, for the HTML report test)"
+    if [ "$(id -u)" = 0 ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >&2 ||
+            { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+                  --no-install-recommends chromium >&2; } ||
+            say "chromium could not be installed: the HTML render test will be skipped"
+    elif have_cmd sudo && sudo -n true 2>/dev/null; then
+        sudo -n DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            chromium >&2 || say "chromium could not be installed: the HTML render test will be skipped"
+    else
+        say "chromium missing and no root: the HTML render test will be skipped"
+    fi
+fi
+
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 if [ ! -f "$cuda/include/cuda_runtime_api.h" ] || [ ! -f "$cuda/include/nvtx3/nvToolsExt.h" ]; then
     say "CUDA toolkit headers not found under $cuda/include (need cuda_runtime_api.h and nvtx3/)."

@@ -168,9 +168,19 @@ typedef struct am_rank {
     size_t nnotes;
 } am_rank;
 
+/* An observer of an analysis' first pass (capture.c: --perfetto, --html):
+ * every event in time order, and every change of a level's counter (the
+ * value the peaks are taken from, so the observer sees the peak exactly). */
+typedef struct am_observer {
+    void *ctx;
+    void (*event)(void *ctx, const am_event *ev);
+    void (*counter)(void *ctx, int level, uint64_t t_ns, uint64_t bytes);
+} am_observer;
+
 /* Options of an analysis. */
 typedef struct am_opts {
     int iteration;            /* --iteration K or -1 */
+    const am_observer *observe; /* NULL none */
 } am_opts;
 
 /* Analyse one source (two streaming passes). Fills *out (caller zeroes it);

@@ -356,6 +356,9 @@ count_level(sweep *s, int level, const am_event *ev)
         s->counter[level] = ev->total_allocated;
     else
         s->counter[level] = s->live[level].bytes;
+    const am_observer *o = s->opts->observe;
+    if (o && s->pass == 1)
+        o->counter(o->ctx, level, ev->t_ns, s->counter[level]);
 }
 
 static void
@@ -535,10 +538,7 @@ on_free(sweep *s, const am_event *ev)
             if (l == AM_L_DEVICE)
                 s->by_lib[old.lib] -= old.size;
         }
-        if (l == AM_L_TENSOR && ev->has_totals)
-            s->counter[l] = ev->total_allocated;
-        else
-            s->counter[l] = s->live[l].bytes;
+        count_level(s, l, ev);
     }
     if (!found && s->pass == 1 && ev->mem == AM_MEM_DEVICE)
         s->out->nunmatched_frees++;
@@ -550,6 +550,8 @@ static int
 on_event(sweep *s, const am_event *ev)
 {
     s->seq++;
+    if (s->opts->observe && s->pass == 1)
+        s->opts->observe->event(s->opts->observe->ctx, ev);
     size_t niters_before = s->out->niters;
     uint8_t phase_before = s->tl.phase;
     if (tl_event(&s->tl, ev) < 0)

@@ -189,21 +189,11 @@ oom(yajl_gen g, const am_rank *r)
     yajl_gen_map_close(g);
 }
 
+/* ranks[].coverage: what part of the run the trace holds. */
 static void
-rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
+rank_coverage(yajl_gen g, const am_rank *r)
 {
     const am_meta *m = &r->src->meta;
-    int level = r->peak[AM_L_TENSOR].known ? AM_L_TENSOR : AM_L_DEVICE;
-    yajl_gen_map_open(g);
-    K(g, "rank"); I(g, r->rank);
-    K(g, "path"); S(g, m->path);
-    K(g, "host"); S(g, m->host);
-    K(g, "pid"); I(g, m->pid);
-    K(g, "world_size"); I(g, m->world_size);
-    K(g, "format"); S(g, m->format);
-    K(g, "mode"); S(g, m->mode);
-    K(g, "closed"); B(g, m->closed);
-    K(g, "coverage");
     yajl_gen_map_open(g);
     K(g, "status"); S(g, r->coverage.status);
     K(g, "complete"); B(g, r->coverage.complete);
@@ -231,6 +221,13 @@ rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
         N(g);
     }
     yajl_gen_map_close(g);
+}
+
+/* ranks[].level, levels, peak (+ peak_note), device_peak. */
+static void
+rank_peaks(yajl_gen g, const am_rank *r)
+{
+    int level = r->peak[AM_L_TENSOR].known ? AM_L_TENSOR : AM_L_DEVICE;
     K(g, "level"); S(g, level == AM_L_TENSOR ? "tensor" : "device");
     K(g, "levels");
     yajl_gen_map_open(g);
@@ -249,7 +246,13 @@ rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
     }
     K(g, "device_peak");
     if (level == AM_L_TENSOR) peak(g, r, &r->peak[AM_L_DEVICE], AM_L_DEVICE); else N(g);
-    K(g, "hot"); B(g, j->hot >= 0 && &j->ranks[j->hot] == r);
+}
+
+/* ranks[].device, pipeline, layer_numbering, layer_signal. */
+static void
+rank_device_and_layout(yajl_gen g, const am_rank *r)
+{
+    const am_meta *m = &r->src->meta;
     K(g, "device");
     yajl_gen_map_open(g);
     K(g, "capacity_bytes");
@@ -271,43 +274,54 @@ rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
     K(g, "layer_signal");
     S(g, r->layer_signal == 1 ? "megatron_ranges" : r->layer_signal == 2 ? "te_attention"
                                                                           : "none");
+}
+
+/* One ranks[].iterations[] object. */
+static void
+iteration(yajl_gen g, const am_rank *r, const am_iteration *it)
+{
+    yajl_gen_map_open(g);
+    K(g, "iteration"); I(g, it->number);
+    K(g, "start_ns"); u64(g, it->start_ns);
+    K(g, "end_ns"); u64(g, it->end_ns);
+    K(g, "microbatches"); I(g, it->microbatches);
+    K(g, "peak_bytes");
+    yajl_gen_map_open(g);
+    for (int l = AM_L_TENSOR; l >= AM_L_DEVICE; l--) {
+        K(g, l == AM_L_TENSOR ? "tensor" : "device");
+        if (r->peak[l].known) u64(g, it->peak[l]); else N(g);
+    }
+    yajl_gen_map_close(g);
+    K(g, "peak_held_from_before");
+    yajl_gen_map_open(g);
+    for (int l = AM_L_TENSOR; l >= AM_L_DEVICE; l--) {
+        K(g, l == AM_L_TENSOR ? "tensor" : "device");
+        if (r->peak[l].known) B(g, it->peak_carried[l]); else N(g);
+    }
+    yajl_gen_map_close(g);
+    K(g, "phases");
+    yajl_gen_array_open(g);
+    for (size_t k = 0; k < it->nphases; k++) {
+        yajl_gen_map_open(g);
+        K(g, "phase"); S(g, am_phase_name(it->phases[k].phase));
+        K(g, "start_ns"); u64(g, it->phases[k].start_ns);
+        K(g, "end_ns"); u64(g, it->phases[k].end_ns);
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+    yajl_gen_map_close(g);
+}
+
+/* ranks[].init_end_ns, iteration_source, iterations, steady_state. */
+static void
+rank_iterations(yajl_gen g, const am_rank *r)
+{
     K(g, "init_end_ns"); u64(g, r->init_end_ns);
     K(g, "iteration_source"); S(g, r->has_step_markers ? "markers" : "cycle");
     K(g, "iterations");
     yajl_gen_array_open(g);
-    for (size_t i = 0; i < r->niters; i++) {
-        const am_iteration *it = &r->iters[i];
-        yajl_gen_map_open(g);
-        K(g, "iteration"); I(g, it->number);
-        K(g, "start_ns"); u64(g, it->start_ns);
-        K(g, "end_ns"); u64(g, it->end_ns);
-        K(g, "microbatches"); I(g, it->microbatches);
-        K(g, "peak_bytes");
-        yajl_gen_map_open(g);
-        for (int l = AM_L_TENSOR; l >= AM_L_DEVICE; l--) {
-            K(g, l == AM_L_TENSOR ? "tensor" : "device");
-            if (r->peak[l].known) u64(g, it->peak[l]); else N(g);
-        }
-        yajl_gen_map_close(g);
-        K(g, "peak_held_from_before");
-        yajl_gen_map_open(g);
-        for (int l = AM_L_TENSOR; l >= AM_L_DEVICE; l--) {
-            K(g, l == AM_L_TENSOR ? "tensor" : "device");
-            if (r->peak[l].known) B(g, it->peak_carried[l]); else N(g);
-        }
-        yajl_gen_map_close(g);
-        K(g, "phases");
-        yajl_gen_array_open(g);
-        for (size_t k = 0; k < it->nphases; k++) {
-            yajl_gen_map_open(g);
-            K(g, "phase"); S(g, am_phase_name(it->phases[k].phase));
-            K(g, "start_ns"); u64(g, it->phases[k].start_ns);
-            K(g, "end_ns"); u64(g, it->phases[k].end_ns);
-            yajl_gen_map_close(g);
-        }
-        yajl_gen_array_close(g);
-        yajl_gen_map_close(g);
-    }
+    for (size_t i = 0; i < r->niters; i++)
+        iteration(g, r, &r->iters[i]);
     yajl_gen_array_close(g);
     K(g, "steady_state");
     yajl_gen_map_open(g);
@@ -315,6 +329,12 @@ rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
     K(g, "reason"); S(g, r->steady_reason ? r->steady_reason : "");
     K(g, "optimizer_state_init_iteration"); iter_or_null(g, r->opt_init_iteration);
     yajl_gen_map_close(g);
+}
+
+/* ranks[].oom, oom_count, alloc_retries, iteration_peak (--iteration K). */
+static void
+rank_failures(yajl_gen g, const am_rank *r, const am_report_opts *o)
+{
     K(g, "oom"); oom(g, r);
     K(g, "oom_count"); u64(g, r->noom_fatal);
     K(g, "alloc_retries");
@@ -338,6 +358,28 @@ rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
         }
         yajl_gen_map_close(g);
     }
+}
+
+/* One ranks[] object (docs/json-schema.md), in the schema's field order. */
+static void
+rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
+{
+    const am_meta *m = &r->src->meta;
+    yajl_gen_map_open(g);
+    K(g, "rank"); I(g, r->rank);
+    K(g, "path"); S(g, m->path);
+    K(g, "host"); S(g, m->host);
+    K(g, "pid"); I(g, m->pid);
+    K(g, "world_size"); I(g, m->world_size);
+    K(g, "format"); S(g, m->format);
+    K(g, "mode"); S(g, m->mode);
+    K(g, "closed"); B(g, m->closed);
+    K(g, "coverage"); rank_coverage(g, r);
+    rank_peaks(g, r);
+    K(g, "hot"); B(g, j->hot >= 0 && &j->ranks[j->hot] == r);
+    rank_device_and_layout(g, r);
+    rank_iterations(g, r);
+    rank_failures(g, r, o);
     K(g, "events"); u64(g, r->nevents);
     K(g, "warnings");
     yajl_gen_array_open(g);

@@ -1,9 +1,15 @@
-/* report_text.c: the terminal report (per rank: peaks at both levels,
- * phase, top contributors, OOM details; the hot rank). */
+/* report_text.c: the terminal report. Default (grouped): the verdict
+ * first, one line per pipeline stage (ranks grouped, report_groups.c), the
+ * hot rank and the ranks that differ in detail, the advisor's evidence for
+ * the hot rank, each warning once, a legend. --ranks all: every rank in full
+ * (peaks at both levels, phase, top contributors, OOM details), the hot rank
+ * and the advisor's whole block. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "advisor.h"
 #include "advisor_report.h"
 #include "report.h"
 
@@ -90,9 +96,54 @@ print_peak(FILE *f, const am_rank *r, const am_peak *p, const char *label, int t
     print_groups(f, r, p->groups, p->ngroups, top, "      ");
 }
 
+/* The full listing's OOM block: request, state, ranges, native stack, live set. */
 static void
-print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o)
+print_oom(FILE *f, const am_rank *r, const am_meta *m, int top)
 {
+    char b[32];
+    const am_oom *x = r->oom;
+    fprintf(f, "  OOM: %s requested at %.3f s", am_fmt_bytes(x->requested, b, sizeof b),
+            (double)x->t_ns / 1e9);
+    if (x->iteration >= 0)
+        fprintf(f, ", iteration %d", x->iteration);
+    fprintf(f, ", phase %s, caller %s", am_phase_name(x->phase), am_lib_name(x->lib));
+    if (x->total_bytes)
+        fprintf(f, ", free %s of %s", am_fmt_bytes(x->free_bytes, b, sizeof b),
+                am_fmt_bytes(x->total_bytes, (char[32]){0}, 32));
+    fprintf(f, " (%zu fatal OOM(s))\n", r->noom_fatal);
+    if (x->past_limit)
+        fprintf(f, "    NOTE: recorded %.3f s after the byte limit stopped recording: the "
+                   "iteration, phase and live set here are those of the last recorded "
+                   "event, not of the OOM; what ran in between is missing\n",
+                (double)(x->t_ns - m->limit_ns) / 1e9);
+    int olow = (r->levels & AM_LVL_TENSOR) && x->live[AM_L_DEVICE] < x->live[AM_L_TENSOR];
+    fprintf(f, "    live then: device %s%s", olow ? "at least " : "",
+            am_fmt_bytes(x->live[AM_L_DEVICE], b, sizeof b));
+    if (r->levels & AM_LVL_TENSOR)
+        fprintf(f, ", tensor %s", am_fmt_bytes(x->live[AM_L_TENSOR], b, sizeof b));
+    if (olow)
+        fprintf(f, " (device below tensor is impossible for a complete record: device "
+                   "memory outside the recorded part is missing)");
+    fputc('\n', f);
+    if (x->where[0])
+        fprintf(f, "    ranges: %s\n", x->where);
+    if (x->nframes || x->shim_frames)
+        fprintf(f, "    native stack (innermost first%s):\n",
+                x->shim_frames ? "; the profiler's own frames hidden" : "");
+    for (size_t i = 0; i < x->nframes && i < 16; i++)
+        fprintf(f, "    #%zu %s\n", i, x->frames[i]);
+    fprintf(f, "    live at the OOM (device level; phase of allocation x boundary x "
+               "layer%s):\n",
+            r->by_site ? " x allocating function" : "");
+    print_groups(f, r, x->groups, x->ngroups, top, "      ");
+}
+
+static void
+print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o_)
+{
+    am_report_opts oo = *o_, *o = &oo;
+    if (o->top < 0)
+        o->top = 12; /* the full listing's default */
     const am_meta *m = &r->src->meta;
     char b[32];
     fprintf(f, "rank %d  (%s, host %s, pid ", r->rank, m->path, m->host[0] ? m->host : "?");
@@ -151,43 +202,8 @@ print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o)
                    "its cache (first: %s in iteration %d, %s)\n",
                 r->nretries, am_fmt_bytes(r->retries[0].size, b, sizeof b),
                 r->retries[0].iteration, am_phase_name(r->retries[0].phase));
-    if (r->oom) {
-        const am_oom *x = r->oom;
-        fprintf(f, "  OOM: %s requested at %.3f s", am_fmt_bytes(x->requested, b, sizeof b),
-                (double)x->t_ns / 1e9);
-        if (x->iteration >= 0)
-            fprintf(f, ", iteration %d", x->iteration);
-        fprintf(f, ", phase %s, caller %s", am_phase_name(x->phase), am_lib_name(x->lib));
-        if (x->total_bytes)
-            fprintf(f, ", free %s of %s", am_fmt_bytes(x->free_bytes, b, sizeof b),
-                    am_fmt_bytes(x->total_bytes, (char[32]){0}, 32));
-        fprintf(f, " (%zu fatal OOM(s))\n", r->noom_fatal);
-        if (x->past_limit)
-            fprintf(f, "    NOTE: recorded %.3f s after the byte limit stopped recording: the "
-                       "iteration, phase and live set here are those of the last recorded "
-                       "event, not of the OOM; what ran in between is missing\n",
-                    (double)(x->t_ns - m->limit_ns) / 1e9);
-        int olow = (r->levels & AM_LVL_TENSOR) && x->live[AM_L_DEVICE] < x->live[AM_L_TENSOR];
-        fprintf(f, "    live then: device %s%s", olow ? "at least " : "",
-                am_fmt_bytes(x->live[AM_L_DEVICE], b, sizeof b));
-        if (r->levels & AM_LVL_TENSOR)
-            fprintf(f, ", tensor %s", am_fmt_bytes(x->live[AM_L_TENSOR], b, sizeof b));
-        if (olow)
-            fprintf(f, " (device below tensor is impossible for a complete record: device "
-                       "memory outside the recorded part is missing)");
-        fputc('\n', f);
-        if (x->where[0])
-            fprintf(f, "    ranges: %s\n", x->where);
-        if (x->nframes || x->shim_frames)
-            fprintf(f, "    native stack (innermost first%s):\n",
-                    x->shim_frames ? "; the profiler's own frames hidden" : "");
-        for (size_t i = 0; i < x->nframes && i < 16; i++)
-            fprintf(f, "    #%zu %s\n", i, x->frames[i]);
-        fprintf(f, "    live at the OOM (device level; phase of allocation x boundary x "
-                   "layer%s):\n",
-                r->by_site ? " x allocating function" : "");
-        print_groups(f, r, x->groups, x->ngroups, o->top, "      ");
-    }
+    if (r->oom)
+        print_oom(f, r, m, o->top);
     for (size_t i = 0; i < m->nwarnings; i++)
         fprintf(f, "  warning: %s\n", m->warnings[i]);
     for (size_t i = 0; i < r->nnotes; i++)
@@ -195,8 +211,9 @@ print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o)
     (void)j;
 }
 
-void
-am_report_text(FILE *f, const am_job *j, const am_report_opts *o)
+/* --ranks all: every rank in full, the hot rank, the advisor's block. */
+static void
+report_full(FILE *f, const am_job *j, const am_report_opts *o)
 {
     char b[32], b2[32];
     fprintf(f, "recomp-analyze: %zu rank(s)%s%s", j->nranks, j->id[0] ? ", job " : "", j->id);
@@ -226,4 +243,274 @@ am_report_text(FILE *f, const am_job *j, const am_report_opts *o)
         adv_report_text(f, j->verdict);
     else
         fprintf(f, "verdict: none (the recompute advisor was not run)\n");
+}
+
+#define GB(x) am_fmt_bytes((x), (char[32]){0}, 32)
+
+/* The verdict, the change and why: the report's first lines. */
+static void
+verdict_head(FILE *f, const am_job *j)
+{
+    const adv_verdict *v = j->verdict;
+    if (!v) {
+        fprintf(f, "verdict: none (the recompute advisor was not run)\n");
+        return;
+    }
+    fprintf(f, "verdict: %s\n", v->code[0] ? v->code : "n/a");
+    fprintf(f, "change: %s\n", v->change[0] ? v->change : "none");
+    if (v->why[0])
+        fprintf(f, "why: %s\n", v->why);
+}
+
+/* One line per group of ranks (stage, outcome, peak band). */
+static void
+stage_lines(FILE *f, const am_job *j, const am_rank_group *g, size_t ng)
+{
+    char list[512];
+    fprintf(f, "ranks by pipeline stage (same stage and outcome, %s-level peak within %.0f%%):\n",
+            j->hot_level == AM_L_TENSOR ? "tensor" : "device", AM_GROUP_TOL_PCT);
+    for (size_t k = 0; k < ng; k++) {
+        const am_rank_group *x = &g[k];
+        if (x->stage >= 0)
+            fprintf(f, "  stage %d: ", x->stage);
+        else
+            fprintf(f, "  ");
+        fprintf(f, "rank%s %s", x->n > 1 ? "s" : "", am_rank_list(j, x, list, sizeof list));
+        static const char *const lv[AM_NLEVELS] = {"device", "tensor"};
+        for (int l = AM_L_TENSOR; l >= AM_L_DEVICE; l--) {
+            if (!x->known[l]) {
+                fprintf(f, ", %s peak n/a", lv[l]);
+                continue;
+            }
+            fprintf(f, ", %s peak %s", lv[l], GB(x->lo[l]));
+            if (x->hi[l] != x->lo[l])
+                fprintf(f, "-%s", GB(x->hi[l]));
+        }
+        const am_rank *r0 = &j->ranks[x->idx[0]];
+        if (x->oom && r0->oom)
+            fprintf(f, ", OOM (rank %d: iteration %d, %s)", r0->rank, r0->oom->iteration,
+                    am_phase_name(r0->oom->phase));
+        fprintf(f, "%s\n", x->majority ? "" : "  <- differs");
+    }
+}
+
+/* One peak on one line: size, when, phase, what set it. */
+static void
+peak_line(FILE *f, const am_rank *r, int level)
+{
+    /* level + AM_NLEVELS: the --iteration K peak at that level */
+    const am_peak *p = level < AM_NLEVELS ? &r->peak[level] : &r->iter_peak[level - AM_NLEVELS];
+    level %= AM_NLEVELS;
+    const char *name = level == AM_L_TENSOR ? "tensor" : "device";
+    if (!p->known) {
+        fprintf(f, "  %s-level peak: n/a (%s)\n", name, p->reason ? p->reason : "unknown");
+        return;
+    }
+    fprintf(f, "  %s-level peak: %s%s at %.3f s, ", name,
+            level == AM_L_DEVICE && r->device_lower_bound ? "at least " : "", GB(p->bytes),
+            (double)p->time_ns / 1e9);
+    if (p->iteration >= 0)
+        fprintf(f, "iteration %d", p->iteration);
+    else
+        fprintf(f, "before the first iteration");
+    fprintf(f, ", phase %s", am_phase_name(p->phase));
+    if (p->setter.pretrace)
+        fprintf(f, "; set by memory reserved before the trace\n");
+    else
+        fprintf(f, "; set by a %s allocation (%s / %s)\n", GB(p->setter.size),
+                am_phase_name(p->setter.attr.phase), am_boundary_name(p->setter.attr.boundary));
+}
+
+/* A rank in brief: peaks, the OOM, coverage; contributors when top > 0. */
+static void
+rank_brief(FILE *f, const am_rank *r, int top)
+{
+    fprintf(f, "rank %d (%s)", r->rank, r->path);
+    if (r->pp > 1)
+        fprintf(f, ", pipeline stage %d of %d", r->stage, r->pp);
+    fputc('\n', f);
+    if (!r->coverage.complete)
+        fprintf(f, "  COVERAGE: INCOMPLETE, %s\n", r->coverage.summary);
+    peak_line(f, r, AM_L_TENSOR);
+    peak_line(f, r, AM_L_DEVICE);
+    if (r->iter_selected >= 0) {
+        fprintf(f, "  iteration %d:\n", r->iter_selected);
+        peak_line(f, r, AM_L_TENSOR + AM_NLEVELS);
+        peak_line(f, r, AM_L_DEVICE + AM_NLEVELS);
+    }
+    int l = r->peak[AM_L_TENSOR].known ? AM_L_TENSOR : AM_L_DEVICE;
+    if (top > 0 && r->peak[l].known) {
+        fprintf(f, "  live at the %s-level peak:\n", l == AM_L_TENSOR ? "tensor" : "device");
+        print_groups(f, r, r->peak[l].groups, r->peak[l].ngroups, top, "    ");
+    }
+    if (r->oom) {
+        const am_oom *x = r->oom;
+        fprintf(f, "  OOM: %s requested at %.3f s, iteration %d, phase %s; live device %s",
+                GB(x->requested), (double)x->t_ns / 1e9, x->iteration, am_phase_name(x->phase),
+                GB(x->live[AM_L_DEVICE]));
+        if (r->levels & AM_LVL_TENSOR)
+            fprintf(f, ", tensor %s", GB(x->live[AM_L_TENSOR]));
+        fputc('\n', f);
+        if (x->where[0])
+            fprintf(f, "    ranges: %s\n", x->where);
+    }
+}
+
+/* The hot rank in detail, then one rank of each group that differs from its
+ * stage (at most max_differ; the rest counted). */
+static void
+details(FILE *f, const am_job *j, const am_rank_group *g, size_t ng, int top)
+{
+    if (j->hot >= 0) {
+        fprintf(f, "\nhot ");
+        rank_brief(f, &j->ranks[j->hot], top);
+        if (j->nranks > 1)
+            fprintf(f, "  spread: lowest rank peak %s, %s below the hot rank\n", GB(j->min_peak),
+                    GB(j->max_peak - j->min_peak));
+    }
+    enum { max_differ = 3 };
+    size_t shown = 0, more = 0;
+    for (size_t k = 0; k < ng; k++) {
+        if (g[k].majority)
+            continue;
+        size_t i = g[k].idx[0];
+        if ((int)i == j->hot)
+            continue;
+        if (shown == max_differ) {
+            more++;
+            continue;
+        }
+        fprintf(f, "\ndiffers from its stage: ");
+        rank_brief(f, &j->ranks[i], 0);
+        shown++;
+    }
+    if (more)
+        fprintf(f, "\n... %zu more group(s) differ (--ranks all lists every rank)\n", more);
+}
+
+/* The advisor's evidence for the hot rank (the whole block: --ranks all). */
+static void
+advisor_brief(FILE *f, const am_job *j)
+{
+    const adv_verdict *v = j->verdict;
+    if (!v)
+        return;
+    fprintf(f, "\nrecompute advisor (configuration: %s)\n",
+            v->cfg.megatron ? v->cfg.source : "not Megatron");
+    if (v->cfg.unknown[0])
+        fprintf(f, "  unknown settings: %s\n", v->cfg.unknown);
+    if (v->level_note[0])
+        fprintf(f, "  note: %s\n", v->level_note);
+    size_t tight = 0;
+    long long tmargin = 0;
+    for (size_t i = 0; i < v->nranks; i++) {
+        long long m = (long long)v->budget[i] - (long long)v->predicted[i];
+        if (!i || m < tmargin) {
+            tight = i;
+            tmargin = m;
+        }
+    }
+    if (v->nranks) {
+        long long m = tmargin;
+        fprintf(f, "  tightest rank %d: budget %s (capacity %s - outside PyTorch %s - cache %s "
+                   "- headroom %s), peak now %s, projected %s, margin %s%s\n",
+                v->rank_id[tight], GB(v->budget[tight]), GB(v->capacity[tight]),
+                GB(v->outside[tight]), GB(v->cache[tight]), GB(v->headroom),
+                GB(v->baseline[tight]), GB(v->predicted[tight]), m < 0 ? "-" : "",
+                GB((uint64_t)(m < 0 ? -m : m)));
+    }
+    for (size_t k = 0; k < v->nfindings; k++)
+        fprintf(f, "  finding %s (%s): %s\n", v->findings[k].code, v->findings[k].subtype,
+                v->findings[k].evidence);
+    if (v->ncands) {
+        fprintf(f, "  candidates (max projected peak, replay cost, effect):");
+        for (size_t k = 0; k < v->ncands; k++) {
+            const adv_cand *c = &v->cands[k];
+            fprintf(f, "%s%s%s%s %s %.1f%% %s%s", k ? ";" : "", k % 3 ? " " : "\n    ",
+                    (int)k == v->chosen ? "*" : "", c->name, GB(c->max_peak), 100 * c->cost,
+                    adv_effect_name(c->effect), c->valid ? "" : " (invalid)");
+        }
+        fputc('\n', f);
+    }
+    if (v->confirm[0])
+        fprintf(f, "  confirm: %s\n", v->confirm);
+}
+
+/* Each distinct warning and note once, with the ranks that have it. */
+static void
+warnings_once(FILE *f, const am_job *j)
+{
+    int any = 0;
+    for (size_t i = 0; i < j->nranks; i++) {
+        const am_rank *r = &j->ranks[i];
+        size_t nw = r->src->meta.nwarnings;
+        for (size_t w = 0; w < nw + r->nnotes; w++) {
+            const char *s = w < nw ? r->src->meta.warnings[w] : r->notes[w - nw];
+            int before = 0; /* printed already for an earlier rank? */
+            for (size_t p = 0; p < i && !before; p++) {
+                const am_rank *q = &j->ranks[p];
+                for (size_t k = 0; k < q->src->meta.nwarnings && !before; k++)
+                    before = strcmp(q->src->meta.warnings[k], s) == 0;
+                for (size_t k = 0; k < q->nnotes && !before; k++)
+                    before = strcmp(q->notes[k], s) == 0;
+            }
+            if (before)
+                continue;
+            if (!any++)
+                fputc('\n', f);
+            size_t count = 0;
+            for (size_t p = i; p < j->nranks; p++) {
+                const am_rank *q = &j->ranks[p];
+                int has = 0;
+                for (size_t k = 0; k < q->src->meta.nwarnings && !has; k++)
+                    has = strcmp(q->src->meta.warnings[k], s) == 0;
+                for (size_t k = 0; k < q->nnotes && !has; k++)
+                    has = strcmp(q->notes[k], s) == 0;
+                count += (size_t)has;
+            }
+            if (count > 1)
+                fprintf(f, "%s: %s (%zu ranks, first rank %d)\n", w < nw ? "warning" : "note", s,
+                        count, r->rank);
+            else
+                fprintf(f, "%s: %s (rank %d)\n", w < nw ? "warning" : "note", s, r->rank);
+        }
+    }
+}
+
+static void
+legend(FILE *f)
+{
+    fprintf(f, "\nlegend: verdict R:... a recompute setting that fits every rank; X:... recompute "
+               "cannot help (the cause named); OK:FITS fits as it runs. Peaks: tensor = PyTorch "
+               "allocated; device = cudaMalloc segments + memory outside PyTorch; projected = "
+               "the advisor's counterfactual peak with the change. --ranks all: every rank in "
+               "full.\n");
+}
+
+void
+am_report_text(FILE *f, const am_job *j, const am_report_opts *o)
+{
+    if (o->all_ranks) {
+        report_full(f, j, o);
+        return;
+    }
+    am_rank_group *g;
+    long ng = am_rank_groups(j, &g);
+    if (ng < 0) { /* out of memory: the full listing needs nothing more */
+        report_full(f, j, o);
+        return;
+    }
+    fprintf(f, "recomp-analyze: %zu rank(s)%s%s", j->nranks, j->id[0] ? ", job " : "", j->id);
+    if (j->rank_selected)
+        fprintf(f, " (--rank %d of %zu trace(s): job-level figures cover only it)",
+                j->rank_filter, j->nfiles);
+    fputc('\n', f);
+    verdict_head(f, j);
+    fputc('\n', f);
+    stage_lines(f, j, g, (size_t)ng);
+    details(f, j, g, (size_t)ng, o->top < 0 ? 5 : o->top == 0 ? 1 << 30 : o->top);
+    advisor_brief(f, j);
+    warnings_once(f, j);
+    legend(f);
+    am_rank_groups_free(g, (size_t)ng);
 }

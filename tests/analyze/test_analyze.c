@@ -175,7 +175,7 @@ Test(analyze, text_report_names_peak_and_contributors)
     char *dir = ab_tmpdir(), *f = tmpfile_path(dir, "r0.rstrace");
     megatron_trace(f, NULL, -1, -1);
     char *out, *err;
-    cr_assert_eq(ab_run(AB_ARGS(f), &out, &err), 0, "%s", err);
+    cr_assert_eq(ab_run(AB_ARGS("--ranks", "all", f), &out, &err), 0, "%s", err);
     cr_expect(strstr(out, "device-level (segments + outside PyTorch) peak: 11.33 KiB (11602 bytes)"),
               "%s", out);
     cr_expect(strstr(out, "phase backward_replay"), "%s", out);

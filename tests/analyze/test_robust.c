@@ -94,7 +94,7 @@ Test(robust, capped_trace_says_so_and_qualifies_peak_and_oom)
     cr_expect_eq(ab_int(j, "ranks[0].oom.stack_profiler_frames_dropped"), 2);
     yajl_tree_free(j);
 
-    char *out = run_text(AB_ARGS("--no-advice", f));
+    char *out = run_text(AB_ARGS("--no-advice", "--ranks", "all", f));
     cr_expect(strstr(out, "COVERAGE: INCOMPLETE, capped at 0.000 s"), "%s", out);
     cr_expect(strstr(out, "(of the recorded part only: capped at"), "%s", out);
     cr_expect(strstr(out, "NOTE: recorded 0.000 s after the byte limit"), "%s", out);
@@ -121,7 +121,7 @@ Test(robust, complete_trace_coverage)
     cr_expect(ab_is_null(j, "job.coverage_caveat"));
     cr_expect_eq(ab_get(j, "ranks[0].peak.lower_bound")->type, yajl_t_false);
     yajl_tree_free(j);
-    char *out = run_text(AB_ARGS("--no-advice", f));
+    char *out = run_text(AB_ARGS("--no-advice", "--ranks", "all", f));
     cr_expect(!strstr(out, "COVERAGE"), "%s", out);
     cr_expect(strstr(out, "host ?"), "empty host printed as ?: %s", out);
     free(out);
@@ -294,7 +294,7 @@ Test(robust, iteration_that_does_not_exist_exits_1)
     cr_expect(strstr(err, "--iteration 7: no such iteration"), "%s", err);
     cr_expect(strstr(err, "rank 0: 0..2 (3 iteration(s), numbered from 0"), "%s", err);
     free(out), free(err);
-    char *txt = run_text(AB_ARGS("--no-advice", "--iteration", "2", f));
+    char *txt = run_text(AB_ARGS("--no-advice", "--ranks", "all", "--iteration", "2", f));
     cr_expect(strstr(txt, "    iteration 2: "), "%s", txt);
     cr_expect(strstr(txt, "  iteration 2:\n"), "%s", txt);
     free(txt);

@@ -631,7 +631,7 @@ Test(cli, kineto_text_host_and_no_memory_iterations)
 {
     const char *path = fixture("hta/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz");
     char cmd[8400];
-    snprintf(cmd, sizeof cmd, "'%s' --no-advice '%s' 2>/dev/null", RECOMP_ANALYZE_PATH, path);
+    snprintf(cmd, sizeof cmd, "'%s' --no-advice --ranks all '%s' 2>/dev/null", RECOMP_ANALYZE_PATH, path);
     FILE *f = popen(cmd, "r");
     cr_assert_not_null(f);
     static char out[1 << 20];
