@@ -320,10 +320,10 @@ main(int argc, char **argv)
     /* one job per analysis: the same job, run directory and attempt */
     {
         char k0[256], ki[256];
-        am_job_key(&srcs[0]->meta, k0, sizeof k0);
+        am_job_join_key(&srcs[0]->meta, k0, sizeof k0);
         int mixed = 0;
         for (size_t i = 1; i < files.n; i++) {
-            am_job_key(&srcs[i]->meta, ki, sizeof ki);
+            am_job_join_key(&srcs[i]->meta, ki, sizeof ki);
             if (strcmp(k0, ki) != 0)
                 mixed = 1;
         }
@@ -332,9 +332,14 @@ main(int argc, char **argv)
                             "(job id, run directory, restart count); analyse one run at a "
                             "time (point recomp-analyze at one run directory):\n");
             for (size_t i = 0; i < files.n; i++) {
-                am_job_key(&srcs[i]->meta, ki, sizeof ki);
+                am_job_join_key(&srcs[i]->meta, ki, sizeof ki);
                 fprintf(stderr, "  %s: %s\n", files.v[i], ki[0] ? ki : "(no job identity)");
             }
+            rc = 2;
+            goto out;
+        }
+        if (am_job_check_concurrent(srcs, files.n, err, sizeof err) < 0) {
+            fprintf(stderr, "recomp-analyze: %s\n", err);
             rc = 2;
             goto out;
         }

@@ -203,8 +203,26 @@ typedef struct am_job {
 
 /* The job key of a source: the job ("torchelastic_run_id=ID", "slurm_job_id=ID",
  * "master=HOST:PORT") plus the run ("run_id=DIR") and attempt ("attempt=N")
- * when known; "" none. Sources with different keys are never one job. */
+ * when known; "" none. The report's job line; joining uses am_job_join_key. */
 void am_job_key(const am_meta *m, char *buf, size_t n);
+
+/* The key that joins sources into one job: the launcher's identity and
+ * attempt ("slurm=123.0 attempt=0", rules in recomp/jobid.h, read from the
+ * recorded environment), so that ranks split over several run directories
+ * (one per node) join; am_job_key (which names the run directory) when the
+ * source has no launcher identity. Sources with different keys are never
+ * one job. */
+void am_job_join_key(const am_meta *m, char *buf, size_t n);
+
+/* Sources that share a join key but come from several run directories are
+ * one job only if they ran at the same time: the ranks of a job are alive
+ * together, while a reused id (a fixed --rdzv-id, the static rendezvous's
+ * MASTER_ADDR:MASTER_PORT) names later jobs too. Returns 0 when the wall-clock
+ * spans (am_meta.real_start_ns..real_end_ns) of srcs[0..n) form one
+ * overlapping chain, or when there is one run directory or a span is
+ * unknown; -1 with a message naming the two runs that did not overlap in
+ * err otherwise. */
+int am_job_check_concurrent(am_source *const *srcs, size_t n, char *err, size_t errn);
 
 /* Cross-rank: pipeline stages from the command line, hot rank, spread. */
 void am_job_finish(am_job *j);
