@@ -148,6 +148,8 @@ usage(FILE *f)
             "  --config FILE   the job's Megatron config (TransformerConfig field names,\n"
             "                  YAML or JSON) when its settings are not on the command line\n"
             "  --no-advice     skip the recompute advisor\n"
+            "  --jobs N        analyse N ranks at a time (default: one per CPU); the\n"
+            "                  result is the same for every N\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
             "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank\n");
 }
@@ -206,17 +208,58 @@ rank_cmp(const void *a, const void *b)
     return strcmp(x->path, y->path);
 }
 
+/* Analyse the sources of rank want_rank (every rank when < 0) into
+ * job->ranks in input order, `workers` at a time (am_analyze_ranks): the
+ * sources move into the ranks (srcs[i] becomes NULL). A rank with no number
+ * is numbered by its position. 0, or -1 after printing the first failure. */
+static int
+analyze_selected(am_job *job, am_source **srcs, size_t n, int want_rank, const am_opts *opts,
+                 int workers)
+{
+    am_source **sel = calloc(n ? n : 1, sizeof *sel);
+    am_rank **outs = calloc(n ? n : 1, sizeof *outs);
+    char err[1024];
+    size_t bad;
+    int rc = -1;
+    if (!sel || !outs) {
+        fprintf(stderr, "recomp-analyze: out of memory\n");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (want_rank >= 0 && srcs[i]->meta.rank != want_rank)
+            continue;
+        sel[job->nranks] = srcs[i];
+        outs[job->nranks] = &job->ranks[job->nranks];
+        srcs[i] = NULL; /* owned by its rank now */
+        job->nranks++;
+    }
+    if (am_analyze_ranks(sel, outs, job->nranks, opts, workers, &bad, err, sizeof err) < 0) {
+        fprintf(stderr, "recomp-analyze: %s\n", err);
+        goto done;
+    }
+    for (size_t i = 0; i < job->nranks; i++)
+        if (job->ranks[i].rank < 0)
+            job->ranks[i].rank = (int)i;
+    rc = 0;
+done:
+    free(sel);
+    free(outs);
+    return rc;
+}
+
 int
 main(int argc, char **argv)
 {
     int json = 0, want_rank = -1, iteration = -1, top = 12, advice = 1;
+    int workers = am_workers_default();
     adv_opts aopts = {0, (uint64_t)2 << 30, NULL};
     static const struct option lo[] = {
         {"json", no_argument, 0, 'j'},          {"rank", required_argument, 0, 'r'},
         {"iteration", required_argument, 0, 'i'}, {"top", required_argument, 0, 't'},
         {"help", no_argument, 0, 'h'},          {"budget", required_argument, 0, 'B'},
         {"headroom", required_argument, 0, 'H'}, {"config", required_argument, 0, 'C'},
-        {"no-advice", no_argument, 0, 'N'},     {0, 0, 0, 0},
+        {"no-advice", no_argument, 0, 'N'},     {"jobs", required_argument, 0, 'J'},
+        {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "jr:i:t:h", lo, NULL)) != -1) {
@@ -256,6 +299,13 @@ main(int argc, char **argv)
             break;
         case 'N':
             advice = 0;
+            break;
+        case 'J':
+            if (parse_int(optarg, &workers) < 0 || workers < 1) {
+                fprintf(stderr, "recomp-analyze: --jobs wants a number of workers >= 1, got "
+                                "'%s'\n", optarg);
+                return 1;
+            }
             break;
         case 'h':
             usage(stdout);
@@ -358,21 +408,9 @@ main(int argc, char **argv)
     }
 
     am_opts opts = {iteration};
-    for (size_t i = 0; i < files.n; i++) {
-        if (want_rank >= 0 && srcs[i]->meta.rank != want_rank)
-            continue;
-        am_rank *r = &job.ranks[job.nranks];
-        if (am_analyze(srcs[i], &opts, r, err, sizeof err) < 0) {
-            fprintf(stderr, "recomp-analyze: %s\n", err);
-            srcs[i] = NULL; /* owned by r now */
-            job.nranks++;
-            rc = 2;
-            goto out;
-        }
-        srcs[i] = NULL;
-        if (r->rank < 0)
-            r->rank = (int)job.nranks;
-        job.nranks++;
+    if (analyze_selected(&job, srcs, files.n, want_rank, &opts, workers) < 0) {
+        rc = 2;
+        goto out;
     }
     if (!job.nranks) {
         fprintf(stderr, "recomp-analyze: no trace of rank %d among %zu file(s)\n", want_rank,

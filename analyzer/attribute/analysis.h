@@ -179,6 +179,20 @@ int am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, siz
 
 void am_rank_free(am_rank *r);
 
+/* Analyse srcs[i] into *outs[i] (zeroed by the caller) for i in [0, n) with
+ * `workers` threads (< 2: in this thread, in order), each taking the next
+ * rank when done with one, so memory grows with the workers, not the ranks:
+ * one rank's working set per worker (plus every rank's results). The results
+ * are identical to analysing in turn. Returns 0; or -1 with the error of the
+ * first failing rank in input order in err and its index in *failed. Every
+ * rank is analysed either way (am_analyze takes each source into its
+ * am_rank, which the caller frees). */
+int am_analyze_ranks(am_source *const *srcs, am_rank *const *outs, size_t n, const am_opts *opts,
+                     int workers, size_t *failed, char *err, size_t errlen);
+
+/* Worker threads for am_analyze_ranks: the online CPUs (1..256). */
+int am_workers_default(void);
+
 /* The allocation site of a group ("file:line:function"), or NULL. */
 const char *am_site_name(const am_rank *r, uint32_t site);
 
