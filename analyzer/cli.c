@@ -351,9 +351,18 @@ main(int argc, char **argv)
     }
     int rc = 0;
     char err[1024];
+    char(*oerr)[1024] = calloc(files.n, sizeof *oerr);
+    if (!oerr) {
+        fprintf(stderr, "recomp-analyze: out of memory\n");
+        rc = 2;
+        goto out;
+    }
+    /* read in parallel, reported in input order as if read in turn */
+    am_open_sources((const char *const *)files.v, files.n, srcs, oerr, workers);
     for (size_t i = 0; i < files.n; i++) {
-        if (am_source_open(files.v[i], &srcs[i], err, sizeof err) < 0) {
-            fprintf(stderr, "recomp-analyze: %s\n", err);
+        if (!srcs[i]) {
+            fprintf(stderr, "recomp-analyze: %s\n", oerr[i]);
+            free(oerr);
             rc = 2;
             goto out;
         }
@@ -366,6 +375,7 @@ main(int argc, char **argv)
                     "is still running): read to its last published record\n",
                     m->path);
     }
+    free(oerr);
 
     /* one job per analysis: the same job, run directory and attempt */
     {
@@ -408,6 +418,7 @@ main(int argc, char **argv)
     }
 
     am_opts opts = {iteration};
+    aopts.workers = workers;
     if (analyze_selected(&job, srcs, files.n, want_rank, &opts, workers) < 0) {
         rc = 2;
         goto out;

@@ -190,8 +190,21 @@ void am_rank_free(am_rank *r);
 int am_analyze_ranks(am_source *const *srcs, am_rank *const *outs, size_t n, const am_opts *opts,
                      int workers, size_t *failed, char *err, size_t errlen);
 
-/* Worker threads for am_analyze_ranks: the online CPUs (1..256). */
+/* Worker threads for per-rank work: the online CPUs (1..256). */
 int am_workers_default(void);
+
+/* Call fn(ctx, i) once for every i in [0, n) on `workers` threads (< 2: in
+ * this thread, in order); a worker takes the next i when done with one. fn
+ * must touch only item i's data. Every i is called, failing or not. Returns
+ * the lowest i whose call returned < 0, or n when none did. */
+size_t am_parallel_for(size_t n, int workers, int (*fn)(void *ctx, size_t i), void *ctx);
+
+/* Open paths[i] into srcs[i] for i in [0, n) (am_source_open: each file is
+ * read and validated), `workers` at a time. A file that cannot be opened
+ * leaves srcs[i] NULL and its one-line error in errs[i]. Returns the lowest
+ * failing i, or n. */
+size_t am_open_sources(const char *const *paths, size_t n, am_source **srcs, char (*errs)[1024],
+                       int workers);
 
 /* The allocation site of a group ("file:line:function"), or NULL. */
 const char *am_site_name(const am_rank *r, uint32_t site);

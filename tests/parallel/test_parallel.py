@@ -4,8 +4,8 @@
 recomp-analyze --jobs 1 (one rank after the other, in this thread) against
 --jobs 2, 3 and 8 on: the README's main job (megasim, 4 ranks, with the
 advisor), a generated job of 12 ranks (tools/bench/gen_trace), and that job
-with two ranks' traces damaged (the reader finds the damage when it opens
-the files, before the workers start: the same first error, the same exit).
+with two ranks' traces damaged (the workers find the damage when they open
+the files: the first in input order is reported, with the same exit).
 Text and JSON, stdout and stderr, byte for byte."""
 import os
 import shutil
