@@ -241,14 +241,15 @@ void am_job_key(const am_meta *m, char *buf, size_t n);
  * one job. */
 void am_job_join_key(const am_meta *m, char *buf, size_t n);
 
-/* Sources that share a join key but come from several run directories are
+/* Sources that share a join key but come from several directories (run
+ * directories, or run directories of one name on several nodes' disks) are
  * one job only if they ran at the same time: the ranks of a job are alive
  * together, while a reused id (a fixed --rdzv-id, the static rendezvous's
  * MASTER_ADDR:MASTER_PORT) names later jobs too. Returns 0 when the wall-clock
  * spans (am_meta.real_start_ns..real_end_ns) of srcs[0..n) form one
- * overlapping chain, or when there is one run directory or a span is
- * unknown; -1 with a message naming the two runs that did not overlap in
- * err otherwise. */
+ * overlapping chain, or when all are in one directory or a span is unknown;
+ * -1 with a message naming the two traces that did not overlap in err
+ * otherwise. */
 int am_job_check_concurrent(am_source *const *srcs, size_t n, char *err, size_t errn);
 
 /* Cross-rank: pipeline stages from the command line, hot rank, spread. */

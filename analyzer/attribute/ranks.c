@@ -82,15 +82,26 @@ cmp_start(const void *a, const void *b)
     return x->real_start_ns < y->real_start_ns ? -1 : x->real_start_ns > y->real_start_ns;
 }
 
+/* Length of the directory part of a path ("" when none). */
+static size_t
+dir_len(const char *path)
+{
+    const char *sl = strrchr(path, '/');
+    return sl ? (size_t)(sl - path) : 0;
+}
+
 int
 am_job_check_concurrent(am_source *const *srcs, size_t n, char *err, size_t errn)
 {
     int several = 0;
+    const char *p0 = srcs[0]->meta.path;
     for (size_t i = 0; i < n; i++) {
         const am_meta *m = &srcs[i]->meta;
         if (!m->real_start_ns || !m->real_end_ns)
             return 0; /* a span unknown: nothing to compare */
-        several |= strcmp(m->run_id, srcs[0]->meta.run_id) != 0;
+        /* one directory is one run (the shim keeps a reused id out of it);
+         * a run directory of the same name on another node's disk is not */
+        several |= dir_len(m->path) != dir_len(p0) || strncmp(m->path, p0, dir_len(p0)) != 0;
     }
     if (!several)
         return 0;

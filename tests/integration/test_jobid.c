@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -171,16 +172,18 @@ Test(jobid, torchrun_static_one_node)
     it_fini(&c);
 }
 
-/* Starts one p_job rank per env list at the same time, lets them finish
- * together: ranks of one job are alive together. */
+/* Starts one p_job rank per env list at the same time, writing into out_a
+ * and out_b, lets them finish together: ranks of one job are alive
+ * together. */
 static void
-run_together(it_ctx *c, const char *const *env_a, const char *const *env_b)
+run_together_in(it_ctx *c, const char *out_a, const char *const *env_a, const char *out_b,
+                const char *const *env_b)
 {
     char go[400];
     snprintf(go, sizeof go, "%s/go", c->io);
     it_run a, b;
-    it_spawn(c, &a, c->out, IT_ARGV(P_JOB, go), env_a);
-    it_spawn(c, &b, c->out, IT_ARGV(P_JOB, go), env_b);
+    it_spawn(c, &a, out_a, IT_ARGV(P_JOB, go), env_a);
+    it_spawn(c, &b, out_b, IT_ARGV(P_JOB, go), env_b);
     cr_assert(it_wait_output(&a, "READY\n") && it_wait_output(&b, "READY\n"));
     int fd = open(go, O_WRONLY | O_CREAT, 0600);
     cr_assert(fd >= 0);
@@ -191,6 +194,21 @@ run_together(it_ctx *c, const char *const *env_a, const char *const *env_b)
     unlink(go);
     it_run_free(&a);
     it_run_free(&b);
+}
+
+static void
+run_together(it_ctx *c, const char *const *env_a, const char *const *env_b)
+{
+    run_together_in(c, c->out, env_a, c->out, env_b);
+}
+
+/* A second node's own disk: base/node1 (mode 0700), returned in buf. */
+static const char *
+node1_out(it_ctx *c, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/node1", c->base);
+    cr_assert(mkdir(buf, 0700) == 0 || errno == EEXIST, "mkdir %s: %s", buf, strerror(errno));
+    return buf;
 }
 
 Test(jobid, torchrun_static_two_nodes_join)
@@ -278,6 +296,47 @@ Test(jobid, srun_two_nodes)
     cr_expect_str_eq(d[0], "slurm123456.0");
     expect_one_job(&c, IT_ARGV(d[0]), 2, "slurm_job_id=123456 run_id=slurm123456.0");
     it_free_paths(d, 1);
+    it_fini(&c);
+}
+
+Test(jobid, srun_node_local_disks)
+{
+    /* RECOMPSHIM_OUT on each node's own disk: a run directory of one name on
+     * each, named together, one job (they ran at the same time) */
+    it_ctx c;
+    it_init(&c);
+    char n1[400], d0[600], d1[600];
+    node1_out(&c, n1, sizeof n1);
+    run_together_in(&c, c.out, IT_ENV("SLURM_PROCID=0", "SLURM_JOB_ID=5", "SLURM_STEP_ID=0"), n1,
+                    IT_ENV("SLURM_PROCID=1", "SLURM_JOB_ID=5", "SLURM_STEP_ID=0"));
+    snprintf(d0, sizeof d0, "%s/slurm5.0", c.out);
+    snprintf(d1, sizeof d1, "%s/slurm5.0", n1);
+    expect_one_job(&c, IT_ARGV(d0, d1), 2, "slurm_job_id=5 run_id=slurm5.0");
+    it_fini(&c);
+}
+
+Test(jobid, reused_id_on_node_local_disks_never_joins)
+{
+    /* a fixed --rdzv-id, one job after the other on two nodes' own disks:
+     * no directory shows the reuse; the times do */
+    it_ctx c;
+    it_init(&c);
+    char n1[400], d0[600], d1[600];
+    node1_out(&c, n1, sizeof n1);
+    run_rank(&c, IT_ENV("RANK=0", "TORCHELASTIC_RUN_ID=fixed", "TORCHELASTIC_RESTART_COUNT=0"));
+    usleep(50000);
+    it_run r;
+    it_run_prog(&c, &r, n1, IT_ARGV(P_JOB),
+                IT_ENV("RANK=1", "TORCHELASTIC_RUN_ID=fixed", "TORCHELASTIC_RESTART_COUNT=0"));
+    cr_assert(r.exited && r.code == 0, "%s", r.err);
+    it_run_free(&r);
+    snprintf(d0, sizeof d0, "%s/fixed-a0", c.out);
+    snprintf(d1, sizeof d1, "%s/fixed-a0", n1);
+    an_res a;
+    analyze(&c, &a, IT_ARGV(d0, d1));
+    cr_expect_eq(a.rc, 2, "two jobs of one id were joined: exit %d\n%s", a.rc, a.out);
+    cr_expect(strstr(a.err, "did not run at the same time") != NULL, "%s", a.err);
+    an_free(&a);
     it_fini(&c);
 }
 
