@@ -5,7 +5,8 @@ recomp-analyze --jobs 1 (one rank after the other, in this thread) against
 --jobs 2, 3 and 8 on: the README's main job (megasim, 4 ranks, with the
 advisor), a generated job of 12 ranks (tools/bench/gen_trace), and that job
 with two ranks' traces damaged (the workers find the damage when they open
-the files: the first in input order is reported, with the same exit).
+the files: the first in input order is reported, with the same exit), and
+directories of real snapshots and Kineto traces (the importers on workers).
 Text and JSON, stdout and stderr, byte for byte."""
 import os
 import shutil
@@ -46,6 +47,8 @@ def analyze(args):
 def same_for_every_worker_count(name, paths, want_rc):
     for extra in ([], ["--json"]):
         base = analyze(["--jobs", "1"] + extra + paths)
+        if want_rc is None:  # whatever in turn gives
+            want_rc = base[0]
         ok(base[0] == want_rc, "%s%s: --jobs 1 exits %d" % (name, " --json" if extra else "",
                                                             want_rc),
            "exit %d\n%s" % (base[0], base[2].decode(errors="replace")))
@@ -91,6 +94,16 @@ def main():
                 f.seek(4096 + 64 * 1024)
                 f.write(b"\xff" * 4096)
         same_for_every_worker_count("12 ranks, 2 damaged", [gen], 2)
+
+        # the importers on the workers: directories of real PyTorch snapshots and
+        # Kineto traces (tests/import's fixtures), whatever the verdict on them
+        fixtures = os.environ.get("RECOMP_FIXTURES", "")
+        for sub in ("cs336/Wedsonlin", "hta", "tracelens"):
+            d = os.path.join(fixtures, sub)
+            if fixtures and os.path.isdir(d):
+                same_for_every_worker_count("fixtures " + sub, [d], None)
+            else:
+                print("# SKIP fixtures %s: not found under RECOMP_FIXTURES=%r" % (sub, fixtures))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("1..%d" % n)
