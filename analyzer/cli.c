@@ -166,6 +166,8 @@ usage(FILE *f)
             "  --config FILE   the job's Megatron config (TransformerConfig field names,\n"
             "                  YAML or JSON) when its settings are not on the command line\n"
             "  --no-advice     skip the recompute advisor\n"
+            "  --jobs N        ranks read and analysed N at a time (default: one per CPU;\n"
+            "                  the output is the same for every N)\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
             "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank,\n"
             "      3 a --fail-on gate failed (one summary line on stderr)\n");
@@ -196,6 +198,7 @@ rank_cmp(const void *a, const void *b)
 typedef struct cli {
     int compare;              /* the compare subcommand */
     int json, want_rank, iteration, top, advice, all_ranks;
+    int workers;              /* --jobs N */
     const char *markdown;     /* --markdown FILE, NULL none */
     const char *html;         /* --html FILE, NULL none */
     const char *perfetto;     /* --perfetto FILE, NULL none */
@@ -227,6 +230,7 @@ parse_args(int argc, char **argv, cli *o)
         {"no-advice", no_argument, 0, 'N'},     {"ranks", required_argument, 0, 'R'},
         {"markdown", required_argument, 0, 'M'}, {"fail-on", required_argument, 0, 'F'},
         {"html", required_argument, 0, 'W'},    {"perfetto", required_argument, 0, 'P'},
+        {"jobs", required_argument, 0, 'J'},
         {0, 0, 0, 0},
     };
     char err[256];
@@ -275,6 +279,13 @@ parse_args(int argc, char **argv, cli *o)
             break;
         case 'M':
             o->markdown = optarg;
+            break;
+        case 'J':
+            if (parse_int(optarg, &o->workers) < 0 || o->workers < 1) {
+                fprintf(stderr, "recomp-analyze: --jobs wants a number of workers >= 1, got "
+                                "'%s'\n", optarg);
+                return 1;
+            }
             break;
         case 'W':
             o->html = optarg;
@@ -345,20 +356,24 @@ collect_files(char *const *in, int n, paths *files)
     return 0;
 }
 
-/* Open every file of the run; each warning once on stderr. 0, or 2. */
+/* Open every file of the run, `workers` at a time, reported in input order
+ * as if read in turn; each warning once on stderr. 0, or 2. */
 static int
-open_sources(run *r)
+open_sources(run *r, int workers)
 {
-    char err[1024];
     r->job.ranks = calloc(r->files.n, sizeof *r->job.ranks);
     r->srcs = calloc(r->files.n, sizeof *r->srcs);
-    if (!r->job.ranks || !r->srcs) {
+    char(*oerr)[1024] = calloc(r->files.n, sizeof *oerr);
+    if (!r->job.ranks || !r->srcs || !oerr) {
         fprintf(stderr, "recomp-analyze: out of memory\n");
+        free(oerr);
         return 2;
     }
+    am_open_sources((const char *const *)r->files.v, r->files.n, r->srcs, oerr, workers);
     for (size_t i = 0; i < r->files.n; i++) {
-        if (am_source_open(r->files.v[i], &r->srcs[i], err, sizeof err) < 0) {
-            fprintf(stderr, "recomp-analyze: %s\n", err);
+        if (!r->srcs[i]) {
+            fprintf(stderr, "recomp-analyze: %s\n", oerr[i]);
+            free(oerr);
             return 2;
         }
         const am_meta *m = &r->srcs[i]->meta;
@@ -370,6 +385,7 @@ open_sources(run *r)
                     "is still running): read to its last published record\n",
                     m->path);
     }
+    free(oerr);
     return 0;
 }
 
@@ -380,10 +396,10 @@ check_one_job(const run *r)
 {
     char k0[256], ki[256];
     const paths *f = &r->files;
-    am_job_key(&r->srcs[0]->meta, k0, sizeof k0);
+    am_job_join_key(&r->srcs[0]->meta, k0, sizeof k0);
     int mixed = 0;
     for (size_t i = 1; i < f->n; i++) {
-        am_job_key(&r->srcs[i]->meta, ki, sizeof ki);
+        am_job_join_key(&r->srcs[i]->meta, ki, sizeof ki);
         if (strcmp(k0, ki) != 0)
             mixed = 1;
     }
@@ -392,9 +408,14 @@ check_one_job(const run *r)
                         "(job id, run directory, restart count); analyse one run at a "
                         "time (point recomp-analyze at one run directory):\n");
         for (size_t i = 0; i < f->n; i++) {
-            am_job_key(&r->srcs[i]->meta, ki, sizeof ki);
+            am_job_join_key(&r->srcs[i]->meta, ki, sizeof ki);
             fprintf(stderr, "  %s: %s\n", f->v[i], ki[0] ? ki : "(no job identity)");
         }
+        return 2;
+    }
+    char err[1024];
+    if (am_job_check_concurrent(r->srcs, f->n, err, sizeof err) < 0) {
+        fprintf(stderr, "recomp-analyze: %s\n", err);
         return 2;
     }
     for (size_t i = 0; i < f->n; i++)
@@ -450,8 +471,56 @@ progress_counter(void *ctx, int level, uint64_t t_ns, uint64_t bytes)
         p->next->counter(p->next->ctx, level, t_ns, bytes);
 }
 
+/* Analyse the selected ranks on `workers` threads (am_analyze_ranks: the
+ * same result as in turn); on a terminal one progress line for the whole
+ * set. Sources move into the ranks. 0, or 2. */
+static int
+analyze_parallel(run *r, const cli *o, const am_opts *opts)
+{
+    char err[1024];
+    am_job *j = &r->job;
+    am_source **sel = calloc(r->files.n ? r->files.n : 1, sizeof *sel);
+    am_rank **outs = calloc(r->files.n ? r->files.n : 1, sizeof *outs);
+    size_t bad;
+    int rc = 2;
+    if (!sel || !outs) {
+        fprintf(stderr, "recomp-analyze: out of memory\n");
+        goto done;
+    }
+    for (size_t i = 0; i < r->files.n; i++) {
+        if (o->want_rank >= 0 && r->srcs[i]->meta.rank != o->want_rank)
+            continue;
+        sel[j->nranks] = r->srcs[i];
+        outs[j->nranks] = &j->ranks[j->nranks];
+        r->srcs[i] = NULL; /* owned by its rank now */
+        j->nranks++;
+    }
+    int tty = isatty(STDERR_FILENO);
+    if (tty && j->nranks)
+        fprintf(stderr, "\r\033[Krecomp-analyze: %zu rank(s), %d at a time", j->nranks,
+                o->workers);
+    int failed = am_analyze_ranks(sel, outs, j->nranks, opts, o->workers, &bad, err,
+                                  sizeof err) < 0;
+    if (tty && j->nranks)
+        fprintf(stderr, "\r\033[K");
+    if (failed) {
+        fprintf(stderr, "recomp-analyze: %s\n", err);
+        goto done;
+    }
+    for (size_t i = 0; i < j->nranks; i++)
+        if (j->ranks[i].rank < 0)
+            j->ranks[i].rank = (int)i;
+    rc = 0;
+done:
+    free(sel);
+    free(outs);
+    return rc;
+}
+
 /* Analyse every selected rank (sources move into the ranks), sorted by
- * rank. 0, 1 (no trace of --rank N), or 2. */
+ * rank: on worker threads (--jobs), or in turn where each rank has an
+ * observer of its own (the timelines of --html/--perfetto, or per-rank
+ * progress on a terminal with --jobs 1). 0, 1 (no trace of --rank N), or 2. */
 static int
 analyze_ranks(run *r, const cli *o)
 {
@@ -461,6 +530,11 @@ analyze_ranks(run *r, const cli *o)
     if ((o->html || o->perfetto) && !(r->caps = calloc(r->files.n, sizeof *r->caps))) {
         fprintf(stderr, "recomp-analyze: out of memory\n");
         return 2;
+    }
+    if (!r->caps && o->workers > 1) {
+        if (analyze_parallel(r, o, &opts) != 0)
+            return 2;
+        goto sorted;
     }
     progress pr = {isatty(STDERR_FILENO), 0, r->files.n, 0, NULL, NULL};
     am_observer pobs = {&pr, progress_event, progress_counter};
@@ -497,6 +571,7 @@ analyze_ranks(run *r, const cli *o)
             return 2;
         }
     }
+sorted:
     if (!j->nranks) {
         fprintf(stderr, "recomp-analyze: no trace of rank %d among %zu file(s)\n", o->want_rank,
                 r->files.n);
@@ -547,7 +622,7 @@ load_run(char *const *in, int n, const cli *o, run *r)
 {
     char err[1024];
     int rc;
-    if ((rc = collect_files(in, n, &r->files)) || (rc = open_sources(r)) ||
+    if ((rc = collect_files(in, n, &r->files)) || (rc = open_sources(r, o->workers)) ||
         (rc = check_one_job(r)) || (rc = analyze_ranks(r, o)) ||
         (rc = check_iteration(&r->job, o->iteration)))
         return rc;
@@ -559,7 +634,9 @@ load_run(char *const *in, int n, const cli *o, run *r)
         if (isatty(STDERR_FILENO))
             fprintf(stderr, "\r\033[Krecomp-analyze: recompute advisor (%zu ranks)",
                     r->job.nranks);
-        int bad = adv_run(&r->job, &o->aopts, &r->verdict, err, sizeof err) < 0;
+        adv_opts ao = o->aopts;
+        ao.workers = o->workers;
+        int bad = adv_run(&r->job, &ao, &r->verdict, err, sizeof err) < 0;
         if (isatty(STDERR_FILENO))
             fprintf(stderr, "\r\033[K");
         if (bad) {
@@ -764,6 +841,7 @@ main(int argc, char **argv)
 {
     cli o = {.want_rank = -1, .iteration = -1, .top = -1, .advice = 1}; /* top -1: the report's default */
     o.aopts.headroom = (uint64_t)2 << 30;
+    o.workers = am_workers_default();
     int rc = parse_args(argc, argv, &o);
     if (rc < 0)
         rc = o.compare ? main_compare(&o) : main_analyze(&o);

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "jobid.h"
+#include "recomp/jobid.h"
 #include "resolve.h"
 #include "stack.h"
 #include "tensor_mode.h"
@@ -74,39 +76,17 @@ copy_env(char *dst, size_t cap, const char *name)
     snprintf(dst, cap, "%s", v ? v : "");
 }
 
-/* The job's id for the run directory name: torchelastic's unless it is
- * the static-rendezvous placeholder "none", else SLURM's. */
-static void
-job_id(char *dst, size_t cap)
-{
-    const char *te = getenv("TORCHELASTIC_RUN_ID");
-    const char *sl = getenv("SLURM_JOB_ID");
-    if (te && *te && strcmp(te, "none") != 0)
-        rs_sanitize_name(dst, cap, te);
-    else if (sl && *sl) {
-        char tmp[64];
-        snprintf(tmp, sizeof tmp, "slurm%s", sl);
-        rs_sanitize_name(dst, cap, tmp);
-    } else
-        dst[0] = '\0';
-}
-
 void
 rs_trace_names(char *run_dir, size_t run_cap, char *file, size_t file_cap)
 {
-    char job[48], host[64], hs[64];
-    job_id(job, sizeof job);
-    int attempt = env_int("TORCHELASTIC_RESTART_COUNT", -1);
-    char att[16] = "";
-    if (attempt >= 0)
-        snprintf(att, sizeof att, "-a%d", attempt);
-    snprintf(run_dir, run_cap, "%s%s%s%s", job, job[0] ? "-" : "", g_rs_cfg.run_id, att);
+    char host[64], hs[64];
     if (gethostname(host, sizeof host) != 0)
         snprintf(host, sizeof host, "unknown");
     host[sizeof host - 1] = '\0';
     rs_sanitize_name(hs, sizeof hs, host);
     rs_file_header tmp;
     detect_rank(&tmp);
+    rs_job_run_dir(run_dir, run_cap, g_rs_cfg.run_id, g_rs_cfg.out_dir, tmp.rank, hs);
     if (tmp.rank >= 0)
         snprintf(file, file_cap, "rank%d-%s-%d.rstrace", tmp.rank, hs, (int)getpid());
     else
@@ -176,7 +156,7 @@ env_matters(const char *kv)
     for (size_t i = 0; i < sizeof k_env_prefix / sizeof *k_env_prefix; i++)
         if (!strncmp(kv, k_env_prefix[i], strlen(k_env_prefix[i])))
             return 1;
-    return 0;
+    return rs_job_env_entry(kv); /* what the analyzer needs to join ranks */
 }
 
 static void

@@ -54,6 +54,16 @@ if ! have_cmd chromium && [ "${RECOMP_NO_CHROMIUM:-0}" != 1 ]; then
         say "chromium missing and no root: the HTML render test will be skipped"
     fi
 fi
+# Optional, for tests only (they skip visibly without it): Open MPI's
+# mpirun for the real-launcher test in tests/integration/test_jobid.c.
+# Installed when we are root; a failure here never stops the build.
+if ! have_cmd mpirun.openmpi && [ "$(id -u)" = 0 ]; then
+    say "installing (optional, tests): openmpi-bin"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -qq --no-install-recommends openmpi-bin >&2 ||
+        { apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends openmpi-bin >&2; }; } ||
+        say "could not install openmpi-bin; the real mpirun test will be skipped"
+fi
 
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 if [ ! -f "$cuda/include/cuda_runtime_api.h" ] || [ ! -f "$cuda/include/nvtx3/nvToolsExt.h" ]; then

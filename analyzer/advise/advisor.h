@@ -239,6 +239,7 @@ typedef struct adv_opts {
     uint64_t budget;          /* --budget bytes (0: capacity from the trace) */
     uint64_t headroom;        /* --headroom bytes */
     const char *config;       /* --config FILE */
+    int workers;              /* ranks' timelines rebuilt this many at a time (< 2: in turn) */
 } adv_opts;
 
 /* The whole advisor over an analysed job (ranks already analysed; sources

@@ -372,6 +372,39 @@ hot_functions(adv_verdict *v, am_job *j)
     }
 }
 
+typedef struct build_ctx {
+    am_job *j;
+    const adv_cfg *cfg;
+    adv_trace *tr;
+    char (*errs)[1024];
+} build_ctx;
+
+static int
+build_one(void *arg, size_t i)
+{
+    build_ctx *c = arg;
+    return adv_trace_build(&c->j->ranks[i], c->cfg, &c->tr[i], c->errs[i], sizeof c->errs[i]);
+}
+
+/* Every rank's tensor-level timeline (adv_trace_build), `workers` ranks at
+ * a time (am_parallel_for); each reads only its own source. 0, or -1 with
+ * the error of the first failing rank in rank order, as in turn. */
+static int
+build_traces(am_job *j, const adv_cfg *cfg, adv_trace *tr, size_t n, int workers, char *err,
+             size_t errlen)
+{
+    build_ctx c = {j, cfg, tr, calloc(n ? n : 1, sizeof *c.errs)};
+    if (!c.errs) {
+        snprintf(err, errlen, "advisor: out of memory");
+        return -1;
+    }
+    size_t bad = am_parallel_for(n, workers, build_one, &c);
+    if (bad < n)
+        snprintf(err, errlen, "%s", c.errs[bad]);
+    free(c.errs);
+    return bad < n ? -1 : 0;
+}
+
 int
 adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
 {
@@ -407,14 +440,15 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
     }
     int rc = 0;
     adv_trace *t0 = NULL;
+    for (size_t i = 0; i < v->nranks; i++)
+        v->rank_id[i] = j->ranks[i].rank;
+    if (tensor && build_traces(j, cfg, tr, v->nranks, o->workers, err, errlen) < 0) {
+        rc = -1;
+        goto out;
+    }
     for (size_t i = 0; i < v->nranks; i++) {
         am_rank *r = &j->ranks[i];
         const am_meta *m = &r->src->meta;
-        v->rank_id[i] = r->rank;
-        if (tensor && adv_trace_build(r, cfg, &tr[i], err, errlen) < 0) {
-            rc = -1;
-            goto out;
-        }
         if (tensor && getenv("RECOMP_ADVISOR_DEBUG"))
             adv_trace_debug(&tr[i]);
         uint64_t capy = o->budget ? o->budget

@@ -189,6 +189,33 @@ int am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, siz
 
 void am_rank_free(am_rank *r);
 
+/* Analyse srcs[i] into *outs[i] (zeroed by the caller) for i in [0, n) with
+ * `workers` threads (< 2: in this thread, in order), each taking the next
+ * rank when done with one, so memory grows with the workers, not the ranks:
+ * one rank's working set per worker (plus every rank's results). The results
+ * are identical to analysing in turn. Returns 0; or -1 with the error of the
+ * first failing rank in input order in err and its index in *failed. Every
+ * rank is analysed either way (am_analyze takes each source into its
+ * am_rank, which the caller frees). */
+int am_analyze_ranks(am_source *const *srcs, am_rank *const *outs, size_t n, const am_opts *opts,
+                     int workers, size_t *failed, char *err, size_t errlen);
+
+/* Worker threads for per-rank work: the online CPUs (1..256). */
+int am_workers_default(void);
+
+/* Call fn(ctx, i) once for every i in [0, n) on `workers` threads (< 2: in
+ * this thread, in order); a worker takes the next i when done with one. fn
+ * must touch only item i's data. Every i is called, failing or not. Returns
+ * the lowest i whose call returned < 0, or n when none did. */
+size_t am_parallel_for(size_t n, int workers, int (*fn)(void *ctx, size_t i), void *ctx);
+
+/* Open paths[i] into srcs[i] for i in [0, n) (am_source_open: each file is
+ * read and validated), `workers` at a time. A file that cannot be opened
+ * leaves srcs[i] NULL and its one-line error in errs[i]. Returns the lowest
+ * failing i, or n. */
+size_t am_open_sources(const char *const *paths, size_t n, am_source **srcs, char (*errs)[1024],
+                       int workers);
+
 /* The allocation site of a group ("file:line:function"), or NULL. */
 const char *am_site_name(const am_rank *r, uint32_t site);
 
@@ -213,8 +240,27 @@ typedef struct am_job {
 
 /* The job key of a source: the job ("torchelastic_run_id=ID", "slurm_job_id=ID",
  * "master=HOST:PORT") plus the run ("run_id=DIR") and attempt ("attempt=N")
- * when known; "" none. Sources with different keys are never one job. */
+ * when known; "" none. The report's job line; joining uses am_job_join_key. */
 void am_job_key(const am_meta *m, char *buf, size_t n);
+
+/* The key that joins sources into one job: the launcher's identity and
+ * attempt ("slurm=123.0 attempt=0", rules in recomp/jobid.h, read from the
+ * recorded environment), so that ranks split over several run directories
+ * (one per node) join; am_job_key (which names the run directory) when the
+ * source has no launcher identity. Sources with different keys are never
+ * one job. */
+void am_job_join_key(const am_meta *m, char *buf, size_t n);
+
+/* Sources that share a join key but come from several directories (run
+ * directories, or run directories of one name on several nodes' disks) are
+ * one job only if they ran at the same time: the ranks of a job are alive
+ * together, while a reused id (a fixed --rdzv-id, the static rendezvous's
+ * MASTER_ADDR:MASTER_PORT) names later jobs too. Returns 0 when the wall-clock
+ * spans (am_meta.real_start_ns..real_end_ns) of srcs[0..n) form one
+ * overlapping chain, or when all are in one directory or a span is unknown;
+ * -1 with a message naming the two traces that did not overlap in err
+ * otherwise. */
+int am_job_check_concurrent(am_source *const *srcs, size_t n, char *err, size_t errn);
 
 /* Cross-rank: pipeline stages from the command line, hot rank, spread. */
 void am_job_finish(am_job *j);

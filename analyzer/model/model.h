@@ -146,6 +146,10 @@ typedef struct am_meta {
     char master[80];
     char run_id[96];          /* the run directory's name (native traces) */
     int attempt;              /* TORCHELASTIC_RESTART_COUNT, -1 unknown */
+    /* Wall-clock span of the trace, ns since the epoch (0 unknown): from the
+     * header's start to its clean close, or to the file's last modification
+     * for a trace that was not closed. Ranks of one job overlap in time. */
+    uint64_t real_start_ns, real_end_ns;
     uint64_t device_capacity; /* bytes, 0 unknown */
     const char *mode;         /* "default", "async", "nocache", or importer's */
     int closed;               /* 1 clean exit / complete file; 0 killed or cut */

@@ -434,7 +434,7 @@ add_ev(snap *s, size_t *cap, const sev *e)
 static const char *
 act_name(const pk_val *v)
 {
-    static char buf[32];
+    static __thread char buf[32]; /* ranks are read on worker threads */
     if (!v || v->type != PK_STR)
         return NULL;
     size_t n = v->u.str.n < sizeof buf - 1 ? v->u.str.n : sizeof buf - 1;

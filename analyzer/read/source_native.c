@@ -20,6 +20,7 @@
  * event: definitions are read at open, VA reservations are never memory.
  */
 #include <inttypes.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -495,6 +496,12 @@ native_open(const char *path, am_source **out, char *err, size_t errlen)
     COPY_STR(m->master, h->master);
     COPY_STR(m->run_id, h->run_id);
     m->attempt = h->restart_count >= 0 ? h->restart_count : -1;
+    m->real_start_ns = h->real_start_ns;
+    struct stat st;
+    if (h->close_ns > h->mono_start_ns)
+        m->real_end_ns = h->real_start_ns + (h->close_ns - h->mono_start_ns);
+    else if (stat(path, &st) == 0)
+        m->real_end_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
     m->device_capacity = h->device_capacity;
     n->mode = (int)h->mode;
     m->mode = rs_mode_name(h->mode) ? rs_mode_name(h->mode) : "unknown";

@@ -263,8 +263,10 @@ def progress_tests(run):
     """Progress on stderr only when it is a terminal."""
     import pty
     master, slave = pty.openpty()
-    p = subprocess.run([ANALYZE, "--no-advice", run], stdout=subprocess.DEVNULL, stderr=slave,
-                       timeout=300)
+    # per-rank progress when the ranks are analysed in turn (--jobs 1); on
+    # worker threads one line for the set
+    p = subprocess.run([ANALYZE, "--no-advice", "--jobs", "1", run], stdout=subprocess.DEVNULL,
+                       stderr=slave, timeout=300)
     os.close(slave)
     got = b""
     while True:

@@ -1,7 +1,7 @@
 /* gen_trace: write a valid recompshim trace of about N events directly with
  * the format structs (include/recomp/trace_format.h), for benchmarks.
  *
- *   gen_trace OUT [EVENTS] [LAYERS] [PARAMS]
+ *   gen_trace OUT [EVENTS] [LAYERS] [PARAMS] [RANK WORLD]
  *
  * The workload: PARAMS parameter allocations at init, then iterations of a
  * Megatron-like step: per layer on the main thread (pid) self_attention >
@@ -139,12 +139,14 @@ int
 main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gen_trace OUT [EVENTS] [LAYERS] [PARAMS]\n");
+        fprintf(stderr, "usage: gen_trace OUT [EVENTS] [LAYERS] [PARAMS] [RANK WORLD]\n");
         return 1;
     }
     uint64_t events = argc > 2 ? strtoull(argv[2], NULL, 10) : 10000000ull;
     int layers = argc > 3 ? atoi(argv[3]) : 32;
     int params = argc > 4 ? atoi(argv[4]) : 10000;
+    int rank = argc > 5 ? atoi(argv[5]) : 0;
+    int world = argc > 6 ? atoi(argv[6]) : 1;
     g_out = fopen(argv[1], "w+b");
     if (!g_out) {
         perror(argv[1]);
@@ -210,10 +212,10 @@ main(int argc, char **argv)
     h.flags = RS_HDR_CLOSED;
     h.chunks_published = g_chunks;
     h.pid = (int32_t)MAIN;
-    h.rank = 0;
-    h.local_rank = 0;
-    h.world_size = 1;
-    h.local_world_size = 1;
+    h.rank = rank;
+    h.local_rank = rank % 8;
+    h.world_size = world;
+    h.local_world_size = world < 8 ? world : 8;
     h.rank_source = RS_RANK_TORCHRUN;
     h.restart_count = -1;
     h.device = 0;
