@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "advisor.h"
+#include "trace_reader.h"
 #include "analysis.h"
 #include "report.h"
 
@@ -133,7 +134,9 @@ static void
 usage(FILE *f)
 {
     fprintf(f,
-            "usage: recomp-analyze [--json] [--rank N] [--iteration K] [--top N] TRACE...|DIR\n"
+            "usage: recomp-analyze [--json] [--rank N] [--iteration K] [--top N] [--budget SIZE]\n"
+            "                      [--headroom SIZE] [--config FILE] [--no-advice] TRACE...|DIR\n"
+            "       recomp-analyze --help | --version\n"
             "  Per-rank GPU memory peaks (tensor and device level), the phase, module\n"
             "  boundary and layer of what was live, OOMs, and the hot rank.\n"
             "  --json          the JSON document (docs/json-schema.md) on stdout\n"
@@ -148,6 +151,8 @@ usage(FILE *f)
             "  --config FILE   the job's Megatron config (TransformerConfig field names,\n"
             "                  YAML or JSON) when its settings are not on the command line\n"
             "  --no-advice     skip the recompute advisor\n"
+            "  -h, --help      this text on stdout\n"
+            "  --version       the project version, the trace format and JSON schema versions\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
             "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank\n");
 }
@@ -216,7 +221,8 @@ main(int argc, char **argv)
         {"iteration", required_argument, 0, 'i'}, {"top", required_argument, 0, 't'},
         {"help", no_argument, 0, 'h'},          {"budget", required_argument, 0, 'B'},
         {"headroom", required_argument, 0, 'H'}, {"config", required_argument, 0, 'C'},
-        {"no-advice", no_argument, 0, 'N'},     {0, 0, 0, 0},
+        {"no-advice", no_argument, 0, 'N'},     {"version", no_argument, 0, 'V'},
+        {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "jr:i:t:h", lo, NULL)) != -1) {
@@ -259,6 +265,11 @@ main(int argc, char **argv)
             break;
         case 'h':
             usage(stdout);
+            return 0;
+        case 'V':
+            printf("recomp-analyze %s (reads recompshim trace format %d.%d; JSON schema %s)\n",
+                   RS_PROJECT_VERSION, RS_TRACE_VERSION_MAJOR, RS_TRACE_VERSION_MINOR,
+                   AM_SCHEMA_VERSION);
             return 0;
         default:
             usage(stderr);

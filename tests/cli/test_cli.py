@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Command-line conventions of the tools and the shim's one-warning-per-job
+rule (TAP).
+
+- every tool: --version names the project version and the trace-format
+  version, --help goes to stdout with exit 0, usage errors go to stderr with
+  exit 1, and every option of --help appears in the README;
+- recomp-dump: several files or a run directory, --kind, --thread,
+  --from/--to, --range and --jsonl, checked against the unfiltered text of a
+  2-rank megasim run recorded under the real shim;
+- the shim: a bad setting is reported once per job (the job's first process;
+  under srun, where ranks share no parent, rank 0 only).
+
+Environment (tests/cli/meson.build): RECOMP_SHIM, RECOMP_ANALYZE, RECOMP_DUMP,
+MEGASIM_LIB_DIR, MEGASIM_PYDIR, PROJECT_VERSION, TRACE_VERSION, SOURCE_ROOT.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+E = os.environ
+SHIM, ANALYZE, DUMP = E["RECOMP_SHIM"], E["RECOMP_ANALYZE"], E["RECOMP_DUMP"]
+README = open(os.path.join(E["SOURCE_ROOT"], "README.md"), encoding="utf-8").read()
+
+n = 0
+failed = 0
+
+
+def ok(cond, name, detail=""):
+    global n, failed
+    n += 1
+    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, name))
+    if not cond:
+        failed += 1
+        for line in str(detail).splitlines()[:30]:
+            print("#   " + line)
+
+
+def run(argv, env=None, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, env=env, **kw)
+
+
+def megasim(out, extra_env=None, world=2):
+    env = dict(E, LD_PRELOAD=SHIM, RECOMPSHIM_OUT=out, MEGASIM_LIB_DIR=E["MEGASIM_LIB_DIR"],
+               PYTHONPATH=E["MEGASIM_PYDIR"])
+    for k in ("RECOMPSHIM_RUN_ID", "RECOMPSHIM_TENSORS_REPORTED", "RANK", "SLURM_PROCID",
+              "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"):
+        env.pop(k, None)
+    env.update(extra_env or {})
+    return run([sys.executable, "-m", "megasim", "--sim-preset", "llama3-8b", "--num-layers", "2",
+                "--train-iters", "1", "--profile", "--nvtx-ranges", "--profile-step-start", "0",
+                "--sim-world-size", str(world), "--sim-quiet"], env=env)
+
+
+def help_options(text):
+    return sorted(set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", text)))
+
+
+def check_conventions(tool, path):
+    v = run([path, "--version"])
+    ok(v.returncode == 0 and v.stderr == "", "%s --version exits 0, nothing on stderr" % tool, v)
+    ok(E["PROJECT_VERSION"] in v.stdout and "trace format " + E["TRACE_VERSION"] in v.stdout,
+       "%s --version names %s and trace format %s" % (tool, E["PROJECT_VERSION"],
+                                                      E["TRACE_VERSION"]), v.stdout)
+    h = run([path, "--help"])
+    ok(h.returncode == 0 and h.stdout.startswith("usage: " + tool) and h.stderr == "",
+       "%s --help: usage on stdout, exit 0" % tool, h)
+    for argv, what in (([], "no operand"), (["--no-such-option", "x"], "an unknown option")):
+        u = run([path] + argv)
+        ok(u.returncode == 1 and u.stdout == "" and "usage: " + tool in u.stderr,
+           "%s with %s: usage on stderr, exit 1" % (tool, what), u)
+    opts = help_options(h.stdout)
+    missing = [o for o in opts if o not in README]
+    ok(len(opts) >= 6 and not missing, "%s: every option of --help is in the README (%d)"
+       % (tool, len(opts)), "missing: %s" % missing)
+    return opts
+
+
+def records(text):
+    """Record lines of recomp-dump's text (not headers, not frame lines)."""
+    return [l for l in text.splitlines()
+            if l and not l.startswith(("recompshim trace ", "header ", "  frame "))]
+
+
+def field(line, key):
+    m = re.search(r"\b%s=(\S+)" % key, line)
+    return m.group(1) if m else None
+
+
+def check_dump(run_dir):
+    files = sorted(os.path.join(run_dir, f) for f in os.listdir(run_dir) if f.endswith(".rstrace"))
+    ok(len(files) == 2, "megasim wrote 2 traces", files)
+    single = [run([DUMP, f]) for f in files]
+    both = run([DUMP] + files)
+    ok(both.returncode == 0 and both.stdout == "".join(s.stdout for s in single),
+       "recomp-dump A B prints A then B, each as alone")
+    d = run([DUMP, run_dir])
+    ok(d.returncode == 0 and d.stdout == both.stdout, "recomp-dump RUNDIR = its *.rstrace by name")
+    ok(d.stdout.count("recompshim trace v") == 2, "one header per file")
+    allrec = records(d.stdout)
+    kinds = {l.split()[0] for l in allrec}
+    ok({"ALLOC", "TENSOR", "NVTX_PUSH", "NVTX_POP"} <= kinds, "the run has the kinds filtered below",
+       kinds)
+
+    k = run([DUMP, "--kind", "alloc,NVTX_POP", run_dir])
+    want = [l for l in allrec if l.split()[0] in ("ALLOC", "NVTX_POP")]
+    ok(k.returncode == 0 and records(k.stdout) == want, "--kind alloc,NVTX_POP keeps exactly those",
+       "%d vs %d" % (len(records(k.stdout)), len(want)))
+    bad = run([DUMP, "--kind", "ALOC", run_dir])
+    ok(bad.returncode == 1 and "ALOC" in bad.stderr and bad.stdout == "",
+       "--kind with an unknown kind: usage error naming it", bad)
+
+    f0 = files[0]
+    rec0 = records(single[0].stdout)
+    tids = sorted({field(l, "tid") for l in rec0})
+    tid = max(tids, key=lambda t: sum(1 for l in rec0 if field(l, "tid") == t))
+    t = run([DUMP, "--thread", tid, f0])
+    want = [l for l in rec0 if field(l, "tid") == tid]
+    ok(t.returncode == 0 and want and records(t.stdout) == want,
+       "--thread %s keeps that thread's %d records" % (tid, len(want)))
+
+    times = sorted(int(field(l, "t")) for l in rec0)
+    lo, hi = times[len(times) // 4], times[3 * len(times) // 4]
+    w = run([DUMP, "--from", str(lo), "--to", "%dus" % (hi // 1000), f0])
+    want = [l for l in rec0 if lo <= int(field(l, "t")) <= hi // 1000 * 1000]
+    ok(w.returncode == 0 and want and records(w.stdout) == want,
+       "--from NS --to USus keeps exactly the records in the window (%d)" % len(want))
+    bt = run([DUMP, "--from", "soon", f0])
+    ok(bt.returncode == 1 and "soon" in bt.stderr, "--from with no time: usage error", bt)
+
+    name = "mlp.forward.linear_fc1"
+    r = run([DUMP, "--range", name, f0])
+    got = records(r.stdout)
+    expect, depth = [], {}
+    for l in rec0:  # the reference: per-thread stack of matching pushes
+        tid_ = field(l, "tid")
+        st = depth.setdefault(tid_, [])
+        if l.startswith("NVTX_PUSH"):
+            st.append(name in l)
+            if any(st):
+                expect.append(l)
+        elif l.startswith("NVTX_POP"):
+            if any(st):
+                expect.append(l)
+            if st:
+                st.pop()
+        elif any(st):
+            expect.append(l)
+    ok(r.returncode == 0 and got == expect and any(l.startswith("TENSOR") for l in got),
+       "--range %s keeps the records inside that range (%d)" % (name, len(got)),
+       "%d vs %d" % (len(got), len(expect)))
+
+    j = run([DUMP, "--jsonl", run_dir])
+    objs = []
+    try:
+        objs = [json.loads(l) for l in j.stdout.splitlines()]
+    except ValueError as e:
+        ok(False, "--jsonl: every line is JSON", e)
+    else:
+        ok(j.returncode == 0, "--jsonl: every line is JSON (%d)" % len(objs))
+    hdrs = [o for o in objs if o.get("kind") == "HEADER"]
+    recs = [o for o in objs if o.get("kind") != "HEADER"]
+    ok(len(hdrs) == 2 and len(recs) == len(allrec), "--jsonl: 2 headers, one object per record",
+       "%d headers, %d vs %d" % (len(hdrs), len(recs), len(allrec)))
+    same = len(recs) == len(allrec) and all(
+        o["kind"] == l.split()[0] and str(o["t"]) == field(l, "t") and
+        str(o.get("size", "")) == (field(l, "size") or "") and
+        o.get("ptr", "") == (field(l, "ptr") or "") for o, l in zip(recs, allrec))
+    ok(same, "--jsonl: kind, t, size and ptr equal the text's, record by record")
+    jk = run([DUMP, "--jsonl", "--kind", "TENSOR", "--thread", tid, f0])
+    ok(all(json.loads(l)["kind"] in ("HEADER", "TENSOR") for l in jk.stdout.splitlines()),
+       "--jsonl combines with the filters")
+
+
+def check_warn_once(tmp):
+    out = os.path.join(tmp, "warn")
+    os.mkdir(out, 0o700)
+    r = megasim(out, {"RECOMPSHIM_TENSORS": "bogus", "RECOMPSHIM_LOG": "loud"})
+    lines = [l for l in r.stderr.splitlines() if l.startswith("recompshim")]
+    ok(r.returncode == 0, "megasim with bad settings runs", r.stderr[-2000:])
+    ok(len(lines) == 2 and sum("RECOMPSHIM_TENSORS=bogus" in l for l in lines) == 1 and
+       sum('RECOMPSHIM_LOG="loud"' in l for l in lines) == 1,
+       "2-rank job with two bad settings: one line each", "\n".join(lines))
+    for rank, want in (("0", 1), ("1", 0), ("3", 0)):
+        env = dict(E, LD_PRELOAD=SHIM, RECOMPSHIM_OUT=out, RECOMPSHIM_TENSORS="bogus",
+                   SLURM_PROCID=rank)
+        env.pop("RECOMPSHIM_RUN_ID", None)
+        env.pop("RECOMPSHIM_TENSORS_REPORTED", None)
+        s = run(["sh", "-c", "ls / >/dev/null; cat /dev/null; true"], env=env)
+        got = sum(l.startswith("recompshim") for l in s.stderr.splitlines())
+        ok(got == want, "srun rank %s (no common parent), with child processes: %d line(s)"
+           % (rank, want), s.stderr)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="recomp-cli.")
+    try:
+        check_conventions("recomp-analyze", ANALYZE)
+        check_conventions("recomp-dump", DUMP)
+        out = os.path.join(tmp, "traces")
+        os.mkdir(out, 0o700)
+        r = megasim(out)
+        runs = [os.path.join(out, d) for d in os.listdir(out)]
+        ok(r.returncode == 0 and len(runs) == 1, "2-rank megasim run under the shim", r.stderr[-2000:])
+        if len(runs) == 1:
+            check_dump(runs[0])
+        check_warn_once(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("1..%d" % n)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
