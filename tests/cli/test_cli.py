@@ -9,10 +9,15 @@ rule (TAP).
   --from/--to, --range and --jsonl, checked against the unfiltered text of a
   2-rank megasim run recorded under the real shim;
 - the shim: a bad setting is reported once per job (the job's first process;
-  under srun, where ranks share no parent, rank 0 only).
+  under srun, where ranks share no parent, rank 0 only);
+- tools/run-main.sh: the banner describes the job that runs, a preset's own
+  layout wins unless a flag is given, a job that fails before any iteration
+  exits 1 with its error rank-prefixed, the trace directory is printed and
+  removed unless --keep.
 
 Environment (tests/cli/meson.build): RECOMP_SHIM, RECOMP_ANALYZE, RECOMP_DUMP,
-MEGASIM_LIB_DIR, MEGASIM_PYDIR, PROJECT_VERSION, TRACE_VERSION, SOURCE_ROOT.
+MEGASIM_LIB_DIR, MEGASIM_PYDIR, PROJECT_VERSION, TRACE_VERSION, SOURCE_ROOT,
+BUILD_ROOT.
 """
 import json
 import os
@@ -196,6 +201,58 @@ def check_warn_once(tmp):
            % (rank, want), s.stderr)
 
 
+def run_main(tmp, *argv):
+    env = dict(E, BUILDDIR=E["BUILD_ROOT"], TMPDIR=tmp)
+    for k in ("LD_PRELOAD", "RECOMPSHIM_RUN_ID", "RECOMPSHIM_OUT"):
+        env.pop(k, None)
+    r = run([os.path.join(E["SOURCE_ROOT"], "tools", "run-main.sh")] + list(argv), env=env)
+    m = re.search(r"^== traces: (\S+)", r.stdout, re.M)
+    return r, m.group(1) if m else None
+
+
+def check_run_main(tmp):
+    tmp = os.path.join(tmp, "rm")
+    os.mkdir(tmp)
+    r, d = run_main(tmp)
+    ok(r.returncode == 0 and r.stdout.startswith(
+        "== megasim under the shim: llama3-8b (32 layers, hidden 4096, seq 8192) on 4 ranks "
+        "(TP=1 PP=2 CP=1 DP=2); global batch 8, micro-batch 1; 3 iteration(s); recompute: none, "
+        "distributed optimizer\n") and "\nverdict: " in r.stdout,
+       "run-main.sh: the default job, described as it runs, analysed", r.stdout[:600] + r.stderr)
+    ok(d and d.startswith(tmp) and not os.path.exists(d),
+       "run-main.sh: the trace directory is printed and removed", d)
+    ok(re.search(r"^\[rank 0\]: torch.OutOfMemoryError", r.stdout, re.M),
+       "run-main.sh: the job's OOM lines carry their rank", r.stdout[:800])
+
+    r, d = run_main(tmp, "--sim-world-size", "32", "--num-layers", "2")
+    ok(r.returncode == 1 and "on 32 ranks (TP=1 PP=2 CP=1 DP=16)" in r.stdout,
+       "run-main.sh --sim-world-size 32: banner says 32 ranks, DP=16; exit 1", r)
+    ok("[rank 0]: AssertionError: global batch size (8) is not divisible by micro batch size (1) "
+       "times data parallel size (16) (also ranks 1-31)" in r.stderr and "verdict" not in r.stdout,
+       "run-main.sh: a job that dies before its first iteration shows its own error, "
+       "rank-prefixed, and no verdict", r.stderr)
+    ok(d and not os.path.exists(d), "run-main.sh: removed after a failed job too", d)
+
+    r, d = run_main(tmp, "--keep", "--sim-preset", "gpt3-175b", "--sim-only-ranks", "0,8,56",
+                    "--num-layers", "16", "--train-iters", "1")
+    ok(r.returncode == 0 and "on 64 ranks (TP=8 PP=8 CP=1 DP=1), only ranks 0,8,56 run" in r.stdout
+       and "--pipeline-model-parallel-size" not in r.stdout.split("\n")[1]
+       and "3 rank(s)" in r.stdout,
+       "run-main.sh --sim-preset gpt3-175b: the preset's own layout (TP=8 PP=8) runs",
+       r.stdout[:600] + r.stderr[-1500:])
+    ok(d and os.path.isdir(d) and ("== kept: " + d) in r.stdout,
+       "run-main.sh --keep: the trace directory is kept and named", d)
+
+    r, d = run_main(tmp, "--sim-preset", "gpt3-175b", "--pipeline-model-parallel-size", "4",
+                    "--sim-only-ranks", "0", "--num-layers", "8", "--train-iters", "1")
+    ok(r.returncode == 0 and "on 32 ranks (TP=8 PP=4 CP=1 DP=1)" in r.stdout,
+       "run-main.sh: an explicit flag overrides the preset's layout", r.stdout[:400] + r.stderr)
+
+    r, d = run_main(tmp, "--recompute-granularity", "full", "--recompute-method", "sideways")
+    ok(r.returncode == 1 and "recompute_method: sideways" in r.stderr and d is None,
+       "run-main.sh: flags megasim rejects: its message, exit 1, nothing run", r.stderr)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="recomp-cli.")
     try:
@@ -209,6 +266,7 @@ def main():
         if len(runs) == 1:
             check_dump(runs[0])
         check_warn_once(tmp)
+        check_run_main(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("1..%d" % n)
