@@ -313,7 +313,8 @@ def not_megatron():
     cs = os.path.join(FIXTURES, "cs336", "Wedsonlin", "medium_128_training_memory_snapshot.pickle")
     qw = os.path.join(FIXTURES, "tracelens", "mi300", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
     if not os.path.exists(cs) or not os.path.exists(qw):
-        print("# real fixtures not found beside the source tree: not-Megatron checks skipped")
+        print("# SKIP real fixtures absent (%s): not-Megatron checks skipped"
+              % os.path.normpath(FIXTURES))
         return
     doc = analyze(cs)
     v = doc["verdict"]

@@ -10,6 +10,11 @@ rule (TAP).
   2-rank megasim run recorded under the real shim;
 - the shim: a bad setting is reported once per job (the job's first process;
   under srun, where ranks share no parent, rank 0 only);
+- the repository stands alone: README.md and docs/ point at no file outside
+  it, and every relative link in them names a file in the repository;
+- tests that read the real fixtures skip visibly when those are absent: the
+  import test binary with RECOMP_FIXTURES_DIR pointing nowhere passes, and
+  tools/test-summary.py prints "N skipped: reason" above its summary line;
 - tools/run-main.sh: the banner describes the job that runs, a preset's own
   layout wins unless a flag is given, a job that fails before any iteration
   exits 1 with its error rank-prefixed, the trace directory is printed and
@@ -17,7 +22,7 @@ rule (TAP).
 
 Environment (tests/cli/meson.build): RECOMP_SHIM, RECOMP_ANALYZE, RECOMP_DUMP,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR, PROJECT_VERSION, TRACE_VERSION, SOURCE_ROOT,
-BUILD_ROOT.
+BUILD_ROOT, TEST_IMPORT.
 """
 import json
 import os
@@ -253,6 +258,56 @@ def check_run_main(tmp):
        "run-main.sh: flags megasim rejects: its message, exit 1, nothing run", r.stderr)
 
 
+def check_stands_alone():
+    root = E["SOURCE_ROOT"]
+    docs = [os.path.join(root, "README.md")]
+    for d, _, fs in os.walk(os.path.join(root, "docs")):
+        docs += [os.path.join(d, f) for f in fs if f.endswith(".md")]
+    outside, broken = [], []
+    for p in docs:
+        text = open(p, encoding="utf-8").read()
+        rel = os.path.relpath(p, root)
+        for m in re.finditer(r"\.\./shared|DESIGN\.md|/work/", text):
+            outside.append("%s: %s" % (rel, text[max(0, m.start() - 30):m.end() + 20]))
+        for m in re.finditer(r"\]\(([^)#\s]+)(#[^)]*)?\)", text):
+            target = m.group(1)
+            if re.match(r"[a-z]+:", target):
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(p), target))
+            # docs/architecture.md is written by the lead in this round's merge
+            if not os.path.exists(path) and os.path.relpath(path, root) != "docs/architecture.md":
+                broken.append("%s -> %s" % (rel, target))
+    ok(not outside, "README and docs point at nothing outside the repository (%d files)"
+       % len(docs), "\n".join(outside))
+    ok(not broken, "every relative link in README and docs resolves", "\n".join(broken))
+
+
+def check_visible_skips(tmp):
+    env = dict(E, RECOMP_FIXTURES_DIR=os.path.join(tmp, "no-fixtures"))
+    r = run([E["TEST_IMPORT"]], env=env)
+    synth = re.search(r"Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+)", r.stdout + r.stderr)
+    nskip = (r.stdout + r.stderr).count("SKIP real fixtures absent (%s)" % env["RECOMP_FIXTURES_DIR"])
+    ok(r.returncode == 0 and synth and synth.group(3) == "0" and nskip >= 5,
+       "import tests without the real fixtures: pass, %d SKIP lines" % nskip, r.stderr[-1500:])
+    log = os.path.join(tmp, "testlog.json")
+    with open(log, "w") as f:
+        f.write(json.dumps({"name": "import", "result": "OK", "stdout": r.stdout,
+                            "stderr": r.stderr}) + "\n")
+        f.write(json.dumps({"name": "tap", "result": "OK",
+                            "stdout": "ok 1 - a\n# SKIP real fixtures absent (/x): checks skipped\n"
+                                      "ok 2 - b # SKIP no GPU\n1..2\n", "stderr": ""}) + "\n")
+    s = run([sys.executable, os.path.join(E["SOURCE_ROOT"], "tools", "test-summary.py"), log])
+    lines = s.stdout.splitlines()
+    want_skip = "%d skipped: real fixtures absent (%s): fixture tests skipped" % (
+        nskip, env["RECOMP_FIXTURES_DIR"])
+    ok(s.returncode == 0 and want_skip in lines and
+       "1 skipped: real fixtures absent (/x): checks skipped" in lines and
+       "1 skipped: no GPU" in lines and
+       lines[-1] == "%d passed, 0 failed" % (int(synth.group(2)) + 1 if synth else -1),
+       "test-summary.py: one 'N skipped: reason' line per reason above 'N passed, N failed'",
+       s.stdout)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="recomp-cli.")
     try:
@@ -267,6 +322,8 @@ def main():
             check_dump(runs[0])
         check_warn_once(tmp)
         check_run_main(tmp)
+        check_visible_skips(tmp)
+        check_stands_alone()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("1..%d" % n)
