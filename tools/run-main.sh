@@ -26,10 +26,30 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+usage() {
+    cat <<'USAGE'
+usage: tools/run-main.sh [--keep] [MEGASIM/MEGATRON FLAGS...]
+       tools/run-main.sh --help
+  Build, run a megasim job under the shim, print recomp-analyze's report.
+  Without flags: Llama-3 8B-like, 4 ranks (TP=1 PP=2 DP=2), 3 iterations.
+  --keep          keep the trace directory (default: removed at exit)
+  -h, --help      this text
+  Other flags go to megasim (Megatron spellings, --sim-* flags; see
+  PYTHONPATH=tools/megasim python3 -m megasim --help). The default layout
+  applies only without --sim-preset; a flag given replaces its default.
+exit: recomp-analyze's status; 1 the job failed before any iteration (its
+      error is printed, rank-prefixed) or megasim rejected the flags;
+      2 bootstrap or build failure
+USAGE
+}
 keep=0
 args=()
 for a in "$@"; do
-    if [ "$a" = "--keep" ]; then keep=1; else args+=("$a"); fi
+    case "$a" in
+    --keep) keep=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) args+=("$a") ;;
+    esac
 done
 
 eval "$(tools/bootstrap.sh)" || exit 2

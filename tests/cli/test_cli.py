@@ -253,6 +253,12 @@ def check_run_main(tmp):
     ok(r.returncode == 0 and "on 32 ranks (TP=8 PP=4 CP=1 DP=1)" in r.stdout,
        "run-main.sh: an explicit flag overrides the preset's layout", r.stdout[:400] + r.stderr)
 
+    h, _ = run_main(tmp, "--help")
+    opts = help_options(h.stdout)
+    ok(h.returncode == 0 and h.stdout.startswith("usage: tools/run-main.sh") and
+       {"--keep", "--help"} <= set(opts) and all(o in README for o in opts),
+       "run-main.sh --help: usage on stdout, exit 0, its options in the README", h)
+
     r, d = run_main(tmp, "--recompute-granularity", "full", "--recompute-method", "sideways")
     ok(r.returncode == 1 and "recompute_method: sideways" in r.stderr and d is None,
        "run-main.sh: flags megasim rejects: its message, exit 1, nothing run", r.stderr)
