@@ -1,7 +1,7 @@
 /* recomp_dump.c: recomp-dump, one line per record of recompshim traces.
  *
  * Usage: recomp-dump [--kind K,...] [--thread TID] [--from T] [--to T]
- *                    [--range NAME] [--jsonl] TRACE...|RUNDIR...
+ *                    [--range NAME] [--jsonl] [--symbols] TRACE...|RUNDIR...
  * Prints each trace's header, then every record in time order
  * (docs/trace-format.md shows the exact text; tests assert on it), or with
  * --jsonl one JSON object per line (the header, then one per record, the same
@@ -20,6 +20,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "symbolize.h"
 #include "trace_reader.h"
 
 #define EXIT_USAGE 1
@@ -30,6 +31,8 @@
 typedef struct out {
     FILE *f;
     int json;
+    int symbols;            /* --symbols: name OOM frames (symbolize.h) */
+    am_symbolizer *sym;     /* of the current file */
 } out;
 
 static const char *
@@ -327,7 +330,10 @@ dump_oom(out *o, const rs_reader *r, const rs_rec_oom *x)
         uint64_t pc;
         char buf[512];
         memcpy(&pc, fr + 8u * i, 8);
-        if (!rs_reader_format_addr(r, pc, buf, sizeof buf))
+        const rs_module_info *m = o->sym ? rs_reader_find_module(r, pc) : NULL;
+        if (m)
+            am_sym_format(o->sym, m, pc, buf, sizeof buf);
+        else if (!rs_reader_format_addr(r, pc, buf, sizeof buf))
             strcpy(buf, "?");
         if (o->json) {
             fprintf(o->f, "%s{\"pc\":\"0x%" PRIx64 "\",\"at\":\"", i ? "," : "", pc);
@@ -724,9 +730,13 @@ dump_file(out *o, const char *path, const filter *fl)
     range_state rs = {0};
     rs_event ev;
     int st;
+    if (o->symbols)
+        o->sym = am_sym_new();
     while ((st = rs_iter_next(it, &ev)) > 0)
         if (keep(fl, &rs, r, &ev))
             dump_record(o, r, &ev);
+    am_sym_free(o->sym);
+    o->sym = NULL;
     int status = 0;
     if (st < 0) {
         fflush(o->f);
@@ -746,7 +756,7 @@ usage(FILE *f)
 {
     fprintf(f,
             "usage: recomp-dump [--kind K[,K...]] [--thread TID] [--from T] [--to T]\n"
-            "                   [--range NAME] [--jsonl] TRACE...|RUNDIR...\n"
+            "                   [--range NAME] [--jsonl] [--symbols] TRACE...|RUNDIR...\n"
             "       recomp-dump --help | --version\n"
             "  Print recompshim traces: each file's header, then one line per record in\n"
             "  time order. A directory stands for the *.rstrace files in it (a run\n"
@@ -761,6 +771,8 @@ usage(FILE *f)
             "                  (push/pop ranges of the record's thread, start/end ranges)\n"
             "  --jsonl         one JSON object per line: the header, then one per record\n"
             "                  (the same fields; addresses as \"0x...\" strings)\n"
+            "  --symbols       name an OOM's frames: module+0xOFF in function+0xN at\n"
+            "                  file:line, from the recorded modules (as recomp-analyze does)\n"
             "  -h, --help      this text on stdout\n"
             "  --version       the project version and the trace format version it reads\n"
             "exit: 0 ok, 1 usage or unreadable file, 2 damaged or invalid trace\n");
@@ -903,6 +915,7 @@ main(int argc, char **argv)
         {"from", required_argument, 0, 'f'}, {"to", required_argument, 0, 't'},
         {"range", required_argument, 0, 'R'}, {"jsonl", no_argument, 0, 'J'},
         {"help", no_argument, 0, 'h'},       {"version", no_argument, 0, 'V'},
+        {"symbols", no_argument, 0, 'S'},
         {0, 0, 0, 0},
     };
     int c;
@@ -933,6 +946,9 @@ main(int argc, char **argv)
             break;
         case 'J':
             o.json = 1;
+            break;
+        case 'S':
+            o.symbols = 1;
             break;
         case 'h':
             usage(stdout);

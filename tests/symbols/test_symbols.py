@@ -7,10 +7,11 @@ recomp-analyze must name those frames with the source lines of their calls:
 - as built (DWARF in the file);
 - stripped, with a separate debug file found through .gnu_debuglink;
 - stripped without a debug file: module+offset and that reason;
+- recomp-dump --symbols names the same frames;
 - the file replaced after the run (another build id): module+offset and that
   reason, never the new file's names.
 
-Environment (tests/symbols/meson.build): RECOMP_SHIM, RECOMP_ANALYZE, ITP_OOM,
+Environment (tests/symbols/meson.build): RECOMP_SHIM, RECOMP_ANALYZE, RECOMP_DUMP, ITP_OOM,
 P_OOM_SOURCE, DOUBLES_DIR, HAVE_LIBDW.
 """
 import json
@@ -99,6 +100,15 @@ def main():
         ok(stack and named(stack, "itp_oom", want),
            "as built: oom_level3, oom_level2, oom_level1, main at their call lines %s"
            % [ln for _, ln in want], stack)
+        runs = [os.path.join(tmp, "traces-built", x) for x in os.listdir(os.path.join(tmp, "traces-built"))]
+        dump = run([E["RECOMP_DUMP"], "--symbols", "--kind", "OOM"] + runs)
+        frames = re.findall(r"^  frame #\d+ 0x[0-9a-f]+ \[(.*)\]$", dump.stdout, re.M)
+        plain = run([E["RECOMP_DUMP"], "--kind", "OOM"] + runs)
+        mine = [f for f in frames if f.startswith("itp_oom")]
+        ok(dump.returncode == 0 and len(mine) >= 4 and mine[:4] == stack[:4] and
+           " in " not in plain.stdout,
+           "recomp-dump --symbols names the same frames; without it, module+offset only",
+           dump.stdout[-1500:])
 
         d = os.path.join(tmp, "bin")
         os.mkdir(d)
