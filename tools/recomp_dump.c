@@ -124,15 +124,27 @@ kv_text(out *o, const char *k, const char *s, size_t n, int quoted)
         fputc('"', o->f);
 }
 
-/* A fixed-size header string: bounded, escaped, "-" when empty. */
+/* A flag: yes/no in text, true/false in JSON. */
+static void
+kv_b(out *o, const char *k, int v)
+{
+    key(o, k);
+    fputs(o->json ? (v ? "true" : "false") : (v ? "yes" : "no"), o->f);
+}
+
+/* A fixed-size header string: bounded, escaped; "-" (JSON null) when empty. */
 static void
 kv_field(out *o, const char *k, const char *s, size_t cap)
 {
     size_t n = strnlen(s, cap);
-    if (!n)
-        kv_w(o, k, "-");
-    else
+    if (n) {
         kv_text(o, k, s, n, 0);
+    } else if (o->json) {
+        key(o, k);
+        fputs("null", o->f);
+    } else {
+        kv_w(o, k, "-");
+    }
 }
 
 /* The start of an object (JSON) or of a line "WORD" (text). */
@@ -177,7 +189,7 @@ dump_header(out *o, const rs_reader *r)
     kv_field(o, "host", h->host, sizeof h->host);
     kv_d(o, "pid", h->pid);
     kv_d(o, "ppid", h->ppid);
-    kv_w(o, "closed", rs_reader_closed(r) ? "yes" : "no");
+    kv_b(o, "closed", rs_reader_closed(r));
     header_line(o);
     kv_d(o, "rank", h->rank);
     kv_d(o, "local_rank", h->local_rank);
@@ -198,10 +210,10 @@ dump_header(out *o, const rs_reader *r)
     kv_w(o, "mode", nz(rs_mode_name(h->mode)));
     kv_u(o, "runtime_version", h->cuda_runtime_version);
     kv_field(o, "shim_version", h->shim_version, sizeof h->shim_version);
-    kv_w(o, "nvtx_foreign", (h->flags & RS_HDR_NVTX_FOREIGN) ? "yes" : "no");
+    kv_b(o, "nvtx_foreign", (h->flags & RS_HDR_NVTX_FOREIGN) != 0);
     header_line(o);
     kv_u(o, "max_bytes", h->max_bytes);
-    kv_w(o, "limit_hit", (h->flags & RS_HDR_LIMIT_HIT) ? "yes" : "no");
+    kv_b(o, "limit_hit", (h->flags & RS_HDR_LIMIT_HIT) != 0);
     kv_u(o, "dropped", h->dropped_records);
     kv_u(o, "reserved_chunks", h->reserved_chunks);
     if (h->window_kind == RS_WINDOW_NONE) {

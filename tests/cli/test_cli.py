@@ -173,6 +173,9 @@ def check_dump(run_dir):
     else:
         ok(j.returncode == 0, "--jsonl: every line is JSON (%d)" % len(objs))
     hdrs = [o for o in objs if o.get("kind") == "HEADER"]
+    ok(all(h.get("closed") is True and h.get("slurm_job_id", 0) is None and
+           isinstance(h.get("rank"), int) for h in hdrs),
+       "--jsonl header: flags are booleans, empty fields null, numbers numbers", hdrs[:1])
     recs = [o for o in objs if o.get("kind") != "HEADER"]
     ok(len(hdrs) == 2 and len(recs) == len(allrec), "--jsonl: 2 headers, one object per record",
        "%d headers, %d vs %d" % (len(hdrs), len(recs), len(allrec)))
