@@ -116,6 +116,18 @@ def check_dump(run_dir):
     ok({"ALLOC", "TENSOR", "NVTX_PUSH", "NVTX_POP"} <= kinds, "the run has the kinds filtered below",
        kinds)
 
+    missing = os.path.join(run_dir, "no-such.rstrace")
+    m = run([DUMP, files[0], missing, files[1]])
+    ok(m.returncode == 1 and m.stdout == both.stdout and missing in m.stderr,
+       "a missing file among several: named on stderr, exit 1, the others still dumped", m.stderr)
+    bad = os.path.join(os.path.dirname(run_dir), "damaged.rstrace")
+    with open(files[1], "rb") as src, open(bad, "wb") as dst:
+        dst.write(src.read()[:5000])
+    b = run([DUMP, files[0], bad])
+    ok(b.returncode == 2 and b.stdout.startswith(single[0].stdout) and bad in b.stderr,
+       "a damaged file among several: exit 2 naming it, the good one dumped", b.stderr)
+    os.unlink(bad)
+
     k = run([DUMP, "--kind", "alloc,NVTX_POP", run_dir])
     want = [l for l in allrec if l.split()[0] in ("ALLOC", "NVTX_POP")]
     ok(k.returncode == 0 and records(k.stdout) == want, "--kind alloc,NVTX_POP keeps exactly those",
