@@ -1,6 +1,6 @@
 /* advisor_config.c: the Megatron configuration of a job, from
  *   1. the recorded command line, with Megatron's exact flag spellings
- *      (megatron.md §4: allow_abbrev=False, so no prefixes);
+ *      ([M] in docs/sources.md: allow_abbrev=False, so no prefixes);
  *   2. a config file named by --config / --yaml-cfg on that command line or
  *      by recomp-analyze --config: TransformerConfig field names, YAML
  *      (key: value, nested keys flattened to their last component, lists as
@@ -566,7 +566,7 @@ adv_config_read(const am_meta *m, const char *extra_config, const char *trace_di
              strncmp(m->env[i], "PYTORCH_ALLOC_CONF=", 19) == 0) &&
             strstr(m->env[i], "expandable_segments:True"))
             c->alloc_expandable = 1;
-    /* defaults and derived (megatron.md §4) */
+    /* defaults and derived ([M] in docs/sources.md) */
     if (!gqa && !was(&s, "num_query_groups"))
         c->groups = c->heads;
     if (!gqa && c->groups == 0)

@@ -1,4 +1,4 @@
-/* tensor_mode.c: RECOMPSHIM_TENSORS=async|nocache (DESIGN.md §1 Modes).
+/* tensor_mode.c: RECOMPSHIM_TENSORS=async|nocache (docs/architecture.md, Modes).
  * The default allocator shows segments at the CUDA API; these modes make
  * every tensor one CUDA call, at the user's choice and only when that
  * cannot break the job. */

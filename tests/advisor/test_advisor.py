@@ -8,7 +8,7 @@ megasim with each candidate: predicted and simulated tensor-level peaks agree
 within 2% on every rank; the recommended candidate fits in its simulated run;
 no candidate of lower modelled cost fits in simulation.
 
-Scenarios (oom-scenarios.md): megasim runs with the fault switches, asserting
+Scenarios (acceptance scenarios from public reports, docs/sources.md): megasim runs with the fault switches, asserting
 the expected codes and the must-not list.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,

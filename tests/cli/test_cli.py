@@ -279,6 +279,10 @@ def check_run_main(tmp):
        "run-main.sh: flags megasim rejects: its message, exit 1, nothing run", r.stderr)
 
 
+POINTER = re.compile(r"\.\./shared|DESIGN\.md|/work/|(?<![\w/-])(activation-model|megatron|"
+                     r"oom-scenarios|interpose|style-anchors)(\.md| ?§)")
+
+
 def check_stands_alone():
     root = E["SOURCE_ROOT"]
     docs = [os.path.join(root, "README.md")]
@@ -288,8 +292,7 @@ def check_stands_alone():
     for p in docs:
         text = open(p, encoding="utf-8").read()
         rel = os.path.relpath(p, root)
-        for m in re.finditer(r"\.\./shared|DESIGN\.md|/work/|(?<![\w/-])(activation-model|megatron|"
-                             r"oom-scenarios|interpose|style-anchors)(\.md| ?§)", text):
+        for m in POINTER.finditer(text):
             outside.append("%s: %s" % (rel, text[max(0, m.start() - 30):m.end() + 20]))
         for m in re.finditer(r"\]\(([^)#\s]+)(#[^)]*)?\)", text):
             target = m.group(1)
@@ -301,6 +304,23 @@ def check_stands_alone():
                 broken.append("%s -> %s" % (rel, target))
     ok(not outside, "README and docs point at nothing outside the repository (%d files)"
        % len(docs), "\n".join(outside))
+    code, nfiles = [], 0
+    for d, dirs, fs in os.walk(root):
+        dirs[:] = [x for x in dirs if not x.startswith((".", "build")) and x != "__pycache__"
+                   and not os.path.exists(os.path.join(d, x, "build.ninja"))]
+        for f in fs:
+            p = os.path.join(d, f)
+            if f.endswith(".md") or f.startswith(".") or os.path.samefile(p, __file__):
+                continue
+            try:
+                text = open(p, encoding="utf-8").read()
+            except (UnicodeDecodeError, OSError):
+                continue
+            nfiles += 1
+            for m in POINTER.finditer(text):
+                code.append("%s: %s" % (os.path.relpath(p, root), text[max(0, m.start() - 30):m.end()]))
+    ok(nfiles > 100 and not code, "sources point at nothing outside the repository (%d files)"
+       % nfiles, "\n".join(code))
     ok(not broken, "every relative link in README and docs resolves", "\n".join(broken))
 
 
