@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "advisor.h"
+#include "trace_reader.h"
 #include "analysis.h"
 #include "capture.h"
 #include "compare.h"
@@ -141,6 +142,7 @@ usage(FILE *f)
     fprintf(f,
             "usage: recomp-analyze [OPTIONS] TRACE...|DIR\n"
             "       recomp-analyze compare [OPTIONS] CONTROL CANDIDATE...\n"
+            "       recomp-analyze --help | --version\n"
             "  Per-rank GPU memory peaks (tensor and device level), the phase, module\n"
             "  boundary and layer of what was live, OOMs, the hot rank and the recompute\n"
             "  verdict. compare: each argument is one run (a run directory or a file); the\n"
@@ -168,6 +170,8 @@ usage(FILE *f)
             "  --no-advice     skip the recompute advisor\n"
             "  --jobs N        ranks read and analysed N at a time (default: one per CPU;\n"
             "                  the output is the same for every N)\n"
+            "  -h, --help      this text on stdout\n"
+            "  --version       the project version, the trace format and JSON schema versions\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
             "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank,\n"
             "      3 a --fail-on gate failed (one summary line on stderr)\n");
@@ -231,6 +235,7 @@ parse_args(int argc, char **argv, cli *o)
         {"markdown", required_argument, 0, 'M'}, {"fail-on", required_argument, 0, 'F'},
         {"html", required_argument, 0, 'W'},    {"perfetto", required_argument, 0, 'P'},
         {"jobs", required_argument, 0, 'J'},
+        {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0},
     };
     char err[256];
@@ -301,6 +306,11 @@ parse_args(int argc, char **argv, cli *o)
             break;
         case 'h':
             usage(stdout);
+            return 0;
+        case 'V':
+            printf("recomp-analyze %s (reads recompshim trace format %d.%d; JSON schema %s)\n",
+                   RS_PROJECT_VERSION, RS_TRACE_VERSION_MAJOR, RS_TRACE_VERSION_MINOR,
+                   AM_SCHEMA_VERSION);
             return 0;
         default:
             usage(stderr);

@@ -93,9 +93,30 @@ rs_sanitize_name(char *dst, size_t cap, const char *src)
     dst[i] = '\0';
 }
 
-/* Settings are inherited by every process of a job: only the first shim of
- * the process tree (the one that generates RECOMPSHIM_RUN_ID) complains. */
+/* Settings are inherited by every process of a job: only one process per job
+ * complains (rs_config_reports). */
 static int g_quiet;
+
+/* A launcher's rank variable other than 0: another rank of a job whose ranks
+ * may share no parent process (srun, mpirun). */
+int
+rs_config_other_rank(void)
+{
+    static const char *const vars[] = {"SLURM_PROCID", "RANK", "OMPI_COMM_WORLD_RANK",
+                                       "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v && strtol(v, NULL, 10) != 0)
+            return 1;
+    }
+    return 0;
+}
+
+int
+rs_config_reports(void)
+{
+    return !g_quiet;
+}
 
 static void
 bad_value(const char *name, const char *value, const char *dflt)
@@ -181,7 +202,7 @@ void
 rs_config_load(void)
 {
     memset(&g_rs_cfg, 0, sizeof g_rs_cfg);
-    g_quiet = getenv("RECOMPSHIM_RUN_ID") != NULL;
+    g_quiet = getenv("RECOMPSHIM_RUN_ID") != NULL || rs_config_other_rank();
 #define RS_ENV(NAME, type, dflt, help) set_##type(#NAME, getenv(#NAME), dflt);
 #include "env.def"
 #undef RS_ENV

@@ -28,6 +28,16 @@ extern rs_config g_rs_cfg RS_HIDDEN;
  * exports RECOMPSHIM_RUN_ID when unset so child processes share it. */
 RS_HIDDEN void rs_config_load(void);
 
+/* 1 in the one process of the job that reports bad settings: the first shim
+ * of the process tree (it generates RECOMPSHIM_RUN_ID; children inherit it)
+ * unless a launcher rank variable (SLURM_PROCID, RANK, OMPI_COMM_WORLD_RANK,
+ * PMI_RANK, PMIX_RANK) names another rank than 0, as under srun, where the
+ * ranks share no parent. Valid after rs_config_load(). */
+RS_HIDDEN int rs_config_reports(void);
+
+/* 1 when a launcher rank variable (as above) names a rank other than 0. */
+RS_HIDDEN int rs_config_other_rank(void);
+
 /* Parse a byte size with an optional K/M/G/T suffix (powers of 1024).
  * Returns 0 and sets *out on success, -1 on malformed input. */
 RS_HIDDEN int rs_parse_size(const char *s, uint64_t *out);

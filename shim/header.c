@@ -36,7 +36,7 @@ env_int(const char *name, int dflt)
     return (*end == '\0' && x >= 0 && x <= 0x7fffffff) ? (int)x : dflt;
 }
 
-/* Rank detection, launcher by launcher (DESIGN.md §1 Writing the trace). */
+/* Rank detection, launcher by launcher (docs/architecture.md, Writing the trace). */
 static void
 detect_rank(rs_file_header *h)
 {

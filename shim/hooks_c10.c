@@ -4,7 +4,7 @@
  *   c10::reportMemoryUsageToProfiler(ptr, ±block size, total allocated,
  *                                    total reserved, c10::Device)
  * in libc10 on every block allocation and free, through the PLT
- * (interpose.md addendum). The shim defines the function under its mangled
+ * ([PT] in docs/sources.md). The shim defines the function under its mangled
  * names, records a TENSOR record for CUDA devices, and forwards to the real
  * one. A changed signature changes the mangled name: the hook is then never
  * called, never called wrongly. The 3-argument form passed the allocator's

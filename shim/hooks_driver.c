@@ -1,7 +1,7 @@
 /* hooks_driver.c: CUDA driver entry points handed out as pointers.
  *
  * PyTorch's expandable segments and NCCL never call cuMemCreate & co. by
- * symbol: they obtain pointers (interpose.md §2.2, §8) from
+ * symbol: they obtain pointers ([PT] in docs/sources.md) from
  *   cudaGetDriverEntryPoint[ByVersion][_ptsz]   (libc10_cuda, NCCL 12.x/13)
  *   cuGetProcAddress / cuGetProcAddress_v2      (libcudart, static cudart)
  *   dlsym(libcuda handle, "cu...")              (older PyTorch, static cudart)

@@ -1,6 +1,6 @@
 /* hooks_graph.c: CUDA-graph capture windows, instantiation and launches.
  * Allocations inside a capture window come from the graph's private pool
- * (interpose.md §1.1): the analyzer needs the windows to say so. Graph
+ * ([PT] in docs/sources.md): the analyzer needs the windows to say so. Graph
  * records are ungated so windows stay paired. cudaStreamIsCapturing is
  * called constantly by PyTorch; only answers other than "not capturing"
  * are recorded. */

@@ -1,7 +1,7 @@
 /* hooks_nccl.c: NCCL API calls as COLLECTIVE records — the grad-sync and
  * param-sync signal, and the communicators a rank joins (pipeline peers).
  * pip PyTorch links libnccl.so.2 dynamically, so ProcessGroupNCCL's calls
- * go through the PLT and these definitions interpose them (interpose.md
+ * go through the PLT and these definitions interpose them ([PT] in docs/sources.md
  * §8); a statically linked NCCL is invisible here. NCCL's own memory is
  * seen by hooks_driver.c. */
 #include <nccl.h>

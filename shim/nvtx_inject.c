@@ -3,7 +3,7 @@
  * NVTX3 is header-only: every module (libtorch_python, libtorch_cuda,
  * libnccl, TE, ...) carries its own copy of the NVTX globals and, on its
  * first NVTX call, dlopen()s $NVTX_INJECTION64_PATH and calls
- * InitializeInjectionNvtx2 with its own getExportTable (interpose.md §5).
+ * InitializeInjectionNvtx2 with its own getExportTable ([PT] in docs/sources.md).
  * rs_nvtx_setup_env() points that variable at this shim; every module then
  * calls InitializeInjectionNvtx2 here once, possibly concurrently, and we
  * fill its CORE and CORE2 slots with the handlers below.

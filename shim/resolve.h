@@ -9,7 +9,7 @@ enum { RS_LIB_CUDART = 1, RS_LIB_LIBC = 2, RS_LIB_CUDA = 3, RS_LIB_NCCL = 4, RS_
 /* The real function for API `code` (enum rs_api), or NULL when it cannot be
  * found: dlsym(RTLD_NEXT), then the loaded library itself (dlopen with
  * RTLD_NOLOAD of the path dl_iterate_phdr reports; RTLD_NEXT returns NULL
- * when libcudart sits in a local scope, interpose.md §3.3). Resolved once
+ * when libcudart sits in a local scope, [PT] in docs/sources.md). Resolved once
  * per API; a miss is remembered and reported as META hook_missing. */
 RS_HIDDEN void *rs_real(int code);
 

@@ -1,4 +1,4 @@
-/* tensor_mode.c: RECOMPSHIM_TENSORS=async|nocache (DESIGN.md §1 Modes).
+/* tensor_mode.c: RECOMPSHIM_TENSORS=async|nocache (docs/architecture.md, Modes).
  * The default allocator shows segments at the CUDA API; these modes make
  * every tensor one CUDA call, at the user's choice and only when that
  * cannot break the job. */
@@ -146,6 +146,23 @@ add_async(const char *var)
     setenv(var, buf, 1);
 }
 
+/* A refusal is reported once per job: by the first process that meets it
+ * (it exports the refusal bits in RECOMPSHIM_TENSORS_REPORTED, which its
+ * children inherit) or by rank 0 when the refusal is new to it (ranks started
+ * with no common parent, or a refusal only the ranks' command lines cause). */
+static void
+report_refusal_once(void)
+{
+    const char *prev = getenv("RECOMPSHIM_TENSORS_REPORTED");
+    unsigned long seen = prev ? strtoul(prev, NULL, 10) : 0;
+    if (!(g_refusals & ~seen) || (!rs_config_reports() && rs_config_other_rank()))
+        return;
+    fprintf(stderr, "recompshim: %s\n", g_note);
+    char bits[24];
+    snprintf(bits, sizeof bits, "%lu", seen | g_refusals);
+    setenv("RECOMPSHIM_TENSORS_REPORTED", bits, 1);
+}
+
 void
 rs_tensor_mode_apply(void)
 {
@@ -167,7 +184,7 @@ rs_tensor_mode_apply(void)
     if (g_refusals) {
         snprintf(g_note, sizeof g_note, "RECOMPSHIM_TENSORS=%s refused: %s; recording in the default mode",
                  mode, refusal_text(g_refusals));
-        fprintf(stderr, "recompshim: %s\n", g_note);
+        report_refusal_once();
         return;
     }
     if (!strcmp(mode, "async")) {

@@ -11,7 +11,7 @@
  * at its first CUDA allocation). async: add backend:cudaMallocAsync to
  * whichever of PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF is set (both
  * when neither), keeping the other options; nocache: set
- * PYTORCH_NO_CUDA_MEMORY_CACHING=1. Refusals (DESIGN.md §1 Modes) leave the
+ * PYTORCH_NO_CUDA_MEMORY_CACHING=1. Refusals (docs/architecture.md, Modes) leave the
  * environment untouched and print one stderr line. */
 RS_HIDDEN void rs_tensor_mode_apply(void);
 

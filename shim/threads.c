@@ -1,5 +1,5 @@
 /* threads.c: thread names, re-recorded when they change. PyTorch names its
- * backward worker pt_autograd_<dev> (c10::setThreadName, interpose.md §7);
+ * backward worker pt_autograd_<dev> (c10::setThreadName, [PT] in docs/sources.md);
  * both ways Linux renames a thread are hooked, so no syscall per event. */
 #include <errno.h>
 #include <pthread.h>

@@ -109,7 +109,8 @@ SCENARIOS = {
                           24, []),
 }
 
-# real traces recorded by others (beside the source tree: ../shared/fixtures/real)
+# real traces recorded by others (RECOMP_FIXTURES: the fixtures folder beside
+# the source tree in a development checkout and in CI)
 FIXTURES = [
     "kineto/worker0.1623143089861.pt.trace.json.gz",
     "hta/df_index_resolver.json.gz",

@@ -20,6 +20,8 @@ have_pc zlib || need+=(zlib1g-dev)
 have_pc yajl || need+=(libyajl-dev)
 have_pc criterion || need+=(libcriterion-dev)
 have_pc libunwind || need+=(libunwind-dev)
+have_pc libdw || need+=(libdw-dev)
+have_cmd groff || need+=(groff-base)
 [ -f /usr/include/uthash.h ] || need+=(uthash-dev)
 
 if [ ${#need[@]} -gt 0 ]; then

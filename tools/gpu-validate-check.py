@@ -108,7 +108,7 @@ def check_mode(t, mode, out, binary, dry):
         req = c.get("oom_request_bytes")
         got = oom.get("requested_bytes") if oom else None
         # At the CUDA API the caching allocator asks for the request rounded up
-        # to 2 MiB (kRoundLarge, interpose.md §1.1).
+        # to 2 MiB (kRoundLarge, [PT] in docs/sources.md).
         rounded = None if req is None else -(-req // (2 * MIB)) * 2 * MIB
         ok = got is not None and got in (req, rounded)
         t.add(mode, "OOM recorded with its size", "PASS" if ok else "FAIL", fmt(got),

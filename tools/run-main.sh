@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-main.sh: the README's main-job command. Bootstraps, builds into build/
-# (if needed), runs megasim's default job under the shim and prints
-# recomp-analyze's report on the run directory.
+# (if needed), runs a megasim job under the shim and prints recomp-analyze's
+# report on its run directory.
 #
 # Default job (docs/megasim.md): a Llama-3 8B-like model on 4 simulated
 # 80 GiB GPUs (TP=1, PP=2, DP=2, distributed optimizer), 4 microbatches of
@@ -11,11 +11,47 @@
 # advisor recommends full block recompute of 2 layers (R:FULL[block,2], the
 # cheapest setting that fits every rank); selective mlp also fits.
 #
-# Extra arguments are passed to megasim (Megatron flags override the default).
-# Reads nothing outside the repository; writes the traces to a fresh temp dir
-# (kept; its path is printed).
+# Usage: tools/run-main.sh [--keep] [MEGASIM/MEGATRON FLAGS...]
+# Extra arguments go to megasim. The default job's layout (--sim-preset
+# llama3-8b, PP=2, 4 ranks, distributed optimizer, global batch 8) applies only
+# when no --sim-preset is given, and each default flag only when the same flag
+# is not given: a preset's own layout wins unless a flag says otherwise. The
+# banner is megasim's own description of the job that runs.
+#
+# Exit status: recomp-analyze's; 1 when the job failed before any rank
+# completed an iteration (no analysable trace): the job's error is printed,
+# each line prefixed with its rank; 2 bootstrap or build failure.
+# Traces go to a fresh temporary directory, printed, and removed at the end
+# unless --keep is given.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+usage() {
+    cat <<'USAGE'
+usage: tools/run-main.sh [--keep] [MEGASIM/MEGATRON FLAGS...]
+       tools/run-main.sh --help
+  Build, run a megasim job under the shim, print recomp-analyze's report.
+  Without flags: Llama-3 8B-like, 4 ranks (TP=1 PP=2 DP=2), 3 iterations.
+  --keep          keep the trace directory (default: removed at exit)
+  -h, --help      this text
+  Other flags go to megasim (Megatron spellings, --sim-* flags; see
+  PYTHONPATH=tools/megasim python3 -m megasim --help). The default layout
+  applies only without --sim-preset; a flag given replaces its default.
+exit: recomp-analyze's status; 1 the job failed before any iteration (its
+      error is printed, rank-prefixed) or megasim rejected the flags;
+      2 bootstrap or build failure
+USAGE
+}
+keep=0
+args=()
+for a in "$@"; do
+    case "$a" in
+    --keep) keep=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) args+=("$a") ;;
+    esac
+done
+
 eval "$(tools/bootstrap.sh)" || exit 2
 builddir="${BUILDDIR:-build}"
 if [ ! -f "$builddir/build.ninja" ]; then
@@ -26,44 +62,97 @@ if ! log=$(ninja -C "$builddir" 2>&1); then
     echo "run-main: build failed" >&2
     exit 2
 fi
-shim="$PWD/$builddir/shim/librecompshim.so"
-libdir="$PWD/$builddir/tests/megasim"
-for f in "$shim" "$libdir/libmegasim_cuda.so" "$builddir/tools/recomp-dump"; do
+builddir=$(cd "$builddir" && pwd)
+shim="$builddir/shim/librecompshim.so"
+libdir="$builddir/tests/megasim"
+analyze="$builddir/analyzer/recomp-analyze"
+for f in "$shim" "$libdir/libmegasim_cuda.so" "$analyze"; do
     [ -e "$f" ] || { echo "run-main: $f was not built (tests need libcriterion-dev)" >&2; exit 2; }
 done
 
+given() {  # given FLAG: the user passed FLAG (or FLAG=VALUE)
+    local a
+    for a in "${args[@]+"${args[@]}"}"; do
+        [ "$a" = "$1" ] || [ "${a%%=*}" = "$1" ] && return 0
+    done
+    return 1
+}
+flags=()
+default() {  # default FLAG [VALUE]: add unless the user gave FLAG
+    given "$1" || flags+=("$@")
+}
+if ! given --sim-preset; then
+    flags+=(--sim-preset llama3-8b)
+    default --pipeline-model-parallel-size 2
+    default --sim-world-size 4
+    default --use-distributed-optimizer
+    default --global-batch-size 8
+fi
+default --train-iters 3
+default --profile
+default --nvtx-ranges
+default --profile-step-start 0
+default --profile-step-end 3
+flags+=("${args[@]+"${args[@]}"}")
+
+export MEGASIM_LIB_DIR="$libdir" PYTHONPATH="$PWD/tools/megasim"
+if ! what=$(python3 -m megasim.describe "${flags[@]}" 2>&1); then
+    echo "run-main: megasim rejects the flags: $what" >&2
+    exit 1
+fi
 out=$(mktemp -d "${TMPDIR:-/tmp}/recomp-main.XXXXXX") || exit 2
 chmod 700 "$out"
-default=(--sim-preset llama3-8b --pipeline-model-parallel-size 2 --sim-world-size 4
-         --use-distributed-optimizer --global-batch-size 8 --train-iters 3
-         --profile --nvtx-ranges --profile-step-start 0 --profile-step-end 3)
-if [ $# -gt 0 ]; then
-    echo "== megasim: Llama-3 8B-like, 4 ranks (TP=1 PP=2 DP=2), 3 iterations, with: $*, under the shim"
+if [ $keep = 1 ]; then
+    trap 'echo "== kept: $out"' EXIT
 else
-    echo "== megasim: Llama-3 8B-like, 4 ranks (TP=1 PP=2 DP=2), 3 iterations, no recompute, under the shim"
+    trap 'rm -rf "$out"' EXIT
 fi
-echo "== traces: $out"
-MEGASIM_LIB_DIR="$libdir" PYTHONPATH="$PWD/tools/megasim" \
-    LD_PRELOAD="$shim" RECOMPSHIM_OUT="$out" \
-    python3 -m megasim "${default[@]}" "$@" --sim-quiet 2>"$out/job.stderr"
+echo "== megasim under the shim: $what"
+echo "== flags: ${flags[*]}"
+echo "== traces: $out ($([ $keep = 1 ] && echo "kept" || echo "removed at exit; --keep keeps it"))"
+MEGASIM_RANK_PREFIX=1 LD_PRELOAD="$shim" RECOMPSHIM_OUT="$out" \
+    python3 -m megasim "${flags[@]}" --sim-quiet 2>"$out/job.stderr"
 rc=$?
-echo "== job exit status: $rc (stderr in $out/job.stderr)"
-grep -h '^torch.OutOfMemoryError' "$out/job.stderr" | cut -c1-200
+echo "== job exit status: $rc"
+grep -h 'torch.OutOfMemoryError' "$out/job.stderr" | cut -c1-200
 run=$(find "$out" -mindepth 1 -maxdepth 1 -type d | head -1)
-[ -n "$run" ] || { echo "run-main: no run directory under $out" >&2; exit 1; }
-analyze="$builddir/analyzer/recomp-analyze"
-if [ -x "$analyze" ]; then
-    echo "== recomp-analyze $run"
-    "$analyze" "$run"
-    exit $?
+iters=0
+if [ -n "$run" ]; then
+    iters=$("$analyze" --json --no-advice "$run" 2>/dev/null | python3 -c '
+import json, sys
+try:
+    print(sum(len(r.get("iterations") or []) for r in json.load(sys.stdin)["ranks"]))
+except Exception:
+    print(0)')
 fi
-echo "== recomp-analyze is not built yet: recomp-dump summaries instead"
-for t in "$run"/*.rstrace; do
-    "$builddir/tools/recomp-dump" "$t" | awk -v f="$(basename "$t")" '
-        /^header rank=/ { print f ": " $0 }
-        /^ALLOC / { n++; for (i = 1; i <= NF; i++) if ($i ~ /^size=/) { s = substr($i, 6); live += s; if (live > peak) peak = live } ; split($0, a, "ptr="); split(a[2], p, " "); sz[p[1]] = s }
-        /^FREE / { split($0, a, "ptr="); split(a[2], p, " "); live -= sz[p[1]] }
-        /^OOM / { print "  " $0 }
-        /^NVTX_PUSH/ { r++ }
-        END { printf "  allocs=%d nvtx_ranges=%d device-level peak=%.2f GiB\n", n, r, peak / 2^30 }'
-done
+if [ "$iters" = 0 ]; then
+    echo "run-main: the job failed before any rank completed an iteration (nothing to analyse); its error:" >&2
+    # each distinct exception line once, with the ranks that raised it
+    python3 - "$out/job.stderr" >&2 <<'PY' || tail -20 "$out/job.stderr" >&2
+import re, sys
+pat = re.compile(r"^\[rank (\d+)\]: ([A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*)$")
+seen = {}
+for line in open(sys.argv[1], errors="replace"):
+    m = pat.match(line.rstrip("\n"))
+    if m:
+        seen.setdefault(m.group(2), []).append(int(m.group(1)))
+if not seen:
+    sys.exit(1)
+def spans(rs):
+    out = []
+    for r in rs:
+        if out and out[-1][1] == r - 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return ", ".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in out)
+for msg, ranks in sorted(seen.items(), key=lambda kv: min(kv[1])):
+    ranks = sorted(set(ranks))
+    more = " (also rank%s %s)" % ("s" if len(ranks) > 2 else "", spans(ranks[1:])) \
+        if len(ranks) > 1 else ""
+    print("[rank %d]: %s%s" % (ranks[0], msg, more))
+PY
+    exit 1
+fi
+echo "== recomp-analyze $run"
+"$analyze" "$run"

@@ -4,6 +4,10 @@
 A test whose output carries criterion's synthesis line counts its individual
 tests, a TAP test its "ok"/"not ok" lines ("# TODO" and "# SKIP" ones are not
 counted); any other test counts as one. Exit 1 when anything failed.
+
+Skips are made visible: a test's "SKIP reason" / "# SKIP reason" lines and
+criterion's "[SKIP] test: reason" lines are printed once per distinct reason,
+with the number of tests, above the summary line ("N skipped: reason").
 """
 import json
 import re
@@ -11,10 +15,20 @@ import sys
 
 SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)")
 TAP = re.compile(r"^(not ok|ok)\b(.*)$", re.M)
+SKIP = re.compile(r"^(?:# )?SKIP (.+)$|^\[SKIP\] [^:]+: (.+)$|^(?:not ok|ok)\b.*# SKIP\b ?(.*)$",
+                  re.M)
+
+
+def skips(out, found):
+    """Count each distinct skip reason in one test's output into found."""
+    for m in SKIP.finditer(out):
+        reason = next(g for g in m.groups() if g is not None).strip() or "no reason given"
+        found[reason] = found.get(reason, 0) + 1
 
 
 def main(path):
     passed = failed = 0
+    skipped = {}
     try:
         lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
     except OSError as e:
@@ -27,6 +41,9 @@ def main(path):
         t = json.loads(line)
         out = (t.get("stdout") or "") + (t.get("stderr") or "")
         ok = t.get("result") in ("OK", "EXPECTEDFAIL", "SKIP")
+        skips(out, skipped)
+        if t.get("result") == "SKIP":
+            skipped["meson test %s (exit 77)" % t.get("name")] = 1
         m = SYNTH.findall(out)
         tap = [(st, rest) for st, rest in TAP.findall(out)
                if "# TODO" not in rest.upper() and "# SKIP" not in rest.upper()]
@@ -50,6 +67,8 @@ def main(path):
             passed += 1
         else:
             failed += 1
+    for reason, k in sorted(skipped.items()):
+        print(f"{k} skipped: {reason}")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -1,4 +1,4 @@
-/* advisor.h: the recompute advisor (DESIGN.md §4; docs/advisor.md).
+/* advisor.h: the recompute advisor (docs/architecture.md; docs/advisor.md).
  *
  *   recorded command line / --config / overrides --> adv_cfg (advisor_config.c)
  *   each rank's source, one more pass --> adv_trace: one compact record per
@@ -8,7 +8,7 @@
  *   counterfactuals: rewrite the op stream with each label's semantics and
  *       sweep the whole iteration again (advisor_counterfactual.c)
  *   replay cost: FLOP model of the replayed forward (advisor_cost.c)
- *   validity: megatron.md §3 (advisor_validity.c)
+ *   validity: [M] in docs/sources.md (advisor_validity.c)
  *   verdict: primary code, findings, candidates, config diff (advisor_verdict.c)
  */
 #ifndef RECOMP_ANALYZER_ADVISOR_H
@@ -19,7 +19,7 @@
 
 #include "analysis.h"
 
-/* ---- recompute labels (megatron.md §2.2) ---- */
+/* ---- recompute labels ([M] in docs/sources.md) ---- */
 #define ADV_LABELS(X) X(core_attn) X(moe_act) X(layernorm) X(mla_up_proj) X(mlp) X(moe) \
     X(shared_experts) X(gdn_norm_out) X(gdp_in_proj) X(gdp_qkv) X(mhc)
 enum {

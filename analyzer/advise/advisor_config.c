@@ -1,6 +1,6 @@
 /* advisor_config.c: the Megatron configuration of a job, from
  *   1. the recorded command line, with Megatron's exact flag spellings
- *      (megatron.md §4: allow_abbrev=False, so no prefixes);
+ *      ([M] in docs/sources.md: allow_abbrev=False, so no prefixes);
  *   2. a config file named by --config / --yaml-cfg on that command line or
  *      by recomp-analyze --config: TransformerConfig field names, YAML
  *      (key: value, nested keys flattened to their last component, lists as
@@ -418,8 +418,8 @@ adv_cfg_is_moe_layer(const adv_cfg *c, int l)
     return l % k == 0;
 }
 
-/* Megatron's defaults for what a configuration does not say (megatron.md
- * §4) and this advisor's assumptions until told otherwise. */
+/* Megatron's defaults for what a configuration does not say ([M] in
+ * docs/sources.md) and this advisor's assumptions until told otherwise. */
 static void
 set_defaults(adv_cfg *c)
 {
@@ -592,7 +592,7 @@ read_flags(adv_cfg *c, seen *s, const am_meta *m, int *gqa)
     }
 }
 
-/* What follows from what was given (megatron.md §4): query groups, head
+/* What follows from what was given ([M] in docs/sources.md): query groups, head
  * size, FFN size, MoE FFN, expert TP, sequence parallelism off at TP=1,
  * selective recompute's default module, VPP, data parallelism from the
  * world size, the vocabulary. */

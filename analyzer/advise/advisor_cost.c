@@ -1,5 +1,5 @@
 /* advisor_cost.c: replay cost of a recompute setting as a share of the
- * training step, from a FLOP model of the replayed forward (DESIGN.md §4.4).
+ * training step, from a FLOP model of the replayed forward (docs/architecture.md).
  *
  * CPU-side NVTX durations of an asynchronous GPU job measure kernel launches,
  * not compute, so the default is this model: per layer and microbatch, the

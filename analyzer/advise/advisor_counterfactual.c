@@ -1,5 +1,5 @@
 /* advisor_counterfactual.c: rewrite a rank's tensor-level op stream with a
- * recompute setting's real semantics and sweep it again (DESIGN.md §4.2).
+ * recompute setting's real semantics and sweep it again (docs/architecture.md).
  *
  * Units. A setting becomes units, each owning allocations by identity (an
  * allocation belongs to at most one unit: full > checkpoint-style >

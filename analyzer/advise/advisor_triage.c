@@ -1,5 +1,5 @@
 /* advisor_triage.c: what recompute cannot fix, checked before any
- * counterfactual, in DESIGN.md §4.1's order, each with its numbers:
+ * counterfactual, in docs/architecture.md's order, each with its numbers:
  *
  *   X:CUDA_GRAPH_POOL  the OOM is inside a capture window, or private pools
  *                      hold > 50% of the capacity

@@ -1,5 +1,5 @@
 /* advisor_validity.c: which recompute settings the recorded configuration
- * allows (megatron.md §3, TransformerConfig.__post_init__ and validate_args),
+ * allows ([M] in docs/sources.md, TransformerConfig.__post_init__ and validate_args),
  * with Megatron's own message as the reason; and which labels the model has.
  */
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* advisor_verdict.c: the advisor's driver and its one verdict per job
- * (DESIGN.md §4.6, docs/advisor.md).
+ * (docs/architecture.md, docs/advisor.md).
  *
  *   budget per rank = capacity (trace header or --budget) - memory outside
  *                     PyTorch on that rank - headroom (default 2 GiB)
@@ -217,7 +217,7 @@ adv_predict_optimizer_state(const adv_cfg *c, uint64_t init_bytes, char *note, s
 {
     /* init holds params (2 B/param bf16/fp16), the fp32 main-grad buffer (4),
      * the fp32 main params (4/d with the distributed optimizer, else 4):
-     * activation-model.md §3; Adam adds m and v like the main params (4+4, or
+     * [P] in docs/sources.md; Adam adds m and v like the main params (4+4, or
      * 2+2 with bf16 moments), sharded like them */
     double d = c->dist_opt ? (c->dp > 0 ? c->dp : 1) : 1;
     double per = (c->bf16 || c->fp16 ? 2 : 4) + 4 + 4 / d;

@@ -639,7 +639,7 @@ run_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
 }
 
 /* Pipeline stage and layers per stage from the recorded command line
- * (megatron.md §4 and addendum: stage = rank / (world / pp)). */
+ * ([M] in docs/sources.md: stage = rank / (world / pp)). */
 static void
 layer_numbering(am_rank *r, const am_meta *m)
 {

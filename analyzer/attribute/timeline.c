@@ -181,7 +181,7 @@ new_forward_pass(tl *t)
 
 /* Megatron's post-process on the last pipeline stage (final layernorm,
  * output layer, vocab-parallel cross entropy) runs in GPTModel.forward,
- * which has no NVTX range (megatron.md §1.2): it is the main thread's
+ * which has no NVTX range ([M] in docs/sources.md): it is the main thread's
  * forward after the model chunk's last layer, with no layer range open. */
 static int
 in_post_process(const tl *t, const tl_thread *th)

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Training phases (DESIGN.md §3). Order is the JSON/text order. */
+/* Training phases (docs/architecture.md). Order is the JSON/text order. */
 #define AM_PHASES(X) X(init) X(forward) X(backward) X(backward_replay) X(grad_sync) \
     X(optimizer) X(optimizer_state_init) X(param_sync) X(eval) X(other) X(unknown)
 typedef enum am_phase {
@@ -17,7 +17,7 @@ typedef enum am_phase {
     AM_PH_COUNT
 } am_phase;
 
-/* Module boundaries: Megatron's recompute labels (megatron.md §2.2) plus
+/* Module boundaries: Megatron's recompute labels ([M] in docs/sources.md) plus
  * the profiler's own. */
 #define AM_BOUNDARIES(X) X(core_attn) X(mla_up_proj) X(layernorm) X(moe_act) X(mlp) \
     X(moe) X(shared_experts) X(gdn_norm_out) X(gdp_in_proj) X(gdp_qkv) X(mhc)      \

@@ -1,6 +1,6 @@
 /* model.h: the one in-memory event model every source produces.
  *
- * Data flows one way (DESIGN.md): source -> am_event stream -> timeline
+ * Data flows one way (docs/architecture.md): source -> am_event stream -> timeline
  * (phases, iterations, layers) -> attribution (boundary) -> peak/OOM sweep
  * -> reports. A source is anything that can stream events in time order:
  * the native recompshim trace (source_native.c) today; PyTorch memory

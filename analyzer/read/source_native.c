@@ -27,6 +27,7 @@
 
 #include "catalog.h"
 #include "model.h"
+#include "symbolize.h"
 #include "trace_reader.h"
 
 typedef struct mod_range {
@@ -45,6 +46,7 @@ typedef struct native {
     const char **env;
     const char **warnings;
     char *argbuf;
+    am_symbolizer *sym;       /* created when the first frame is named */
 } native;
 
 static int
@@ -368,16 +370,28 @@ native_close(am_source *s)
         free(n->env);
         free(n->warnings);
         free(n->argbuf);
+        am_sym_free(n->sym);
         free(n);
     }
     free(s);
 }
 
+/* A return address as "module+0xoff in function+0xn at file:line", named
+ * from the trace's module list (symbolize.h); 0 outside every module. */
 static int
 native_format_addr(am_source *s, uint64_t addr, char *buf, size_t len)
 {
     native *n = s->impl;
-    return rs_reader_format_addr(n->r, addr, buf, len);
+    const rs_module_info *m = rs_reader_find_module(n->r, addr);
+    if (!m) {
+        if (len)
+            buf[0] = '\0';
+        return 0;
+    }
+    if (!n->sym)
+        n->sym = am_sym_new();
+    am_sym_format(n->sym, m, addr, buf, len);
+    return 1;
 }
 
 static const am_source_ops native_ops = {

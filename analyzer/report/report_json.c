@@ -448,7 +448,7 @@ am_report_json(FILE *f, const am_job *j, const am_report_opts *o)
     for (size_t i = 0; i < j->nranks; i++)
         rank(g, j, &j->ranks[i], o);
     yajl_gen_array_close(g);
-    /* Extension point for the advisor (DESIGN.md §4): null until it exists. */
+    /* The recompute advisor's verdict (docs/advisor.md); null with --no-advice. */
     K(g, "verdict");
     if (j->verdict) {
         adv_report_json(g, j->verdict);

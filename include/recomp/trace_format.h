@@ -59,7 +59,7 @@ enum rs_rank_source {
     RS_RANK_PMI = 4,        /* PMI_RANK / PMI_SIZE */
 };
 
-/* Recording mode of the process (DESIGN.md §1 Modes). */
+/* Recording mode of the process (docs/architecture.md, Modes). */
 enum rs_mode {
     RS_MODE_DEFAULT = 0,    /* observe the allocator as configured */
     RS_MODE_ASYNC = 1,      /* RECOMPSHIM_TENSORS=async took effect */
@@ -363,7 +363,7 @@ _Static_assert(sizeof(rs_rec_pool_attr) == 40, "pool attr");
 /* VMM_CREATE / VMM_RELEASE / VMM_MAP / VMM_UNMAP / VA_RESERVE / VA_FREE:
  * the driver's virtual-memory calls (expandable segments, NCCL's cuMem
  * buffers). Physical memory is counted at VMM_CREATE/VMM_RELEASE (by
- * handle); a VA reservation is never memory (interpose.md §2.1).
+ * handle); a VA reservation is never memory ([PT] in docs/sources.md).
  *   VMM_CREATE   handle, size, device (location id)
  *   VMM_RELEASE  handle
  *   VMM_MAP      ptr, size, offset, handle
@@ -389,7 +389,7 @@ typedef struct rs_rec_vmm {
 _Static_assert(sizeof(rs_rec_vmm) == 64, "vmm");
 
 /* TENSOR: PyTorch's caching allocator reported a block
- * (c10::reportMemoryUsageToProfiler, interpose.md addendum): size > 0 an
+ * (c10::reportMemoryUsageToProfiler, [PT] in docs/sources.md): size > 0 an
  * allocation of that block size, < 0 a free; totals are PyTorch's own
  * allocated and reserved bytes after the event. CUDA devices only.
  * aux = the signature (1: size_t totals, 2: int64_t totals). */
@@ -480,7 +480,7 @@ typedef struct rs_rec_ctx {
 } rs_rec_ctx;
 _Static_assert(sizeof(rs_rec_ctx) == 32, "ctx");
 
-/* Tensor-mode refusals (header.refusals bits, DESIGN.md §1 Modes). */
+/* Tensor-mode refusals (header.refusals bits, docs/architecture.md, Modes). */
 #define RS_REFUSE_ASYNC_BACKEND_NATIVE     0x01u /* backend:native set explicitly */
 #define RS_REFUSE_ASYNC_EXPANDABLE         0x02u /* expandable_segments:True set */
 #define RS_REFUSE_ASYNC_MEMORY_HISTORY     0x04u /* --record-memory-history in argv */

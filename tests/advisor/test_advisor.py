@@ -8,7 +8,7 @@ megasim with each candidate: predicted and simulated tensor-level peaks agree
 within 2% on every rank; the recommended candidate fits in its simulated run;
 no candidate of lower modelled cost fits in simulation.
 
-Scenarios (oom-scenarios.md): megasim runs with the fault switches, asserting
+Scenarios (acceptance scenarios from public reports, docs/sources.md): megasim runs with the fault switches, asserting
 the expected codes and the must-not list.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
@@ -313,7 +313,8 @@ def not_megatron():
     cs = os.path.join(FIXTURES, "cs336", "Wedsonlin", "medium_128_training_memory_snapshot.pickle")
     qw = os.path.join(FIXTURES, "tracelens", "mi300", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
     if not os.path.exists(cs) or not os.path.exists(qw):
-        print("# real fixtures not found beside the source tree: not-Megatron checks skipped")
+        print("# SKIP real fixtures absent (%s): not-Megatron checks skipped"
+              % os.path.normpath(FIXTURES))
         return
     doc = analyze(cs)
     v = doc["verdict"]

@@ -1,5 +1,5 @@
 /* prog_megatron: a tiny "training step" for the analyzer's LD_PRELOAD test.
- * Megatron-named NVTX ranges (megatron.md §1.2) around cudaMalloc calls on
+ * Megatron-named NVTX ranges ([M] in docs/sources.md) around cudaMalloc calls on
  * the main thread (forward) and on a thread named pt_autograd_0 (backward
  * with an mlp recompute replay). Sizes are the known answers of
  * test_shim.c: peak = 1000 + 100 + 2000 + 3000 + 2001 + 3001 + 500 bytes,

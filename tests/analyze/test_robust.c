@@ -90,7 +90,11 @@ Test(robust, capped_trace_says_so_and_qualifies_peak_and_oom)
     yajl_val st = ab_get(j, "ranks[0].oom.stack");
     cr_assert(st && YAJL_IS_ARRAY(st));
     cr_expect_eq(st->u.array.len, 2);
-    cr_expect_str_eq(ab_str(j, "ranks[0].oom.stack[0]"), "libtorch_cuda.so+0x10");
+    /* named at analysis time where the module is here (symbolize.c); this
+     * one is not: module+offset and why */
+    cr_expect_str_eq(ab_str(j, "ranks[0].oom.stack[0]"),
+                     "libtorch_cuda.so+0x10 (no symbol: /usr/lib/libtorch_cuda.so is not on "
+                     "this machine)");
     cr_expect_eq(ab_int(j, "ranks[0].oom.stack_profiler_frames_dropped"), 2);
     yajl_tree_free(j);
 

@@ -64,7 +64,9 @@ FIXTURE_MASKS = [(re.compile(re.escape(FIXTURES.rstrip("/")) + "/") if FIXTURES 
                   "<fixtures>/")]
 # file offsets move with the length of the recorded command line and
 # environment (LD_PRELOAD's path: where the checkout is)
-MASK_KEYS_RUN = {"pid", "thread", "tid", "host", "path", "file_offset"}
+# native stacks: code offsets move with the build, symbolised frames name
+# the checkout's source paths
+MASK_KEYS_RUN = {"pid", "thread", "tid", "host", "path", "file_offset", "stack"}
 
 
 def mask_text(s, masks):
@@ -78,8 +80,9 @@ def mask_json(v, masks, run):
     if isinstance(v, dict):
         out = {}
         for k, x in v.items():
-            if run and (k in MASK_KEYS_RUN or k.endswith("_ns") or k.endswith("_s")) and \
-                    not isinstance(x, (dict, list)):
+            if run and ((k in MASK_KEYS_RUN and x is not None) or
+                        ((k.endswith("_ns") or k.endswith("_s")) and
+                         not isinstance(x, (dict, list)))):
                 out[k] = "<masked>" if x is not None else None
             else:
                 out[k] = mask_json(x, masks, run)

@@ -1,4 +1,4 @@
-/* test_tensor_modes: RECOMPSHIM_TENSORS=async|nocache (DESIGN.md §1 Modes).
+/* test_tensor_modes: RECOMPSHIM_TENSORS=async|nocache (docs/architecture.md, Modes).
  * p_tensor_env prints the allocator variables as the job sees them at
  * main() and makes one cudaMallocAsync (cudaMalloc with P_TENSOR_SYNC=1).
  *

@@ -3,11 +3,11 @@
  *
  *   sizes       per-layer tensor bytes from the trace (tensor mode:
  *               PYTORCH_NO_CUDA_MEMORY_CACHING=1, one cudaMalloc per tensor)
- *               equal activation-model.md §4 (b) and (c)
+ *               equal the worked examples ([P] in docs/sources.md)
  *   recompute   each label's replay pattern on the pt_autograd_0 thread
  *   oom         the default main job OOMs on stage 0 (iteration 2, forward),
  *               PyTorch's message, non-zero exit, trace intact; fits with mlp
- *   validation  Megatron's config errors (megatron.md §3)
+ *   validation  Megatron's config errors ([M] in docs/sources.md)
  *   fragmentation  R09-like: inactive split >= 10x the failed request
  *   faults      resume, NCCL buffers, another process, CUDA-graph pools
  */

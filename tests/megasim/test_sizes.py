@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""megasim's size model and recompute mechanisms against the test vectors of
-../shared/reference/activation-model.md §4 (copied here as numbers).
+"""megasim's size model and recompute mechanisms against the worked examples
+derived from [P] (docs/sources.md; copied here as numbers).
 
 Two levels:
   1. the size model (megasim.sizes.saved_table): every row of §4 (b) and of

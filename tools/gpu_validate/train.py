@@ -15,7 +15,7 @@ against (docs/validation/README.md) -- to OUT/counters-MODE.json:
                       dispatch mode (the allocator's stats stay empty)
   oom                 the size PyTorch failed to allocate, then exit 3
 
-NVTX ranges use Megatron-Core's names (megatron.md §1.2) so attribution by
+NVTX ranges use Megatron-Core's names ([M] in docs/sources.md) so attribution by
 suffix is exercised; two of the four layers are checkpointed
 (torch.utils.checkpoint, non-reentrant), so their forward names appear
 again on the autograd thread as recompute replays.

@@ -1,5 +1,5 @@
 /* ms_alloc.c: a model of PyTorch's CUDA caching allocator
- * (c10/cuda/CUDACachingAllocator.cpp, as summarised in interpose.md §1),
+ * (c10/cuda/CUDACachingAllocator.cpp, [PT] in docs/sources.md),
  * calling cudaMalloc/cudaFree through this library's PLT.
  *
  *   round_size       < 512 -> 512, else a multiple of 512

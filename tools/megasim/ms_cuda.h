@@ -1,5 +1,5 @@
 /* ms_cuda.h: libmegasim_cuda.so, megasim's only way to CUDA, NVTX and
- * threads (DESIGN.md §7). Python loads it with ctypes and calls these
+ * threads (docs/architecture.md). Python loads it with ctypes and calls these
  * functions; every CUDA call they make goes through this library's PLT to
  * libcudart.so.13 (the mock in tests/doubles), exactly as libc10_cuda's do,
  * so an LD_PRELOADed shim interposes them. Nothing here is shipped to users.
@@ -7,7 +7,7 @@
  * Parts:
  *   device     ms_set_device, ms_mem_get_info, ms_malloc, ms_free
  *   allocator  ms_alloc_*: a model of PyTorch's CUDA caching allocator
- *              (interpose.md §1: rounding, small/large pools, splitting,
+ *              ([PT] in docs/sources.md: rounding, small/large pools, splitting,
  *              block reuse, free-and-retry) plus the tensor modes
  *              (backend:cudaMallocAsync, PYTORCH_NO_CUDA_MEMORY_CACHING)
  *   nvtx       ms_nvtx_push/pop/mark through the real NVTX3 header API

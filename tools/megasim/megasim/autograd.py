@@ -1,7 +1,7 @@
 """A minimal autograd: a tape of backward nodes per microbatch, run in reverse
 on the backward worker thread `pt_autograd_<dev>` (a native pthread of the C
 helper that enters Python through PyGILState_Ensure), plus Megatron's two
-recompute mechanisms (megatron.md §2.1):
+recompute mechanisms ([M] in docs/sources.md):
 
 - CheckpointFunction (checkpoint-style: core_attn, mlp, moe, shared_experts,
   full): forward under no_grad keeping only the inputs; backward replays the

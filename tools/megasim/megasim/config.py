@@ -1,5 +1,5 @@
-"""Command line with Megatron-LM's exact flag spellings (megatron.md §4), the
-validation errors of megatron.md §3, presets, and megasim's own --sim-* flags.
+"""Command line with Megatron-LM's exact flag spellings ([M] in docs/sources.md), the
+validation errors of Megatron ([M] in docs/sources.md), presets, and megasim's own --sim-* flags.
 
 allow_abbrev=False as in Megatron: prefixes are not accepted.
 """
@@ -8,7 +8,7 @@ import re
 import sys
 
 PRESETS = {
-    # examples/llama/train_llama3_8b_h100_fp8.sh shapes (activation-model.md §4 (b))
+    # examples/llama/train_llama3_8b_h100_fp8.sh shapes ([P] in docs/sources.md)
     "llama3-8b": [
         "--num-layers", "32", "--hidden-size", "4096", "--ffn-hidden-size", "14336",
         "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",
@@ -17,7 +17,7 @@ PRESETS = {
         "--untie-embeddings-and-output-weights", "--vocab-size", "128256",
         "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--bf16",
         "--transformer-impl", "transformer_engine", "--micro-batch-size", "1"],
-    # GPT-3 175B (activation-model.md §4 (a), Korthikanti et al. Table 3)
+    # GPT-3 175B ([P] in docs/sources.md, Korthikanti et al. Table 3)
     "gpt3-175b": [
         "--num-layers", "96", "--hidden-size", "12288", "--ffn-hidden-size", "49152",
         "--num-attention-heads", "96", "--seq-length", "2048", "--max-position-embeddings", "2048",
@@ -26,7 +26,7 @@ PRESETS = {
         "--fp16", "--transformer-impl", "transformer_engine", "--micro-batch-size", "1",
         "--tensor-model-parallel-size", "8", "--sequence-parallel",
         "--pipeline-model-parallel-size", "8"],
-    # Moonlight-16B-A3B-like: 1 dense + 26 MLA+MoE layers (activation-model.md §4 (c))
+    # Moonlight-16B-A3B-like: 1 dense + 26 MLA+MoE layers ([P] in docs/sources.md)
     "moonlight-16b": [
         "--num-layers", "27", "--hidden-size", "2048", "--ffn-hidden-size", "11264",
         "--num-attention-heads", "16", "--multi-latent-attention", "--kv-lora-rank", "512",

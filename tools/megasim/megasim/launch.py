@@ -6,6 +6,7 @@ simulated device. The launcher itself never touches CUDA (no trace)."""
 import os
 import subprocess
 import sys
+import threading
 
 from .config import PRESETS, build_parser, finalize, ConfigError
 
@@ -36,6 +37,33 @@ def expand(argv):
             kept += preset[i:j]
         i = j
     return kept + out
+
+
+_out_lock = threading.Lock()
+
+
+def _prefix_lines(pipe, dest, prefix):
+    """Copy a rank's output to dest, each line prefixed (one write per line,
+    so ranks' lines never interleave mid-line)."""
+    for line in iter(pipe.readline, b""):
+        with _out_lock:
+            dest.write(prefix + line)
+            dest.flush()
+    pipe.close()
+
+
+def _start(r, argv, env, prefixed):
+    """Start rank r; with prefixed, its stdout/stderr lines carry "[rank R]: "
+    as torchrun's --tee/--log-line-prefix-template output does."""
+    if not prefixed:
+        return subprocess.Popen(argv, env=env), []
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    tag = ("[rank %d]: " % r).encode()
+    ts = [threading.Thread(target=_prefix_lines, args=(p.stdout, sys.stdout.buffer, tag)),
+          threading.Thread(target=_prefix_lines, args=(p.stderr, sys.stderr.buffer, tag))]
+    for t in ts:
+        t.start()
+    return p, ts
 
 
 def main(argv):
@@ -81,15 +109,19 @@ def main(argv):
             old = env0.get("LD_LIBRARY_PATH")
             env0["LD_LIBRARY_PATH"] = doubles + (":" + old if old else "")
     script = os.path.join(HERE, "pretrain_gpt.py")
+    # MEGASIM_RANK_PREFIX=1: every line of a rank's output starts "[rank R]: "
+    prefixed = os.environ.get("MEGASIM_RANK_PREFIX", "") not in ("", "0")
     procs = []
     for r in range(world):
         if only is not None and r not in only:
             continue
         env = dict(env0, RANK=str(r), LOCAL_RANK=str(r % per_node), GROUP_RANK=str(r // per_node))
-        procs.append((r, subprocess.Popen([sys.executable, script] + flags, env=env)))
+        procs.append((r,) + _start(r, [sys.executable, script] + flags, env, prefixed))
     failed = []
-    for r, p in procs:
+    for r, p, threads in procs:
         rc = p.wait()
+        for t in threads:
+            t.join()
         if rc:
             failed.append((r, rc))
     if failed:

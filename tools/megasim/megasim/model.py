@@ -1,5 +1,5 @@
 """The simulated Megatron-Core GPT model: classes and methods named like
-MCore's (so Python frames match), Megatron's NVTX ranges (megatron.md §1.2,
+MCore's (so Python frames match), Megatron's NVTX ranges ([M] in docs/sources.md,
 gated like --profile --nvtx-ranges), TE's nvte_* ranges (te.py), tensors
 sized by sizes.Shapes, and recompute by executing its mechanism
 (autograd.py). One instance per model chunk (virtual pipeline stage).
@@ -254,7 +254,7 @@ class Attention:
 
     def _checkpointed_attention_forward(self, q, k, v):
         # The V view of the fused QKV buffer would pin the whole buffer
-        # (activation-model.md §2.7 caveat 1). Not modelled until a GPU run
+        # ([P] in docs/sources.md caveat 1). Not modelled until a GPU run
         # confirms it: the checkpoint keeps a contiguous V instead.
         if getattr(v, "name", "") == "qkv_view":
             v = Tensor(self.S.kv, "v_contiguous")
@@ -642,7 +642,7 @@ class GraphedLayer:
 # ------------------------------------------------- a user's extra module (R02)
 class AuxEmbedding:
     """Fault --sim-aux-module-gib SAVED [--sim-aux-module-transient-gib T]: a
-    user's custom embedding-like module (oom-scenarios.md R02) called at the
+    user's custom embedding-like module (scenario R02, docs/sources.md) called at the
     start of the first layer on the first stage. It has no Megatron NVTX range
     and no TE call (a plain Python module). Each call computes its large-batch
     activations (SAVED bytes, saved for its backward under grad; dropped at

@@ -1,9 +1,9 @@
-"""Per-tensor sizes from ../shared/reference/activation-model.md (§2.3-§2.6).
+"""Per-tensor sizes: [P] adapted to Megatron-Core with TE (docs/sources.md).
 
 `Shapes` is the one place the byte counts come from: the simulated model
 allocates exactly these, and `saved_table()` lists the tensors a layer keeps
 for backward (one microbatch, one rank), with the same names as the worked
-examples of activation-model.md §4 so the tests can compare row by row.
+examples derived from [P] (docs/sources.md) so the tests can compare row by row.
 """
 
 
@@ -201,7 +201,7 @@ def layer_kind(args, layer_number):
 
 def saved_table(args, kind):
     """Rows (name, bytes, approximate) of the tensors one layer saves for
-    backward, without recompute: activation-model.md §2.3 (dense), §4 (c) (MoE+MLA)."""
+    backward, without recompute ([P] in docs/sources.md: dense and MoE+MLA layers)."""
     S = Shapes(args)
     rows = []
     add = lambda name, b, approx=False: rows.append((name, b, approx)) if b else None

@@ -69,7 +69,7 @@ class _Range:
 
 def py_range(name):
     """TE's Python ranges (transformer_engine/pytorch/utils.py nvtx_range_push),
-    only with NVTE_NVTX_ENABLED=1 (megatron.md §6.1)."""
+    only with NVTE_NVTX_ENABLED=1 ([TE] in docs/sources.md)."""
     if PY_RANGES[0] is None:
         import os
         PY_RANGES[0] = os.environ.get("NVTE_NVTX_ENABLED", "0") == "1"

@@ -1,5 +1,5 @@
 """One rank of the simulated job: megatron/training/training.py's order
-(megatron.md §7): build model, DDP buffers, optimizer (fp32 main params;
+([M] in docs/sources.md): build model, DDP buffers, optimizer (fp32 main params;
 Adam moments lazily at the first step), then train_step = zero grads ->
 forward_backward_func (no pipelining / 1F1B / interleaved) ->
 finalize_model_grads -> optimizer.step. Forward, finalize_model_grads and the
@@ -20,7 +20,7 @@ SCHED = "megatron.core.pipeline_parallel.schedules.forward_backward_pipelining_w
 
 
 class Parallel:
-    """Megatron's default rank order tp-cp-ep-dp-pp (megatron.md addendum)."""
+    """Megatron's default rank order tp-cp-ep-dp-pp ([M] in docs/sources.md)."""
 
     def __init__(self, args, rank, world):
         self.tp = args.tensor_model_parallel_size
