@@ -202,7 +202,7 @@ typedef struct adv_finding {
 typedef struct adv_verdict {
     int available;            /* 0: no advice (note says why) */
     char code[96];
-    char why[768];
+    char why[1536];
     char change[512];         /* the one-line change */
     char config_diff[1024];   /* CLI flags + cfg.model.* lines, '\n' separated */
     char confirm[512];        /* matched run */
@@ -219,7 +219,9 @@ typedef struct adv_verdict {
     uint64_t predicted[ADV_MAX_RANKS];
     uint64_t outside[ADV_MAX_RANKS];
     uint64_t cache[ADV_MAX_RANKS];    /* PyTorch reserved - allocated at the tensor peak */
-    uint64_t capacity[ADV_MAX_RANKS];
+    uint64_t capacity[ADV_MAX_RANKS]; /* 0: unknown (no header, cudaMemGetInfo, OOM
+                                       * total or --budget): budget unknown, never 0 B */
+    int budget_unknown;       /* ranks whose capacity is unknown */
     int rank_id[ADV_MAX_RANKS];
     size_t nranks;
     uint64_t headroom;

@@ -471,6 +471,7 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
                 mx = t->a[i].iteration;
         proj_it = mx;
     }
+    int proj_persist = t->trunc && t->last_complete_iter >= 0;
     if (proj_it >= -1) {
         for (size_t i = 0; i < t->na; i++) {
             const adv_alloc *x = &t->a[i];
@@ -606,6 +607,17 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
             for (size_t z = 0; z < nouts; z++)
                 live -= t->a[outs[z]].size;
         }
+        if (t->oom && p == t->oom_pos && t->oom_request) {
+            /* the failed request would have been allocated here: it enters the
+             * prediction (a request of a replay is 0 in an undone trace) */
+            uint64_t proj = live + t->oom_request;
+            if (p >= wb && p < we)
+                proj += D - dalloc;
+            if (proj > best) {
+                best = proj;
+                best_phase = t->oom_phase;
+            }
+        }
         if (p == t->nops)
             break;
         int32_t v = t->ops[p];
@@ -614,7 +626,9 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
         if (v > 0) {
             live += x->size;
             alive[id] = 1;
-            if (p >= wb && p < we && (x->f_pos == ADV_NONE || x->f_pos >= we))
+            /* persistent bytes of the projected window are in D from its start:
+             * count each once (only when D holds them, a truncated trace) */
+            if (proj_persist && p >= wb && p < we && (x->f_pos == ADV_NONE || x->f_pos >= we))
                 dalloc += x->size;
             uint64_t proj = live;
             if (p >= wb && p < we)
@@ -1133,7 +1147,8 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     o->oom_phase = t->oom_phase;
     o->oom_lib = t->oom_lib;
     o->oom_in_capture = t->oom_in_capture;
-    o->oom_request = t->oom_request;
+    /* a request made by a replay is the replay's: candidates that replay do it */
+    o->oom_request = t->oom_phase == AM_PH_backward_replay ? 0 : t->oom_request;
     o->oom_allocated = t->oom_allocated;
     o->oom_reserved = t->oom_reserved;
     o->oom_device_live = t->oom_device_live;

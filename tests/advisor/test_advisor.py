@@ -315,10 +315,21 @@ def not_megatron():
     if not os.path.exists(cs) or not os.path.exists(qw):
         print("# real fixtures not found beside the source tree: not-Megatron checks skipped")
         return
+    # issue 14 (2): a snapshot records no device capacity: the budget is
+    # unknown, the verdict withheld (never OK:FITS, never judged against 0 B)
     doc = analyze(cs)
     v = doc["verdict"]
+    ok(v["code"] == "n/a" and "unknown: pass --budget" in v["why"] and
+       v["ranks"][0]["budget_bytes"] is None,
+       "cs336 without --budget: budget unknown, verdict withheld",
+       json.dumps({k: v[k] for k in ("code", "why", "ranks")})[:1500])
+    ok("X:OPTIMIZER_STATE" in codes(v), "cs336 without --budget: the finding is still listed",
+       codes(v))
+    doc = analyze(cs, "--budget", "4GiB")
+    v = doc["verdict"]
     ok(not v["configuration"]["megatron"], "cs336: not Megatron")
-    ok(v["code"] == "X:OPTIMIZER_STATE", "cs336: triage verdict X:OPTIMIZER_STATE", v["code"])
+    ok(v["code"] == "X:OPTIMIZER_STATE", "cs336 on a 4 GiB budget: triage verdict "
+       "X:OPTIMIZER_STATE", v["code"])
     flags = " ".join([v["change"]] + v["config_diff"] + [c.get("setting", "") for c in
                                                          v["candidates"]])
     ok("recompute" not in flags and not v["candidates"], "cs336: no Megatron recompute flags",
