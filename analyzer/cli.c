@@ -324,7 +324,9 @@ main(int argc, char **argv)
         int mixed = 0;
         for (size_t i = 1; i < files.n; i++) {
             am_job_key(&srcs[i]->meta, ki, sizeof ki);
-            if (strcmp(k0, ki) != 0)
+            /* files without a job identity (two single-GPU snapshots) are
+             * separate jobs, never ranks of one invented job */
+            if (strcmp(k0, ki) != 0 || !k0[0] || !ki[0])
                 mixed = 1;
         }
         if (mixed) {

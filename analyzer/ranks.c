@@ -5,21 +5,25 @@
 
 #include "analysis.h"
 
+/* The value of a command-line flag ("--flag value" or "--flag=value"; "" when
+ * it has none), NULL when absent. A flag given twice takes the last value,
+ * as argparse does. */
 const char *
 am_argv_value(const am_meta *m, const char *flag)
 {
     size_t fl = strlen(flag);
+    const char *last = NULL;
     for (size_t i = 0; i < m->argc; i++) {
         const char *a = m->argv[i];
         if (strncmp(a, flag, fl) != 0)
             continue;
         if (a[fl] == '=')
-            return a + fl + 1;
-        if (a[fl] == 0)
-            return i + 1 < m->argc && strncmp(m->argv[i + 1], "--", 2) != 0 ? m->argv[i + 1]
+            last = a + fl + 1;
+        else if (a[fl] == 0)
+            last = i + 1 < m->argc && strncmp(m->argv[i + 1], "--", 2) != 0 ? m->argv[i + 1]
                                                                              : "";
     }
-    return NULL;
+    return last;
 }
 
 void

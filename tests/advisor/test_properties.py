@@ -333,8 +333,42 @@ def todo(cond, name, why, detail=""):
     sys.stdout.flush()
 
 
+def inputs():
+    """issue 14 item 12: files without a job identity in one directory are
+    separate jobs; a flag given twice takes the last value (argparse)"""
+    snaps = [p for p in fixture_files() if p.endswith(".pickle")]
+    if len(snaps) >= 2:
+        d = tempfile.mkdtemp(prefix="advprop.")
+        for p in snaps[:2]:
+            shutil.copy(p, d)
+        r = subprocess.run([ta.ANALYZE, "--json", d], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        ta.ok(r.returncode == 2 and "different jobs" in r.stderr and
+              r.stderr.count("(no job identity)") == 2,
+              "two snapshots without job identity in one directory: separate jobs (exit 2, "
+              "each named)", "exit %d\n%s" % (r.returncode, r.stderr[-800:]))
+        shutil.rmtree(d, ignore_errors=True)
+    # --pipeline-model-parallel-size 4 then 2: megasim (argparse) runs PP=2
+    s = sc("flag twice", ["--sim-preset", "llama3-8b", "--num-layers", "4",
+                          "--pipeline-model-parallel-size", "4", "--sim-world-size", "2",
+                          "--pipeline-model-parallel-size", "2", "--global-batch-size", "2",
+                          "--train-iters", "1", "--seq-length", "1024",
+                          "--max-position-embeddings", "1024"])
+    run, rc, tmp, err = run_scenario(s)
+    if ta.ok(rc == 0 and run, "flag twice: megasim ran with PP=2", err[-800:]):
+        doc = analyze(run)
+        stages = sorted({r["pipeline"]["stages"] for r in doc["ranks"]})
+        ok_stage = sorted(r["pipeline"]["stage"] for r in doc["ranks"])
+        ta.ok(stages == [2] and ok_stage == [0, 1],
+              "flag twice: the last --pipeline-model-parallel-size (2) is the one read",
+              json.dumps({"stages": stages, "stage": ok_stage}))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     only = sys.argv[1:]
+    if not only or "inputs" in only:
+        inputs()
     cases = []
     for s in SCENARIOS:
         if only and s["name"] not in only:
