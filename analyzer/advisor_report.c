@@ -24,8 +24,9 @@ adv_report_text(FILE *f, const adv_verdict *v)
         fprintf(f, "  note: %s\n", v->level_note);
     if (v->next_wall[0])
         fprintf(f, "  next wall: %s\n", v->next_wall);
-    fprintf(f, "  budget per rank = capacity - outside PyTorch - allocator cache (reserved - "
-               "allocated at the peak) - headroom %s:\n",
+    fprintf(f, "  budget per rank = capacity - outside PyTorch - headroom %s; a prediction "
+               "fits when its allocated peak plus the allocator cache of its own timeline "
+               "(modelled reserved) is within it:\n",
             GB(v->headroom));
     for (size_t i = 0; i < v->nranks; i++) {
         if (!v->capacity[i]) {
@@ -34,7 +35,7 @@ adv_report_text(FILE *f, const adv_verdict *v)
                     v->rank_id[i], GB(v->baseline[i]));
             continue;
         }
-        long long margin = (long long)v->budget[i] - (long long)v->predicted[i];
+        long long margin = (long long)v->budget[i] - (long long)v->pred_reserved[i];
         fprintf(f, "    rank %-4d capacity %-11s outside %-11s cache %-11s budget %-11s peak now "
                    "%-11s predicted %-11s margin %s%s\n",
                 v->rank_id[i], GB(v->capacity[i]), GB(v->outside[i]), GB(v->cache[i]),
@@ -153,9 +154,10 @@ adv_report_json(void *gen, const adv_verdict *v)
         if (v->capacity[i]) u64(g, v->budget[i]); else yajl_gen_null(g);
         S(g, "baseline_peak_bytes"); u64(g, v->baseline[i]);
         S(g, "predicted_peak_bytes"); u64(g, v->predicted[i]);
+        S(g, "predicted_reserved_bytes"); u64(g, v->pred_reserved[i]);
         S(g, "margin_bytes");
         if (v->capacity[i])
-            I(g, (long long)v->budget[i] - (long long)v->predicted[i]);
+            I(g, (long long)v->budget[i] - (long long)v->pred_reserved[i]);
         else
             yajl_gen_null(g);
         yajl_gen_map_close(g);
@@ -203,6 +205,15 @@ adv_report_json(void *gen, const adv_verdict *v)
             snprintf(kk, sizeof kk, "%d", v->rank_id[i]);
             S(g, kk);
             u64(g, c->peak[i]);
+        }
+        yajl_gen_map_close(g);
+        S(g, "predicted_reserved_bytes");
+        yajl_gen_map_open(g);
+        for (size_t i = 0; i < v->nranks; i++) {
+            char kk[16];
+            snprintf(kk, sizeof kk, "%d", v->rank_id[i]);
+            S(g, kk);
+            u64(g, c->reserved[i]);
         }
         yajl_gen_map_close(g);
         S(g, "max_predicted_peak_bytes"); u64(g, c->max_peak);

@@ -61,10 +61,7 @@ def sc(name, flags, capacity=None, env=None, args=(), converge=True, known_gaps=
 L = ta.SMALL["llama3-8b"]
 SCENARIOS = [
     # the README's main job, and the same job capped at 768 KiB of trace
-    sc("main", MAIN, known_gaps={
-        "4": "the allocator cache is measured at the baseline peak (1.91 GiB) and subtracted "
-             "from the budget; full[block,2] runs with 2.32 GiB of cache (77.75 GiB reserved "
-             "of a 77.50 GiB budget): the per-candidate cache estimate is not done yet"}),
+    sc("main", MAIN),
     sc("main capped 768K", MAIN, env={"RECOMPSHIM_MAX_BYTES": "768K"}, converge=False),
     # the accuracy presets (no budget: they fit an 80 GiB device)
     *[sc(p, ta.SMALL[p]) for p in ta.SMALL],
