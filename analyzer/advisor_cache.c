@@ -1,10 +1,10 @@
 /* advisor_cache.c: the caching allocator's reserved bytes along one
  * candidate's replayed timeline (docs/advisor.md "Budget"; issue 14 inv. 4).
  *
- * A model of PyTorch's CUDA caching allocator as documented in
- * c10/cuda/CUDACachingAllocator.cpp (summarised in the project's reference
- * notes, interpose.md §1), default settings (no max_split_size, no
- * expandable segments, one stream, one pool):
+ * A model of PyTorch's CUDA caching allocator, after PyTorch's
+ * c10/cuda/CUDACachingAllocator.cpp (the constants kMinBlockSize, kSmallSize,
+ * kSmallBuffer, kLargeBuffer, kMinLargeAlloc, kRoundLarge), default settings
+ * (no max_split_size, no expandable segments, one stream, one pool):
  *   round_size     < 512 B -> 512 B, else a multiple of 512 B
  *   pools          <= 1 MiB small, else large
  *   new segment    small -> 2 MiB; large < 10 MiB -> 20 MiB; else the
