@@ -13,9 +13,12 @@
  *     whose address never occurs in the trace, existed before the window
  *     (same for segments with segment_alloc/segment_free); emitted as ALLOC
  *     events at t 0 (tensor level: blocks; device level: segments);
- *   - alloc -> ALLOC at TENSOR with the block size: from `segments` when the
- *     block is still live at the end, else the requested size rounded up to
- *     512 B (a warning says how many are approximate); free_requested (or
+ *   - alloc -> ALLOC at TENSOR with the block size, as PyTorch's allocated
+ *     counter counts it: from `segments` when the block is still live at the
+ *     end, else rebuilt from the layout (layout_block: the request rounded
+ *     up to 512 B, or the whole free block when the allocator kept the rest
+ *     unsplit), else the rounded request (a warning says how many are
+ *     approximate); free_requested (or
  *     free when the trace has no free_requested) -> FREE; segment_alloc /
  *     segment_map -> ALLOC at DEVICE, segment_free / segment_unmap -> FREE;
  *     oom -> OOM. Tensor events carry totals (allocated, reserved) computed
@@ -343,6 +346,130 @@ round512(uint64_t x)
     return x < 512 ? 512 : (x + 511) / 512 * 512;
 }
 
+/* ---- the allocator's layout: real block sizes (issue 14 item 13) ----
+ * PyTorch's allocated counter counts block sizes. A block is the request
+ * rounded up to 512 B, unless the caching allocator did not split the free
+ * block it came from (CUDACachingAllocator's should_split: a block of the
+ * small pool, <= 1 MiB, keeps a rest < 512 B; one of the large pool a rest
+ * <= 1 MiB), when it is that whole free block. Frees merge with free
+ * neighbours, so the free block runs from the allocation (always at its
+ * start) to the next live block or the end of the segment. */
+typedef struct u64vec {
+    uint64_t *v;              /* sorted, no duplicates */
+    size_t n, cap;
+} u64vec;
+
+typedef struct layout {
+    u64vec live;              /* start addresses of live blocks */
+    u64vec seg;               /* segment bases */
+    uint64_t *segsz;          /* parallel to seg.v: segment sizes */
+} layout;
+
+/* the first index whose value is > x */
+static size_t
+uv_upper(const u64vec *u, uint64_t x)
+{
+    size_t lo = 0, hi = u->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (u->v[mid] <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* insert x (no duplicates); its index, or (size_t)-1 out of memory;
+ * *added: 1 when it was new. segsz, when given, grows with it. */
+static size_t
+uv_insert(u64vec *u, uint64_t x, uint64_t **segsz, int *added)
+{
+    size_t k = uv_upper(u, x);
+    *added = 0;
+    if (k > 0 && u->v[k - 1] == x)
+        return k - 1;
+    if (u->n == u->cap) {
+        size_t nc = u->cap ? u->cap * 2 : 256;
+        uint64_t *q = realloc(u->v, nc * sizeof *q);
+        if (!q)
+            return (size_t)-1;
+        u->v = q;
+        if (segsz) {
+            uint64_t *z = realloc(*segsz, nc * sizeof *z);
+            if (!z)
+                return (size_t)-1;
+            *segsz = z;
+        }
+        u->cap = nc;
+    }
+    memmove(u->v + k + 1, u->v + k, (u->n - k) * sizeof *u->v);
+    if (segsz)
+        memmove(*segsz + k + 1, *segsz + k, (u->n - k) * sizeof **segsz);
+    u->v[k] = x;
+    u->n++;
+    *added = 1;
+    return k;
+}
+
+static void
+uv_remove(u64vec *u, uint64_t x)
+{
+    size_t k = uv_upper(u, x);
+    if (k > 0 && u->v[k - 1] == x) {
+        memmove(u->v + k - 1, u->v + k, (u->n - k) * sizeof *u->v);
+        u->n--;
+    }
+}
+
+/* a segment at base (size bytes; a known base keeps the newest size) */
+static int
+layout_segment(layout *l, uint64_t base, uint64_t size)
+{
+    int added;
+    size_t k = uv_insert(&l->seg, base, &l->segsz, &added);
+    if (k == (size_t)-1)
+        return -1;
+    l->segsz[k] = size;
+    return 0;
+}
+
+static int
+layout_live(layout *l, uint64_t addr)
+{
+    int added;
+    return uv_insert(&l->live, addr, NULL, &added) == (size_t)-1 ? -1 : 0;
+}
+
+/* The block size of an allocation of r bytes (rounded) at addr, from the
+ * layout; *known 0 (and r) when no segment holds addr. */
+static uint64_t
+layout_block(const layout *l, uint64_t addr, uint64_t r, int *known)
+{
+    *known = 0;
+    size_t k = uv_upper(&l->seg, addr);
+    if (!k || addr >= l->seg.v[k - 1] + l->segsz[k - 1])
+        return r;
+    uint64_t end = l->seg.v[k - 1] + l->segsz[k - 1];
+    size_t j = uv_upper(&l->live, addr);
+    if (j < l->live.n && l->live.v[j] < end)
+        end = l->live.v[j];
+    if (end < addr + r)
+        return r;
+    *known = 1;
+    uint64_t rest = end - addr - r;
+    int unsplit = r <= ((uint64_t)1 << 20) ? rest < 512 : rest <= ((uint64_t)1 << 20);
+    return unsplit ? end - addr : r;
+}
+
+static void
+layout_free(layout *l)
+{
+    free(l->live.v);
+    free(l->seg.v);
+    free(l->segsz);
+}
+
 typedef struct addr_seen {
     uint64_t *keys;           /* open addressing; 0 = empty (addr 0 never used) */
     uint32_t *val;
@@ -546,6 +673,7 @@ build(snap *s, const pk_val *root, char *err, size_t errlen)
 
     /* end state: active blocks and segments by address */
     addr_seen endblk = {0}, endseg = {0}, first = {0}, last = {0}, segfirst = {0};
+    layout lay = {0};
     int rc = -1;
     size_t cap = 0;
     uint64_t napprox = 0, nallocs = 0, npre = 0;
@@ -563,7 +691,8 @@ build(snap *s, const pk_val *root, char *err, size_t errlen)
         }
         if (pk_int(pk_get(sg, "device"), &d) && d != dev)
             continue;
-        if (seen_put(&endseg, (uint64_t)addr, (uint32_t)i, 1) < 0)
+        if (seen_put(&endseg, (uint64_t)addr, (uint32_t)i, 1) < 0 ||
+            layout_segment(&lay, (uint64_t)addr, (uint64_t)tsz) < 0)
             goto oom;
         const pk_val *blocks = pk_get(sg, "blocks");
         int64_t off = addr;
@@ -603,6 +732,12 @@ build(snap *s, const pk_val *root, char *err, size_t errlen)
                 seen_put(&last, (uint64_t)addr, (uint32_t)i, 1) < 0)
                 goto oom;
         } else if (!strncmp(a, "segment_", 8)) {
+            int64_t ssz = 0;
+            uint32_t had;
+            pk_int(pk_get(e, "size"), &ssz);
+            if (!seen_get(&segfirst, (uint64_t)addr, &had) && ssz > 0 &&
+                layout_segment(&lay, (uint64_t)addr, (uint64_t)ssz) < 0)
+                goto oom;
             if (seen_put(&segfirst, (uint64_t)addr, (uint32_t)i, 0) < 0)
                 goto oom;
         }
@@ -622,7 +757,7 @@ build(snap *s, const pk_val *root, char *err, size_t errlen)
                      TID_MAIN, AM_LVL_TENSOR, 0};
             napprox++;
             npre++;
-            if (add_ev(s, &cap, &p) < 0)
+            if (add_ev(s, &cap, &p) < 0 || layout_live(&lay, (uint64_t)addr) < 0)
                 goto oom;
         }
     }
@@ -641,7 +776,7 @@ build(snap *s, const pk_val *root, char *err, size_t errlen)
         sev p = {0, endblk.keys[j], (uint64_t)bsz, fi.fn ? frame_name(s, fi.fn, NULL) : 0, 0,
                  E_PRE, TID_MAIN, AM_LVL_TENSOR, 0, fi.fn ? frame_site(s, fi.fn) : 0};
         npre++;
-        if (add_ev(s, &cap, &p) < 0)
+        if (add_ev(s, &cap, &p) < 0 || layout_live(&lay, endblk.keys[j]) < 0)
             goto oom;
     }
     /* pre-state: segments */
@@ -754,9 +889,12 @@ build(snap *s, const pk_val *root, char *err, size_t errlen)
                               "size"), &bsz);
                 p.size = (uint64_t)bsz;
             } else {
-                p.size = round512((uint64_t)size);
-                napprox++;
+                int known;
+                p.size = layout_block(&lay, (uint64_t)addr, round512((uint64_t)size), &known);
+                napprox += !known;
             }
+            if (layout_live(&lay, (uint64_t)addr) < 0)
+                goto oom;
             if (fi.engine)
                 p.tid = TID_BWD;
             else if (!has_cpp && fi.nframes == 0 && seen_fwd && !in_opt)
@@ -774,9 +912,12 @@ build(snap *s, const pk_val *root, char *err, size_t errlen)
                    !strcmp(a, "free")) {
             p.kind = E_FREE;
             p.levels = AM_LVL_TENSOR;
+            uv_remove(&lay.live, (uint64_t)addr);
         } else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map")) {
             p.kind = E_SEG_ALLOC;
             p.levels = AM_LVL_DEVICE;
+            if (size > 0 && layout_segment(&lay, (uint64_t)addr, (uint64_t)size) < 0)
+                goto oom;
         } else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) {
             p.kind = E_SEG_FREE;
             p.levels = AM_LVL_DEVICE;
@@ -795,8 +936,8 @@ build(snap *s, const pk_val *root, char *err, size_t errlen)
     }
     if (napprox)
         warnf(s, "%" PRIu64 " of %" PRIu64 " block sizes are requested sizes rounded up to "
-                 "512 B (blocks not live at the snapshot): approximate, unsplit large blocks "
-                 "can be bigger",
+                 "512 B (blocks not live at the snapshot, in no known segment, or live before "
+                 "the trace): approximate, unsplit blocks can be bigger",
               napprox, nallocs + npre);
     if (!has_cpp && nt)
         warnf(s, "no C++ frames (Python stacks only): allocations without a stack between a "
@@ -815,6 +956,7 @@ out:
     seen_free(&first);
     seen_free(&last);
     seen_free(&segfirst);
+    layout_free(&lay);
     return rc;
 }
 
