@@ -172,7 +172,9 @@ int adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, siz
 void adv_trace_free(adv_trace *t);
 
 /* ---- candidates and the verdict ---- */
-enum { ADV_E_FITS = 0, ADV_E_INSUFFICIENT, ADV_E_INEFFECTIVE, ADV_E_COUNTER };
+/* effects; MARGINAL: within the budget, but not with the prediction's error
+ * bound added (recommended only when nothing fits clearly, and said so) */
+enum { ADV_E_FITS = 0, ADV_E_INSUFFICIENT, ADV_E_INEFFECTIVE, ADV_E_COUNTER, ADV_E_MARGINAL };
 const char *adv_effect_name(int e);
 
 #define ADV_MAX_RANKS 256

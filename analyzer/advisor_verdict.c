@@ -36,6 +36,7 @@ adv_effect_name(int e)
     case ADV_E_INSUFFICIENT: return "insufficient";
     case ADV_E_INEFFECTIVE: return "ineffective";
     case ADV_E_COUNTER: return "counter-productive";
+    case ADV_E_MARGINAL: return "marginal";
     }
     return "?";
 }
@@ -161,6 +162,7 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
     name_setting(s, c);
     c->fails_rank = -1;
     int64_t worst_over = INT64_MIN;
+    int over_exact = 0;       /* a rank over its budget without the error bound */
     int cur = e->t0 && same_setting(s, e->active);
     for (size_t i = 0; i < v->nranks; i++) {
         uint8_t ph = 0;
@@ -178,6 +180,7 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
          * setting is measured */
         uint64_t need = cur ? c->reserved[i] : c->reserved[i] + c->reserved[i] / ADV_PRED_ERR;
         int64_t over = (int64_t)need - (int64_t)v->budget[i];
+        over_exact |= c->reserved[i] > v->budget[i];
         if (over > 0 && over > worst_over) {
             worst_over = over;
             c->fails_rank = v->rank_id[i];
@@ -190,6 +193,8 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
     int64_t small = small_of(e->ref_max);
     if (c->fails_rank < 0)
         c->effect = ADV_E_FITS;
+    else if (!over_exact && c->saving >= small)
+        c->effect = ADV_E_MARGINAL;
     else if (c->saving < -(int64_t)((uint64_t)16 << 20))
         c->effect = ADV_E_COUNTER;
     else if (c->saving < small && (s->labels || s->full_method))
@@ -200,6 +205,11 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
         if (c->effect == ADV_E_FITS)
             snprintf(c->reason, sizeof c->reason, "every rank within its budget%s",
                      cur ? " (the current setting, measured)" : "");
+        else if (c->effect == ADV_E_MARGINAL)
+            snprintf(c->reason, sizeof c->reason,
+                     "within every budget, but rank %d only inside the prediction's 2%% error "
+                     "bound (%s short with it, in %s)",
+                     c->fails_rank, GB((uint64_t)worst_over), am_phase_name(c->fails_phase));
         else
             snprintf(c->reason, sizeof c->reason,
                      "rank %d over its budget by %s (reserved, in %s)%s",
@@ -683,6 +693,13 @@ sweep_active_variants(run_state *st, const eval_ctx *ec, unsigned have)
     }
 }
 
+/* 0 fits, 1 fits only without the error bound (marginal), 2 does not fit */
+static int
+fit_rank(int effect)
+{
+    return effect == ADV_E_FITS ? 0 : effect == ADV_E_MARGINAL ? 1 : 2;
+}
+
 /* the full-recompute family of one method: every n, one best member listed */
 static void
 sweep_full_family(run_state *st, const eval_ctx *ec, int meth)
@@ -697,11 +714,9 @@ sweep_full_family(run_state *st, const eval_ctx *ec, int meth)
         if (st->t0 && same_setting(&s, &st->active))
             continue; /* listed as the current setting */
         evaluate(st->v, ec, &s, &c);
-        int better = !have_best || (c.effect == ADV_E_FITS && best.effect != ADV_E_FITS) ||
-                     (c.effect == ADV_E_FITS && best.effect == ADV_E_FITS &&
-                      c.cost < best.cost) ||
-                     (c.effect != ADV_E_FITS && best.effect != ADV_E_FITS &&
-                      c.max_peak < best.max_peak);
+        int rc = fit_rank(c.effect), rb = have_best ? fit_rank(best.effect) : 3;
+        int better = !have_best || rc < rb || (rc == rb && rc < 2 && c.cost < best.cost) ||
+                     (rc == rb && rc == 2 && c.max_peak < best.max_peak);
         if (better) {
             best = c;
             have_best = 1;
@@ -814,8 +829,27 @@ primary_finding(const adv_verdict *v)
     return NULL;
 }
 
-/* nothing fits: the setting that saves most, never one holding a label
- * judged ineffective (its replay buys nothing), marked insufficient */
+/* append to why (a sentence) */
+static void
+why_add(adv_verdict *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void
+why_add(adv_verdict *v, const char *fmt, ...)
+{
+    size_t l = strlen(v->why);
+    if (l + 3 >= sizeof v->why)
+        return;
+    if (l)
+        l += (size_t)snprintf(v->why + l, sizeof v->why - l, ". ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->why + l, sizeof v->why - l, fmt, ap);
+    va_end(ap);
+}
+
+/* nothing fits: recompute alone cannot help. The code says so
+ * (R:INSUFFICIENT); the why names the setting that saves most (never one
+ * holding a label judged ineffective: its replay buys nothing) and its peak,
+ * but the change is not a setting judged insufficient. */
 static void
 choose_fallback(run_state *st)
 {
@@ -834,13 +868,16 @@ choose_fallback(run_state *st)
     if (best == (size_t)-1)
         best = 0;
     adv_cand *c = &v->cands[best];
-    snprintf(v->code, sizeof v->code, "%s", c->code);
-    config_diff(v, c, v->config_diff, sizeof v->config_diff, v->change, sizeof v->change);
+    snprintf(v->code, sizeof v->code, "R:INSUFFICIENT");
     snprintf(v->why, sizeof v->why,
              "no recompute setting fits every rank: the best, %s, still peaks at %s (%s). "
              "Recompute alone is insufficient: add memory-saving parallelism (TP/PP/CP, "
              "distributed optimizer) as well",
              c->name, GB(c->max_peak), c->reason);
+    snprintf(v->change, sizeof v->change,
+             "recompute alone cannot fit: add memory-saving parallelism (more TP/PP/CP, the "
+             "distributed optimizer over more ranks) or a larger device, then re-analyse");
+    snprintf(v->config_diff, sizeof v->config_diff, "%s", v->change);
 }
 
 /* the recommended candidate: code, config diff, predictions, why */
@@ -869,6 +906,10 @@ choose_candidate(run_state *st, const adv_cand *curc)
                  "the least replay cost (%.1f%% of the step, %s) among the settings that "
                  "fit every rank: predicted max peak %s against %s without it",
                  100 * c->cost, "FLOP model", GB(c->max_peak), GB(st->base_max));
+    if (c->effect == ADV_E_MARGINAL)
+        why_add(v, "MARGINAL: no setting fits with the prediction's 2%% error bound added; "
+                   "this one fits without it (%s): confirm with a run before relying on it",
+                c->reason);
 }
 
 /* Step 6: the verdict: a primary triage finding, else the valid fitting
@@ -881,11 +922,14 @@ run_choose(run_state *st)
     adv_verdict *v = st->v;
     if (v->ncands > 1)
         qsort(v->cands, v->ncands, sizeof *v->cands, cand_cost_cmp);
+    /* clear fits first, then settings that fit only without the error bound
+     * (marginal, said so); each without an ineffective label first */
     st->pick = -1;
-    for (int pass = 0; pass < 2 && st->pick < 0; pass++)
+    for (int pass = 0; pass < 4 && st->pick < 0; pass++)
         for (size_t k = 0; k < v->ncands; k++)
-            if (v->cands[k].valid && v->cands[k].effect == ADV_E_FITS &&
-                (pass || !(v->cands[k].labels & st->ineff))) {
+            if (v->cands[k].valid &&
+                v->cands[k].effect == (pass < 2 ? ADV_E_FITS : ADV_E_MARGINAL) &&
+                (pass % 2 || !(v->cands[k].labels & st->ineff))) {
                 st->pick = (int)k;
                 break;
             }
@@ -949,23 +993,6 @@ withhold(adv_verdict *v, const char *fmt, ...)
         v->pred_reserved[i] = v->reserved[i];
         v->cache[i] = v->reserved[i] - v->baseline[i];
     }
-}
-
-/* append to why (a sentence) */
-static void
-why_add(adv_verdict *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void
-why_add(adv_verdict *v, const char *fmt, ...)
-{
-    size_t l = strlen(v->why);
-    if (l + 3 >= sizeof v->why)
-        return;
-    if (l)
-        l += (size_t)snprintf(v->why + l, sizeof v->why - l, ". ");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(v->why + l, sizeof v->why - l, fmt, ap);
-    va_end(ap);
 }
 
 /* The first fatal OOM of the job, explained: rank, iteration, phase, the

@@ -194,7 +194,7 @@ def accuracy(preset):
     if not helps:
         # no setting lowers the reserved need (e.g. the last stage's output
         # layer and loss decide it): nothing fits, and megasim agrees
-        ok(v["code"].startswith("R:") and "no recompute setting fits" in v["why"] and
+        ok(v["code"] == "R:INSUFFICIENT" and "no recompute setting fits" in v["why"] and
            not [c["setting"] for c in v["candidates"] if c["valid"] and fits(c["setting"])],
            "%s: no setting lowers the reserved peak: none fits (verdict and megasim)" % preset,
            json.dumps({"code": v["code"], "why": v["why"], "sim": simr, "budgets": budgets}))

@@ -257,6 +257,11 @@ def inv5_advice(c):
                                     " ".join(v.get("config_diff", []))):
         bad.append("Megatron recompute flags for a non-Megatron job: %s" % change)
     chosen = [k for k in v.get("candidates", []) if k.get("chosen")]
+    if re.match(r"R:(SELECTIVE|FULL)\[", code) and not (chosen and chosen[0]["code"] == code and
+                                                        chosen[0]["effect"] in
+                                                        ("fits", "marginal")):
+        bad.append("the advice %s is not a candidate judged to fit (%s)" %
+                   (code, chosen and chosen[0]["effect"]))
     if chosen and not chosen[0]["valid"]:
         bad.append("the chosen candidate %s is invalid: %s" % (chosen[0]["setting"],
                                                                chosen[0]["reason"]))
