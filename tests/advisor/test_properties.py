@@ -101,6 +101,14 @@ SCENARIOS = [
              "without recompute cannot show it, so full[block,1] is predicted to fit and "
              "runs out of memory (run B shows the replay and is advised correctly)"}),
     sc("R02 run B", ta.R02 + ta.FULL1, ta.R02_CAP),
+    # tests/megasim's jobs: the main job with mlp recompute, with
+    # --recompute-activations; 16 layers on a 60 GiB device (no ranges)
+    sc("main selective mlp", MAIN + ["--recompute-granularity", "selective",
+                                     "--recompute-modules", "mlp"]),
+    sc("main recompute-activations", MAIN + ["--recompute-activations"]),
+    sc("16 layers at 60 GiB", ["--sim-preset", "llama3-8b", "--num-layers", "16",
+                               "--train-iters", "2", "--seq-length", "2048",
+                               "--profile", "--nvtx-ranges"], 60),
     # OOM before iteration 0: the parameters' construction does not fit 8 GiB
     sc("OOM in init", ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
                        "--max-position-embeddings", "2048", "--global-batch-size", "1",
