@@ -141,6 +141,8 @@ blk_drop(adv_cache_sim *s, uint32_t i)
     s->spare[s->nspare++] = i;
 }
 
+/* A model for alloc ids 0..nids-1; limit: capacity - outside PyTorch in
+ * bytes (0: none). NULL when out of memory. */
 adv_cache_sim *
 adv_cache_new(size_t nids, uint64_t limit)
 {
@@ -158,6 +160,7 @@ adv_cache_new(size_t nids, uint64_t limit)
     return s;
 }
 
+/* Free the model (NULL is fine). */
 void
 adv_cache_del(adv_cache_sim *s)
 {
@@ -191,6 +194,10 @@ release_free_segments(adv_cache_sim *s)
     }
 }
 
+/* Allocate size bytes for id: best fit in its pool, else a new segment
+ * (releasing wholly free segments first past the limit); split per
+ * should_split. Out of memory in the model stops it counting (reserved stays
+ * at its last value). */
 void
 adv_cache_alloc(adv_cache_sim *s, uint32_t id, uint64_t size)
 {
@@ -250,6 +257,8 @@ merge(adv_cache_sim *s, uint32_t i, uint32_t j)
     blk_drop(s, j);
 }
 
+/* Free id's block, merging it with free neighbours of its segment; an id
+ * without a block is ignored. */
 void
 adv_cache_free(adv_cache_sim *s, uint32_t id)
 {
@@ -270,6 +279,7 @@ adv_cache_free(adv_cache_sim *s, uint32_t id)
     fl_insert(s, i);
 }
 
+/* The model's reserved bytes now (segments held), 0 for NULL. */
 uint64_t
 adv_cache_reserved(const adv_cache_sim *s)
 {
