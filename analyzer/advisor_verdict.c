@@ -808,6 +808,12 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg)
                "communicators or smaller NCCL buffers";
     if (strstr(prim->code, "RETENTION"))
         return "drop the references that keep last iteration's activations alive";
+    if (strstr(prim->code, "PARAM_STATE"))
+        return cfg->megatron ? "shard the parameters and gradients: more TP/PP (EP for experts), "
+                               "--use-distributed-optimizer, or a larger device (recompute "
+                               "cannot help: the activations are not what fills it)"
+                             : "shard the parameters and gradients (FSDP/ZeRO-3, tensor or "
+                               "pipeline parallelism) or use a larger device";
     return cfg->megatron ? "--use-distributed-optimizer over more ranks, "
                            "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
                            "--exp-avg-sq-dtype bf16, or optimizer CPU offload"

@@ -46,23 +46,27 @@ MAIN = ["--sim-preset", "llama3-8b", "--pipeline-model-parallel-size", "2",
         "--profile-step-end", "3"]
 
 
-def sc(name, flags, capacity=None, env=None, args=(), converge=True, known_gaps=None):
+def sc(name, flags, capacity=None, env=None, args=(), converge=True, known_gaps=None,
+       expect=None):
     """a megasim scenario: flags (PROFILE added unless given), capacity GiB,
     extra environment, recomp-analyze arguments; converge: the recommended
     setting is rerun (invariant 4); known_gaps: {invariant number: why} for
     an advisor gap not fixed yet, reported as TAP TODO (meson flags an
-    unexpected pass once it is fixed: then drop the entry)"""
+    unexpected pass once it is fixed: then drop the entry); expect: (code,
+    text in why) the input that showed a bug must give"""
     if "--profile" not in flags:
         flags = flags + PROFILE
     return {"name": name, "flags": flags, "capacity": capacity, "env": env or {},
-            "args": list(args), "converge": converge, "known_gaps": known_gaps or {}}
+            "args": list(args), "converge": converge, "known_gaps": known_gaps or {},
+            "expect": expect}
 
 
 L = ta.SMALL["llama3-8b"]
 SCENARIOS = [
     # the README's main job, and the same job capped at 768 KiB of trace
     sc("main", MAIN),
-    sc("main capped 768K", MAIN, env={"RECOMPSHIM_MAX_BYTES": "768K"}, converge=False),
+    sc("main capped 768K", MAIN, env={"RECOMPSHIM_MAX_BYTES": "768K"}, converge=False,
+       expect=("n/a", "COVERAGE: INCOMPLETE")),
     # the accuracy presets (no budget: they fit an 80 GiB device)
     *[sc(p, ta.SMALL[p]) for p in ta.SMALL],
     sc("R01", ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "4096",
@@ -112,7 +116,8 @@ SCENARIOS = [
     # OOM before iteration 0: the parameters' construction does not fit 8 GiB
     sc("OOM in init", ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
                        "--max-position-embeddings", "2048", "--global-batch-size", "1",
-                       "--train-iters", "2"], 8),
+                       "--train-iters", "2"], 8,
+       expect=("X:PARAM_STATE", "before iteration 0")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -449,6 +454,11 @@ def main():
             ta.ok(not bad, "%s: invariant %s" % (c.name, iname),
                   "\n".join(bad) + "\nverdict: %s\nwhy: %s\nchange: %s" %
                   (c.v.get("code"), c.v.get("why", "")[:600], c.v.get("change")))
+        exp = c.scenario and c.scenario.get("expect")
+        if exp:
+            ta.ok(c.v.get("code") == exp[0] and exp[1] in c.v.get("why", ""),
+                  "%s: verdict %s, why says '%s'" % (c.name, exp[0], exp[1]),
+                  "%s: %s" % (c.v.get("code"), c.v.get("why", "")[:600]))
         bad = inv4_converge(c)
         if bad is not None:
             gap = c.scenario["known_gaps"].get("4")
