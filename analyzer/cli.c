@@ -399,6 +399,15 @@ open_sources(run *r, int workers)
     return 0;
 }
 
+/* Two sources that name their rank within the same world size (> 1) can be
+ * ranks of one job even without a job identity. */
+static int
+ranked_alike(const am_source *a, const am_source *b)
+{
+    return a->meta.rank >= 0 && b->meta.rank >= 0 && a->meta.world_size > 1 &&
+           a->meta.world_size == b->meta.world_size;
+}
+
 /* One job per analysis: the same job, run directory and attempt, one trace
  * per rank. 0, or 2 with the files listed. */
 static int
@@ -410,7 +419,10 @@ check_one_job(const run *r)
     int mixed = 0;
     for (size_t i = 1; i < f->n; i++) {
         am_job_join_key(&r->srcs[i]->meta, ki, sizeof ki);
-        if (strcmp(k0, ki) != 0)
+        /* files without a job identity (two single-GPU snapshots) are
+         * separate jobs, never ranks of one invented job, unless each says
+         * which rank of the same world size it is */
+        if (strcmp(k0, ki) != 0 || ((!k0[0] || !ki[0]) && !ranked_alike(r->srcs[0], r->srcs[i])))
             mixed = 1;
     }
     if (mixed) {

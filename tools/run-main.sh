@@ -8,8 +8,9 @@
 # 8192 tokens, 3 iterations, no recompute, --profile --nvtx-ranges. Stage 0
 # (ranks 0 and 1) fits the first iteration but runs out of memory in the second's
 # forward, once the first optimizer step has created the Adam moments. The
-# advisor recommends full block recompute of 2 layers (R:FULL[block,2], the
-# cheapest setting that fits every rank); selective mlp also fits.
+# advisor recommends full block recompute of 3 layers (R:FULL[block,3], the
+# cheapest setting whose predicted reserved peak fits every rank); selective
+# mlp also fits.
 #
 # Usage: tools/run-main.sh [--keep] [MEGASIM/MEGATRON FLAGS...]
 # Extra arguments go to megasim. The default job's layout (--sim-preset

@@ -172,7 +172,9 @@ int adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, siz
 void adv_trace_free(adv_trace *t);
 
 /* ---- candidates and the verdict ---- */
-enum { ADV_E_FITS = 0, ADV_E_INSUFFICIENT, ADV_E_INEFFECTIVE, ADV_E_COUNTER };
+/* effects; MARGINAL: within the budget, but not with the prediction's error
+ * bound added (recommended only when nothing fits clearly, and said so) */
+enum { ADV_E_FITS = 0, ADV_E_INSUFFICIENT, ADV_E_INEFFECTIVE, ADV_E_COUNTER, ADV_E_MARGINAL };
 const char *adv_effect_name(int e);
 
 #define ADV_MAX_RANKS 256
@@ -182,7 +184,10 @@ typedef struct adv_cand {
     unsigned labels;          /* selective labels */
     int full_method, full_n;  /* 0 none */
     int family_best;          /* full: the best member of its family */
-    uint64_t peak[ADV_MAX_RANKS];
+    uint64_t peak[ADV_MAX_RANKS];     /* allocated (tensor-level) peak, bytes */
+    uint64_t reserved[ADV_MAX_RANKS]; /* the caching allocator's reserved peak along the
+                                       * candidate's own timeline (advisor_cache.c): what
+                                       * must fit the budget, bytes */
     int fails_rank;           /* worst rank not fitting, -1 fits */
     uint8_t fails_phase;
     uint64_t max_peak;
@@ -202,7 +207,7 @@ typedef struct adv_finding {
 typedef struct adv_verdict {
     int available;            /* 0: no advice (note says why) */
     char code[96];
-    char why[768];
+    char why[1536];
     char change[512];         /* the one-line change */
     char config_diff[1024];   /* CLI flags + cfg.model.* lines, '\n' separated */
     char confirm[512];        /* matched run */
@@ -218,8 +223,13 @@ typedef struct adv_verdict {
     uint64_t baseline[ADV_MAX_RANKS];
     uint64_t predicted[ADV_MAX_RANKS];
     uint64_t outside[ADV_MAX_RANKS];
-    uint64_t cache[ADV_MAX_RANKS];    /* PyTorch reserved - allocated at the tensor peak */
-    uint64_t capacity[ADV_MAX_RANKS];
+    uint64_t cache[ADV_MAX_RANKS];    /* the prediction's allocator cache: its reserved
+                                       * peak - its allocated peak (modelled) */
+    uint64_t reserved[ADV_MAX_RANKS]; /* the baseline's reserved peak (modelled, bytes) */
+    uint64_t pred_reserved[ADV_MAX_RANKS]; /* the prediction's reserved peak (bytes) */
+    uint64_t capacity[ADV_MAX_RANKS]; /* 0: unknown (no header, cudaMemGetInfo, OOM
+                                       * total or --budget): budget unknown, never 0 B */
+    int budget_unknown;       /* ranks whose capacity is unknown */
     int rank_id[ADV_MAX_RANKS];
     size_t nranks;
     uint64_t headroom;
@@ -260,6 +270,21 @@ typedef struct adv_setting {
 } adv_setting;
 uint64_t adv_counterfactual(const adv_trace *t, const adv_cfg *c, const adv_setting *s,
                             uint64_t extra_state, uint8_t *phase);
+/* The same, also modelling PyTorch's caching allocator along the rewritten
+ * stream (advisor_cache.c): *reserved_out gets the peak of reserved bytes
+ * (>= the returned allocated peak; the projection's bytes included); limit:
+ * capacity - outside PyTorch (bytes; 0 none), past which a new segment first
+ * releases the wholly free ones. */
+uint64_t adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *c, const adv_setting *s,
+                                     uint64_t extra_state, uint8_t *phase, uint64_t limit,
+                                     uint64_t *reserved_out);
+/* The caching allocator model (advisor_cache.c): alloc ids 0..nids-1. */
+typedef struct adv_cache_sim adv_cache_sim;
+adv_cache_sim *adv_cache_new(size_t nids, uint64_t limit);
+void adv_cache_alloc(adv_cache_sim *s, uint32_t id, uint64_t size);
+void adv_cache_free(adv_cache_sim *s, uint32_t id);
+uint64_t adv_cache_reserved(const adv_cache_sim *s);
+void adv_cache_del(adv_cache_sim *s);
 /* The setting the recorded configuration runs (selective labels or full). */
 void adv_setting_of_cfg(const adv_cfg *c, adv_setting *s);
 /* Undo the recorded recompute: match each active unit's forward allocations

@@ -437,10 +437,30 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
     return 0;
 }
 
+/* the caching allocator model along the sweep (advisor_cache.c): reserved
+ * bytes plus the projection's offset, their max in best_res */
+#define SIM_A(id, sz) do { if (sim) adv_cache_alloc(sim, (id), (sz)); } while (0)
+#define SIM_F(id) do { if (sim) adv_cache_free(sim, (id)); } while (0)
+#define NOTE_RES(off)                                                                          \
+    do {                                                                                       \
+        if (sim && adv_cache_reserved(sim) + (off) > best_res)                                 \
+            best_res = adv_cache_reserved(sim) + (off);                                        \
+    } while (0)
+
 uint64_t
 adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
                    uint64_t extra_state, uint8_t *phase_out)
 {
+    return adv_counterfactual_reserved(t, cfg, s, extra_state, phase_out, 0, NULL);
+}
+
+uint64_t
+adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
+                            uint64_t extra_state, uint8_t *phase_out, uint64_t limit,
+                            uint64_t *reserved_out)
+{
+    adv_cache_sim *sim = reserved_out ? adv_cache_new(t->na + 1, limit) : NULL;
+    uint64_t best_res = 0;
     cf c;
     memset(&c, 0, sizeof c);
     c.t = t;
@@ -471,6 +491,7 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
                 mx = t->a[i].iteration;
         proj_it = mx;
     }
+    int proj_persist = t->trunc && t->last_complete_iter >= 0;
     if (proj_it >= -1) {
         for (size_t i = 0; i < t->na; i++) {
             const adv_alloc *x = &t->a[i];
@@ -502,6 +523,7 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
                 uint32_t id = n->v;
                 if (alive[id] == 1) {
                     live -= t->a[id].size;
+                    SIM_F(id);
                     alive[id] = 2;
                 }
                 continue;
@@ -547,9 +569,11 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
                     const adv_alloc *x = &t->a[xe[ei].id];
                     if (!xe[ei].alloc) {
                         live -= x->size;
+                        SIM_F(xe[ei].id);
                         continue;
                     }
                     live += x->size;
+                    SIM_A(xe[ei].id, x->size);
                     if (xe[ei].keep && x->f_pos != ADV_NONE && x->f_pos < p) {
                         /* its own free already passed: gone with the replay */
                         if (nouts == capouts) {
@@ -567,6 +591,7 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
                     uint64_t proj = live;
                     if (p >= wb && p < we)
                         proj += D - dalloc;
+                    NOTE_RES(proj - live);
                     if (proj > best) {
                         best = proj;
                         best_phase = AM_PH_backward_replay;
@@ -579,9 +604,11 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
                 const adv_alloc *x = &t->a[id];
                 if (v > 0) {
                     live += x->size;
+                    SIM_A(id, x->size);
                     uint64_t proj = live;
                     if (p >= wb && p < we)
                         proj += D - dalloc;
+                    NOTE_RES(proj - live);
                     if (proj > best) {
                         best = proj;
                         best_phase = AM_PH_backward_replay;
@@ -601,10 +628,27 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
                     }
                 } else if (c.cls[id] == C_T) {
                     live -= x->size;
+                    SIM_F(id);
                 }
             }
-            for (size_t z = 0; z < nouts; z++)
+            for (size_t z = 0; z < nouts; z++) {
                 live -= t->a[outs[z]].size;
+                SIM_F(outs[z]);
+            }
+        }
+        if (t->oom && p == t->oom_pos && t->oom_request) {
+            /* the failed request would have been allocated here: it enters the
+             * prediction (a request of a replay is 0 in an undone trace) */
+            uint64_t proj = live + t->oom_request;
+            if (p >= wb && p < we)
+                proj += D - dalloc;
+            SIM_A((uint32_t)t->na, t->oom_request);
+            NOTE_RES(proj - live - t->oom_request);
+            SIM_F((uint32_t)t->na);
+            if (proj > best) {
+                best = proj;
+                best_phase = t->oom_phase;
+            }
         }
         if (p == t->nops)
             break;
@@ -613,18 +657,23 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
         const adv_alloc *x = &t->a[id];
         if (v > 0) {
             live += x->size;
+            SIM_A(id, x->size);
             alive[id] = 1;
-            if (p >= wb && p < we && (x->f_pos == ADV_NONE || x->f_pos >= we))
+            /* persistent bytes of the projected window are in D from its start:
+             * count each once (only when D holds them, a truncated trace) */
+            if (proj_persist && p >= wb && p < we && (x->f_pos == ADV_NONE || x->f_pos >= we))
                 dalloc += x->size;
             uint64_t proj = live;
             if (p >= wb && p < we)
                 proj += D - dalloc;
+            NOTE_RES(proj - live);
             if (proj > best) {
                 best = proj;
                 best_phase = x->phase;
             }
         } else if (alive[id] == 1) {
             live -= x->size;
+            SIM_F(id);
             alive[id] = 0;
         } else {
             alive[id] = 0;
@@ -638,6 +687,9 @@ out:
     free(alive);
     if (phase_out)
         *phase_out = best_phase;
+    if (reserved_out)
+        *reserved_out = best_res > best ? best_res : best;
+    adv_cache_del(sim);
     return best;
 }
 
@@ -1133,7 +1185,8 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     o->oom_phase = t->oom_phase;
     o->oom_lib = t->oom_lib;
     o->oom_in_capture = t->oom_in_capture;
-    o->oom_request = t->oom_request;
+    /* a request made by a replay is the replay's: candidates that replay do it */
+    o->oom_request = t->oom_phase == AM_PH_backward_replay ? 0 : t->oom_request;
     o->oom_allocated = t->oom_allocated;
     o->oom_reserved = t->oom_reserved;
     o->oom_device_live = t->oom_device_live;

@@ -35,6 +35,7 @@ adv_effect_name(int e)
     case ADV_E_INSUFFICIENT: return "insufficient";
     case ADV_E_INEFFECTIVE: return "ineffective";
     case ADV_E_COUNTER: return "counter-productive";
+    case ADV_E_MARGINAL: return "marginal";
     }
     return "?";
 }
@@ -137,8 +138,22 @@ small_of(uint64_t ref)
     return (int64_t)(ref / 200 > ((uint64_t)64 << 20) ? ref / 200 : ((uint64_t)64 << 20));
 }
 
+/* 1/ADV_PRED_ERR: the prediction error bound charged to a predicted (not
+ * measured) setting's reserved peak before it is said to fit (2%) */
+#define ADV_PRED_ERR 50
+
+/* the device's limit for PyTorch's segments on rank i: capacity - outside
+ * PyTorch (bytes; 0 unknown) */
+static uint64_t
+limit_of(const adv_verdict *v, size_t i)
+{
+    return v->capacity[i] > v->outside[i] ? v->capacity[i] - v->outside[i] : 0;
+}
+
 /* evaluate one setting on every rank: the current setting is the measured
- * trace; with recompute on, every other setting rewrites the trace without it */
+ * trace; with recompute on, every other setting rewrites the trace without it.
+ * It fits when its reserved peak (allocated + the cache its own timeline
+ * leaves, advisor_cache.c) is within the budget on every rank. */
 static void
 evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
 {
@@ -146,18 +161,25 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
     name_setting(s, c);
     c->fails_rank = -1;
     int64_t worst_over = INT64_MIN;
+    int over_exact = 0;       /* a rank over its budget without the error bound */
     int cur = e->t0 && same_setting(s, e->active);
     for (size_t i = 0; i < v->nranks; i++) {
         uint8_t ph = 0;
+        uint64_t lim = limit_of(v, i);
         if (cur)
-            c->peak[i] = adv_counterfactual(&e->tr[i], &v->cfg, &(adv_setting){0}, e->extra[i],
-                                            &ph);
+            c->peak[i] = adv_counterfactual_reserved(&e->tr[i], &v->cfg, &(adv_setting){0},
+                                                     e->extra[i], &ph, lim, &c->reserved[i]);
         else
-            c->peak[i] = adv_counterfactual(e->t0 ? &e->t0[i] : &e->tr[i], &v->cfg, s,
-                                            e->extra[i], &ph);
+            c->peak[i] = adv_counterfactual_reserved(e->t0 ? &e->t0[i] : &e->tr[i], &v->cfg, s,
+                                                     e->extra[i], &ph, lim, &c->reserved[i]);
         if (c->peak[i] > c->max_peak)
             c->max_peak = c->peak[i];
-        int64_t over = (int64_t)c->peak[i] - (int64_t)v->budget[i];
+        /* a prediction carries the model's error bound (2%, what the accuracy
+         * tests hold it to against megasim executing the setting); the current
+         * setting is measured */
+        uint64_t need = cur ? c->reserved[i] : c->reserved[i] + c->reserved[i] / ADV_PRED_ERR;
+        int64_t over = (int64_t)need - (int64_t)v->budget[i];
+        over_exact |= c->reserved[i] > v->budget[i];
         if (over > 0 && over > worst_over) {
             worst_over = over;
             c->fails_rank = v->rank_id[i];
@@ -170,6 +192,8 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
     int64_t small = small_of(e->ref_max);
     if (c->fails_rank < 0)
         c->effect = ADV_E_FITS;
+    else if (!over_exact && c->saving >= small)
+        c->effect = ADV_E_MARGINAL;
     else if (c->saving < -(int64_t)((uint64_t)16 << 20))
         c->effect = ADV_E_COUNTER;
     else if (c->saving < small && (s->labels || s->full_method))
@@ -180,8 +204,14 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
         if (c->effect == ADV_E_FITS)
             snprintf(c->reason, sizeof c->reason, "every rank within its budget%s",
                      cur ? " (the current setting, measured)" : "");
+        else if (c->effect == ADV_E_MARGINAL)
+            snprintf(c->reason, sizeof c->reason,
+                     "within every budget, but rank %d only inside the prediction's 2%% error "
+                     "bound (%s short with it, in %s)",
+                     c->fails_rank, GB((uint64_t)worst_over), am_phase_name(c->fails_phase));
         else
-            snprintf(c->reason, sizeof c->reason, "rank %d over its budget by %s (in %s)%s",
+            snprintf(c->reason, sizeof c->reason,
+                     "rank %d over its budget by %s (reserved, in %s)%s",
                      c->fails_rank, GB((uint64_t)worst_over), am_phase_name(c->fails_phase),
                      cur ? " (the current setting, measured)" : "");
     }
@@ -405,95 +435,140 @@ build_traces(am_job *j, const adv_cfg *cfg, adv_trace *tr, size_t n, int workers
     return bad < n ? -1 : 0;
 }
 
-int
-adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
+/* ---- the pipeline (adv_run): its shared state and its named steps ---- */
+
+typedef struct run_state {
+    am_job *j;
+    const adv_opts *o;
+    adv_verdict *v;
+    adv_cfg *cfg;
+    int tensor;               /* every rank has tensor-level allocations */
+    int can_cf;               /* counterfactuals possible (Megatron ranges, model size) */
+    adv_trace *tr;            /* the measured op streams, one per rank */
+    adv_trace *t0;            /* recompute on: the streams without it, else NULL */
+    uint64_t *extra;          /* predicted optimizer state per rank (bytes) */
+    adv_setting active;       /* the recorded setting */
+    uint64_t base_max;        /* max baseline peak over the ranks (bytes) */
+    uint64_t ref_max;         /* max peak without recompute (bytes) */
+    int base_fits;            /* every rank's baseline within its budget */
+    unsigned ineff;           /* labels judged ineffective */
+    int pick;                 /* the fitting candidate of least cost, -1 */
+    int cur_idx;              /* the current setting's candidate, -1 */
+    char *err;
+    size_t errlen;
+} run_state;
+
+/* Step 1: the configuration (command line, --config, overrides) of rank 0's
+ * source; the trace directory resolves a relative --config. */
+static void
+run_read_config(run_state *st)
 {
-    memset(v, 0, sizeof *v);
-    v->chosen = -1;
-    v->headroom = o->headroom;
-    if (!j->nranks)
-        return 0;
-    v->nranks = j->nranks < ADV_MAX_RANKS ? j->nranks : ADV_MAX_RANKS;
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s", j->ranks[0].path);
+    snprintf(dir, sizeof dir, "%s", st->j->ranks[0].path);
     char *sl = strrchr(dir, '/');
     if (sl)
         *sl = 0;
     else
         snprintf(dir, sizeof dir, ".");
-    adv_config_read(&j->ranks[0].src->meta, o->config, dir, &v->cfg);
-    adv_cfg *cfg = &v->cfg;
-    snprintf(v->cost_source, sizeof v->cost_source,
+    adv_config_read(&st->j->ranks[0].src->meta, st->o->config, dir, &st->v->cfg);
+    st->cfg = &st->v->cfg;
+    snprintf(st->v->cost_source, sizeof st->v->cost_source,
              "FLOP model of the replayed forward (no GPU kernel times in the trace)");
+    st->tensor = 1;
+    for (size_t i = 0; i < st->v->nranks; i++)
+        if (!(st->j->ranks[i].levels & AM_LVL_TENSOR))
+            st->tensor = 0;
+}
 
-    int tensor = 1;
-    for (size_t i = 0; i < v->nranks; i++)
-        if (!(j->ranks[i].levels & AM_LVL_TENSOR))
-            tensor = 0;
-    adv_trace *tr = calloc(v->nranks, sizeof *tr);
-    uint64_t *extra = calloc(v->nranks, sizeof *extra);
-    if (!tr || !extra) {
-        free(tr);
-        free(extra);
-        snprintf(err, errlen, "advisor: out of memory");
+/* The device capacity of a rank (bytes): --budget, the trace header,
+ * cudaMemGetInfo's total, the total the failing call's cudaMemGetInfo saw;
+ * 0 when none of them is known (the budget is then unknown, never 0 B). */
+static uint64_t
+rank_capacity(const am_rank *r, const adv_opts *o)
+{
+    if (o->budget)
+        return o->budget;
+    if (r->src->meta.device_capacity)
+        return r->src->meta.device_capacity;
+    if (r->meminfo_total)
+        return r->meminfo_total;
+    return r->oom ? r->oom->total_bytes : 0;
+}
+
+/* Step 2: per rank, the op stream (tensor level), the budget and the
+ * baseline peak. budget = capacity - outside PyTorch - allocator cache -
+ * headroom (bytes); the baseline holds a fatal OOM's failed request. */
+static int
+run_build_traces(run_state *st)
+{
+    adv_verdict *v = st->v;
+    if (st->tensor && build_traces(st->j, st->cfg, st->tr, v->nranks, st->o->workers, st->err,
+                                   st->errlen) < 0)
         return -1;
-    }
-    int rc = 0;
-    adv_trace *t0 = NULL;
-    for (size_t i = 0; i < v->nranks; i++)
-        v->rank_id[i] = j->ranks[i].rank;
-    if (tensor && build_traces(j, cfg, tr, v->nranks, o->workers, err, errlen) < 0) {
-        rc = -1;
-        goto out;
-    }
     for (size_t i = 0; i < v->nranks; i++) {
-        am_rank *r = &j->ranks[i];
-        const am_meta *m = &r->src->meta;
-        if (tensor && getenv("RECOMP_ADVISOR_DEBUG"))
-            adv_trace_debug(&tr[i]);
-        uint64_t capy = o->budget ? o->budget
-                        : m->device_capacity ? m->device_capacity
-                                             : r->meminfo_total;
+        am_rank *r = &st->j->ranks[i];
+        adv_trace *t = &st->tr[i];
+        v->rank_id[i] = r->rank;
+        if (st->tensor && getenv("RECOMP_ADVISOR_DEBUG"))
+            adv_trace_debug(t);
+        uint64_t capy = rank_capacity(r, st->o);
         v->capacity[i] = capy;
+        if (!capy)
+            v->budget_unknown++;
         /* outside PyTorch: device live - PyTorch reserved (max over the trace),
          * else the device-level bytes of non-PyTorch owners; plus the context
          * and other processes from cudaMemGetInfo samples */
-        uint64_t out = tr[i].max_outside;
+        uint64_t out = t->max_outside;
         const am_peak *dp = &r->peak[AM_L_DEVICE];
         if (!out && dp->known)
             out = dp->by_lib[AM_LIB_NCCL] + dp->by_lib[AM_LIB_CUBLAS] + dp->by_lib[AM_LIB_CUDNN];
         out += r->max_other;
         v->outside[i] = out;
-        /* the caching allocator's own need beyond allocated (reserved - allocated at the
-         * tensor peak): what the same allocation pattern will want again */
-        const am_peak *tp = &r->peak[AM_L_TENSOR];
-        v->cache[i] = tp->known && tp->reserved_bytes > tp->bytes ? tp->reserved_bytes - tp->bytes
-                                                                  : 0;
-        uint64_t keep = out + v->cache[i] + o->headroom;
+        /* the budget is the device's and the job's: the allocator's cache belongs
+         * to each prediction (its own timeline), not to the budget */
+        uint64_t keep = out + st->o->headroom;
         v->budget[i] = capy > keep ? capy - keep : 0;
-        if (tensor && cfg->megatron && !tr[i].optimizer_seen) {
-            extra[i] = adv_predict_optimizer_state(cfg, tr[i].init_bytes, v->next_wall,
-                                                   sizeof v->next_wall);
-        }
-        if (tensor) {
+        if (st->tensor && st->cfg->megatron && !t->optimizer_seen)
+            st->extra[i] = adv_predict_optimizer_state(st->cfg, t->init_bytes, v->next_wall,
+                                                       sizeof v->next_wall);
+        if (st->tensor) {
             uint8_t ph;
-            v->baseline[i] = adv_counterfactual(&tr[i], cfg, &(adv_setting){0}, extra[i], &ph);
+            v->baseline[i] = adv_counterfactual_reserved(t, st->cfg, &(adv_setting){0},
+                                                         st->extra[i], &ph, limit_of(v, i),
+                                                         &v->reserved[i]);
         } else {
             v->baseline[i] = dp->known ? dp->bytes : 0;
+            /* the failed request enters the prediction (device level) */
+            if (r->oom && r->oom->live[AM_L_DEVICE] + r->oom->requested > v->baseline[i])
+                v->baseline[i] = r->oom->live[AM_L_DEVICE] + r->oom->requested;
+            v->reserved[i] = v->baseline[i];
         }
+        v->cache[i] = v->reserved[i] - v->baseline[i];
         v->predicted[i] = v->baseline[i];
+        v->pred_reserved[i] = v->reserved[i];
     }
     v->available = 1;
-    int primary = adv_triage(j, tr, v);
-    uint64_t base_max = 0;
-    int base_fits = 1;
+    return 0;
+}
+
+/* Step 3: triage (advisor_triage.c), the baseline against the budgets, the
+ * hot pipeline stage, and whether counterfactuals are possible (the note says
+ * what is missing when not). */
+static void
+run_triage(run_state *st)
+{
+    adv_verdict *v = st->v;
+    am_job *j = st->j;
+    adv_cfg *cfg = st->cfg;
+    adv_triage(j, st->tr, v);
+    st->base_max = 0;
+    st->base_fits = 1;
     for (size_t i = 0; i < v->nranks; i++) {
-        if (v->baseline[i] > base_max)
-            base_max = v->baseline[i];
-        if (v->baseline[i] > v->budget[i])
-            base_fits = 0;
+        if (v->baseline[i] > st->base_max)
+            st->base_max = v->baseline[i];
+        if (v->reserved[i] > v->budget[i] || !v->capacity[i])
+            st->base_fits = 0;
     }
-    /* hot pipeline stage */
     if (cfg->pp > 1 && j->hot >= 0) {
         size_t h = 0;
         uint64_t lo = UINT64_MAX;
@@ -517,258 +592,403 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                             p->ngroups ? GB(p->groups[0].bytes) : "");
         }
     }
-    int can_cf = tensor && cfg->megatron && cfg->num_layers > 0;
-    for (size_t i = 0; i < v->nranks && can_cf; i++)
-        if (!tr[i].megatron_ranges || !tr[i].nlayers)
-            can_cf = 0;
+    st->can_cf = st->tensor && cfg->megatron && cfg->num_layers > 0;
+    for (size_t i = 0; i < v->nranks && st->can_cf; i++)
+        if (!st->tr[i].megatron_ranges || !st->tr[i].nlayers)
+            st->can_cf = 0;
     if (!cfg->megatron) {
         snprintf(v->level_note, sizeof v->level_note,
                  "not a Megatron job (no Megatron flags, config or frames recorded): triage "
                  "only, no recompute flags; the Python functions holding the most activation "
                  "bytes at the peak are listed");
         hot_functions(v, j);
-    } else if (!tensor) {
+    } else if (!st->tensor) {
         snprintf(v->level_note, sizeof v->level_note,
                  "device-level trace: the counterfactuals need tensor-level allocations "
                  "(PyTorch's allocator report hook reaching the shim, or RECOMPSHIM_TENSORS=async "
                  "or nocache at launch) and Megatron's layer ranges (--profile --nvtx-ranges "
                  "with --profile-step-start/--profile-step-end covering the traced steps)");
-    } else if (!can_cf) {
+    } else if (!st->can_cf) {
         snprintf(v->level_note, sizeof v->level_note,
                  "no Megatron layer ranges in the trace (or the model size is unknown: %.200s): the "
                  "counterfactuals need --profile --nvtx-ranges covering the traced steps and "
                  "--num-layers/--hidden-size/... on the command line or in --config",
                  cfg->unknown[0] ? cfg->unknown : "none missing");
     }
-    /* recompute already on: the trace without it (its replays matched to the
-     * forward regions and undone); candidates are complete settings on it */
-    adv_setting active;
-    adv_setting_of_cfg(cfg, &active);
-    uint64_t ref_max = base_max;
-    if (can_cf && cfg->granularity) {
-        int matched = 0, units = 0;
-        t0 = calloc(v->nranks, sizeof *t0);
-        if (!t0) {
-            snprintf(err, errlen, "advisor: out of memory");
-            rc = -1;
-            goto out;
-        }
-        size_t nextra = 0;
-        uint64_t extra_max = 0;
-        for (size_t i = 0; i < v->nranks; i++) {
-            int m = 0, u = 0;
-            if (adv_trace_undo(&tr[i], cfg, &t0[i], &m, &u) < 0) {
-                snprintf(err, errlen, "advisor: out of memory");
-                rc = -1;
-                goto out;
-            }
-            matched += m;
-            units += u;
-            nextra += t0[i].nxr;
-            if (getenv("RECOMP_ADVISOR_DEBUG"))
-                for (size_t r = 0; r < t0[i].nxr; r++)
-                    fprintf(stderr, "advisor: rank %d replay extra %u (%llu bytes) at %u, free %u\n",
-                            v->rank_id[i], t0[i].xr[r].id,
-                            (unsigned long long)t0[i].a[t0[i].xr[r].id].size, t0[i].xr[r].a_anchor,
-                            t0[i].xr[r].f_anchor);
-            if (t0[i].xr_bytes > extra_max)
-                extra_max = t0[i].xr_bytes;
-        }
-        ref_max = 0;
-        for (size_t i = 0; i < v->nranks; i++) {
-            uint64_t p = adv_counterfactual(&t0[i], cfg, &(adv_setting){0}, extra[i], NULL);
-            if (p > ref_max)
-                ref_max = p;
-        }
-        char cur[96];
-        adv_cand tmp;
-        name_setting(&active, &tmp);
-        snprintf(cur, sizeof cur, "%s", tmp.name);
-        snprintf(v->level_note, sizeof v->level_note,
-                 "recompute is already on (%s, %s replayed on the backward thread): its replays "
-                 "were matched to the forward regions (%d of %d units on all ranks) and undone "
-                 "(%s without recompute); candidates are complete settings (keep, remove or "
-                 "add labels) evaluated on that trace, the current setting is the measured one",
-                 cur, GB(tr[0].replay_bytes), matched, units, GB(ref_max));
-        if (nextra) {
-            size_t l = strlen(v->level_note);
-            snprintf(v->level_note + l, sizeof v->level_note - l,
-                     "; the replays did more than their forward: %zu allocations without a "
-                     "forward twin (up to %s in one replay) were taken out and are made again by "
-                     "every candidate that replays those layer groups",
-                     nextra, GB(extra_max));
-        }
+}
+
+/* Step 4: recompute already on: the trace without it (its replays matched to
+ * the forward regions and undone); candidates are complete settings on it.
+ * ref_max is the peak without recompute. 0, or -1 (out of memory). */
+static int
+run_undo_active(run_state *st)
+{
+    adv_verdict *v = st->v;
+    adv_cfg *cfg = st->cfg;
+    adv_setting_of_cfg(cfg, &st->active);
+    st->ref_max = st->base_max;
+    if (!st->can_cf || !cfg->granularity)
+        return 0;
+    int matched = 0, units = 0;
+    st->t0 = calloc(v->nranks, sizeof *st->t0);
+    if (!st->t0)
+        return -1;
+    size_t nextra = 0;
+    uint64_t extra_max = 0;
+    for (size_t i = 0; i < v->nranks; i++) {
+        adv_trace *t0 = &st->t0[i];
+        int m = 0, u = 0;
+        if (adv_trace_undo(&st->tr[i], cfg, t0, &m, &u) < 0)
+            return -1;
+        matched += m;
+        units += u;
+        nextra += t0->nxr;
+        if (getenv("RECOMP_ADVISOR_DEBUG"))
+            for (size_t r = 0; r < t0->nxr; r++)
+                fprintf(stderr, "advisor: rank %d replay extra %u (%llu bytes) at %u, free %u\n",
+                        v->rank_id[i], t0->xr[r].id,
+                        (unsigned long long)t0->a[t0->xr[r].id].size, t0->xr[r].a_anchor,
+                        t0->xr[r].f_anchor);
+        if (t0->xr_bytes > extra_max)
+            extra_max = t0->xr_bytes;
     }
-    eval_ctx ec = {tr, t0, &active, extra, base_max, ref_max, stage_layers_of(cfg)};
-    unsigned ineff = 0;       /* labels judged ineffective */
-    if (can_cf) {
-        unsigned have = adv_model_labels(cfg);
-        adv_cand c;
-        if (t0) {
-            /* the current setting (measured) and no recompute at all */
-            try_setting(v, &ec, &active);
-            try_setting(v, &ec, &(adv_setting){0});
-        }
-        /* single labels */
-        int singles[ADV_NLABELS], ns = 0;
-        for (int l = 0; l < ADV_NLABELS; l++) {
-            if (!(have & (1u << l)))
-                continue;
-            adv_setting s = {1u << l, 0, 0};
-            const adv_cand *cc = try_setting(v, &ec, &s);
-            if (!cc)
-                continue;
-            c = *cc;
-            if (c.effect != ADV_E_INEFFECTIVE && c.effect != ADV_E_COUNTER &&
-                c.saving >= small_of(ref_max)) {
-                singles[ns++] = l;
-                continue;
-            }
-            ineff |= 1u << l;
+    st->ref_max = 0;
+    for (size_t i = 0; i < v->nranks; i++) {
+        uint64_t p = adv_counterfactual(&st->t0[i], cfg, &(adv_setting){0}, st->extra[i], NULL);
+        if (p > st->ref_max)
+            st->ref_max = p;
+    }
+    adv_cand tmp;
+    name_setting(&st->active, &tmp);
+    snprintf(v->level_note, sizeof v->level_note,
+             "recompute is already on (%s, %s replayed on the backward thread): its replays "
+             "were matched to the forward regions (%d of %d units on all ranks) and undone "
+             "(%s without recompute); candidates are complete settings (keep, remove or "
+             "add labels) evaluated on that trace, the current setting is the measured one",
+             tmp.name, GB(st->tr[0].replay_bytes), matched, units, GB(st->ref_max));
+    if (nextra) {
+        size_t l = strlen(v->level_note);
+        snprintf(v->level_note + l, sizeof v->level_note - l,
+                 "; the replays did more than their forward: %zu allocations without a "
+                 "forward twin (up to %s in one replay) were taken out and are made again by "
+                 "every candidate that replays those layer groups",
+                 nextra, GB(extra_max));
+    }
+    return 0;
+}
+
+/* an R:INEFFECTIVE[label] finding for a single label that saves too little */
+static void
+ineffective_single(run_state *st, int l, const adv_cand *c)
+{
+    char code[64];
+    snprintf(code, sizeof code, "R:INEFFECTIVE[%s]", adv_label_name(l));
+    adv_finding_add(st->v, code, c->saving < -(int64_t)((uint64_t)16 << 20)
+                                     ? "counter-productive" : "ineffective",
+                    c->fails_rank,
+                    "predicted peak %s against %s without it (%s%s): %s",
+                    GB(c->max_peak), GB(st->ref_max), c->saving >= 0 ? "-" : "+",
+                    GB((uint64_t)(c->saving >= 0 ? c->saving : -c->saving)),
+                    l == ADV_L_core_attn && st->cfg->fused_attn
+                        ? "with TE fused/flash attention core_attn frees only the "
+                          "softmax statistics; Q, K, V and O stay saved"
+                    : l == ADV_L_layernorm
+                        ? "the norms are fused into the linears (IdentityOp) or hold little"
+                        : "its region holds little at the peak");
+}
+
+/* the active selective setting: without each of its labels, with each other
+ * one; an active label whose removal costs less than the threshold is
+ * ineffective (it only adds replay cost) */
+static void
+sweep_active_variants(run_state *st, const eval_ctx *ec, unsigned have)
+{
+    adv_verdict *v = st->v;
+    /* an index, not a pointer: try_setting() may grow (realloc) v->cands */
+    const adv_cand *cur0 = find_cand(v, &st->active);
+    ptrdiff_t cur_i = cur0 ? cur0 - v->cands : -1;
+    for (int l = 0; l < ADV_NLABELS; l++) {
+        if (!(have & (1u << l)))
+            continue;
+        adv_setting s = {st->active.labels ^ (1u << l), 0, 0};
+        const adv_cand *cc = try_setting(v, ec, &s);
+        const adv_cand *cur = cur_i >= 0 ? &v->cands[cur_i] : NULL;
+        if (cc && cur && (st->active.labels & (1u << l)) && !(st->ineff & (1u << l)) &&
+            (int64_t)cc->max_peak - (int64_t)cur->max_peak < small_of(st->ref_max)) {
+            st->ineff |= 1u << l;
             char code[64];
             snprintf(code, sizeof code, "R:INEFFECTIVE[%s]", adv_label_name(l));
-            adv_finding_add(v, code, c.saving < -(int64_t)((uint64_t)16 << 20)
-                                         ? "counter-productive" : "ineffective",
-                            c.fails_rank,
-                            "predicted peak %s against %s without it (%s%s): %s",
-                            GB(c.max_peak), GB(ref_max), c.saving >= 0 ? "-" : "+",
-                            GB((uint64_t)(c.saving >= 0 ? c.saving : -c.saving)),
-                            l == ADV_L_core_attn && cfg->fused_attn
-                                ? "with TE fused/flash attention core_attn frees only the "
-                                  "softmax statistics; Q, K, V and O stay saved"
-                                : l == ADV_L_layernorm
-                                      ? "the norms are fused into the linears "
-                                        "(IdentityOp) or hold little"
-                                      : "its region holds little at the peak");
-        }
-        /* the active selective setting: without each of its labels, with each other one */
-        if (t0 && active.labels) {
-            /* an index, not a pointer: try_setting() may grow (realloc) v->cands */
-            const adv_cand *cur0 = find_cand(v, &active);
-            ptrdiff_t cur_i = cur0 ? cur0 - v->cands : -1;
-            for (int l = 0; l < ADV_NLABELS; l++) {
-                if (!(have & (1u << l)))
-                    continue;
-                adv_setting s = {active.labels ^ (1u << l), 0, 0};
-                const adv_cand *cc = try_setting(v, &ec, &s);
-                const adv_cand *cur = cur_i >= 0 ? &v->cands[cur_i] : NULL;
-                if (cc && cur && (active.labels & (1u << l)) && !(ineff & (1u << l)) &&
-                    (int64_t)cc->max_peak - (int64_t)cur->max_peak < small_of(ref_max)) {
-                    ineff |= 1u << l;
-                    char code[64];
-                    snprintf(code, sizeof code, "R:INEFFECTIVE[%s]", adv_label_name(l));
-                    adv_finding_add(v, code, "ineffective", -1,
-                                    "active label: without it the predicted peak is %s against "
-                                    "%s measured with it; it only adds replay cost (%.1f%%)",
-                                    GB(cc->max_peak), GB(cur->max_peak),
-                                    100 * (cur->cost - cc->cost));
-                }
-            }
-        }
-        /* combinations of the effective singles (pairs, then all of them) */
-        for (int a = 0; a < ns; a++)
-            for (int b = a + 1; b < ns; b++) {
-                adv_setting s = {1u << singles[a] | 1u << singles[b], 0, 0};
-                if ((s.labels & (1u << ADV_L_moe)) &&
-                    (s.labels & (1u << ADV_L_moe_act | 1u << ADV_L_shared_experts)))
-                    continue; /* moe contains them */
-                try_setting(v, &ec, &s);
-            }
-        if (ns > 2) {
-            adv_setting s = {0, 0, 0};
-            for (int a = 0; a < ns; a++)
-                s.labels |= 1u << singles[a];
-            if (s.labels & (1u << ADV_L_moe))
-                s.labels &= ~(1u << ADV_L_moe_act | 1u << ADV_L_shared_experts);
-            try_setting(v, &ec, &s);
-        }
-        /* the full-recompute family: every n, every stage, one best member each */
-        for (int meth = 1; meth <= 2; meth++) {
-            adv_cand best;
-            int have_best = 0;
-            int lpc = adv_cfg_layers_per_chunk(cfg);
-            for (int nl = 1; nl <= lpc; nl++) {
-                if (meth == 1 && nl > 1 && lpc % nl && nl != lpc)
-                    continue;
-                adv_setting s = {0, meth, nl};
-                if (t0 && same_setting(&s, &active))
-                    continue; /* listed as the current setting */
-                evaluate(v, &ec, &s, &c);
-                int better = !have_best ||
-                             (c.effect == ADV_E_FITS && best.effect != ADV_E_FITS) ||
-                             (c.effect == ADV_E_FITS && best.effect == ADV_E_FITS &&
-                              c.cost < best.cost) ||
-                             (c.effect != ADV_E_FITS && best.effect != ADV_E_FITS &&
-                              c.max_peak < best.max_peak);
-                if (better) {
-                    best = c;
-                    have_best = 1;
-                }
-            }
-            if (have_best) {
-                best.family_best = 1;
-                add_cand(v, &best);
-            }
+            adv_finding_add(v, code, "ineffective", -1,
+                            "active label: without it the predicted peak is %s against "
+                            "%s measured with it; it only adds replay cost (%.1f%%)",
+                            GB(cc->max_peak), GB(cur->max_peak), 100 * (cur->cost - cc->cost));
         }
     }
-    /* the verdict */
-    if (v->ncands > 1)
-        qsort(v->cands, v->ncands, sizeof *v->cands, cand_cost_cmp);
-    /* the least replay cost that fits; a setting holding a label judged
-     * ineffective only when nothing else fits */
-    int pick = -1;
-    for (int pass = 0; pass < 2 && pick < 0; pass++)
-        for (size_t k = 0; k < v->ncands; k++)
-            if (v->cands[k].valid && v->cands[k].effect == ADV_E_FITS &&
-                (pass || !(v->cands[k].labels & ineff))) {
-                pick = (int)k;
-                break;
-            }
-    const adv_cand *curc = t0 ? find_cand(v, &active) : NULL;
-    int cur_idx = curc ? (int)(curc - v->cands) : -1;
-    /* primary triage finding */
-    const adv_finding *prim = NULL;
+}
+
+/* 0 fits, 1 fits only without the error bound (marginal), 2 does not fit */
+static int
+fit_rank(int effect)
+{
+    return effect == ADV_E_FITS ? 0 : effect == ADV_E_MARGINAL ? 1 : 2;
+}
+
+/* the full-recompute family of one method: every n, one best member listed */
+static void
+sweep_full_family(run_state *st, const eval_ctx *ec, int meth)
+{
+    adv_cand best, c;
+    int have_best = 0;
+    int lpc = adv_cfg_layers_per_chunk(st->cfg);
+    for (int nl = 1; nl <= lpc; nl++) {
+        if (meth == 1 && nl > 1 && lpc % nl && nl != lpc)
+            continue;
+        adv_setting s = {0, meth, nl};
+        if (st->t0 && same_setting(&s, &st->active))
+            continue; /* listed as the current setting */
+        evaluate(st->v, ec, &s, &c);
+        int rc = fit_rank(c.effect), rb = have_best ? fit_rank(best.effect) : 3;
+        int better = !have_best || rc < rb || (rc == rb && rc < 2 && c.cost < best.cost) ||
+                     (rc == rb && rc == 2 && c.max_peak < best.max_peak);
+        if (better) {
+            best = c;
+            have_best = 1;
+        }
+    }
+    if (have_best) {
+        best.family_best = 1;
+        add_cand(st->v, &best);
+    }
+}
+
+/* Step 5: the candidates: the current setting and none (recompute on), every
+ * label the model has alone, the active setting's variants, pairs and all of
+ * the effective labels, the full-recompute families; each on every rank. */
+static void
+run_sweep_candidates(run_state *st)
+{
+    if (!st->can_cf)
+        return;
+    adv_verdict *v = st->v;
+    eval_ctx ec = {st->tr, st->t0, &st->active, st->extra, st->base_max, st->ref_max,
+                   stage_layers_of(st->cfg)};
+    unsigned have = adv_model_labels(st->cfg);
+    if (st->t0) {
+        try_setting(v, &ec, &st->active);
+        try_setting(v, &ec, &(adv_setting){0});
+    }
+    int singles[ADV_NLABELS], ns = 0;
+    for (int l = 0; l < ADV_NLABELS; l++) {
+        if (!(have & (1u << l)))
+            continue;
+        adv_setting s = {1u << l, 0, 0};
+        const adv_cand *cc = try_setting(v, &ec, &s);
+        if (!cc)
+            continue;
+        adv_cand c = *cc;
+        if (c.effect != ADV_E_INEFFECTIVE && c.effect != ADV_E_COUNTER &&
+            c.saving >= small_of(st->ref_max)) {
+            singles[ns++] = l;
+            continue;
+        }
+        st->ineff |= 1u << l;
+        ineffective_single(st, l, &c);
+    }
+    if (st->t0 && st->active.labels)
+        sweep_active_variants(st, &ec, have);
+    for (int a = 0; a < ns; a++)
+        for (int b = a + 1; b < ns; b++) {
+            adv_setting s = {1u << singles[a] | 1u << singles[b], 0, 0};
+            if ((s.labels & (1u << ADV_L_moe)) &&
+                (s.labels & (1u << ADV_L_moe_act | 1u << ADV_L_shared_experts)))
+                continue; /* moe contains them */
+            try_setting(v, &ec, &s);
+        }
+    if (ns > 2) {
+        adv_setting s = {0, 0, 0};
+        for (int a = 0; a < ns; a++)
+            s.labels |= 1u << singles[a];
+        if (s.labels & (1u << ADV_L_moe))
+            s.labels &= ~(1u << ADV_L_moe_act | 1u << ADV_L_shared_experts);
+        try_setting(v, &ec, &s);
+    }
+    for (int meth = 1; meth <= 2; meth++)
+        sweep_full_family(st, &ec, meth);
+}
+
+/* the change for a primary triage code, within what the job's configuration
+ * allows (no moe_* on a dense model, no --cuda-graph-modules with
+ * full_iteration graphs) */
+static const char *
+triage_change(const adv_finding *prim, const adv_cfg *cfg)
+{
+    if (strstr(prim->code, "FRAGMENTATION"))
+        return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+    if (strstr(prim->code, "CUDA_GRAPH")) {
+        if (strcmp(cfg->cuda_graph_impl, "full_iteration") == 0)
+            return "--cuda-graph-impl none (full_iteration graphs capture the whole step; "
+                   "--cuda-graph-modules does not apply to them)";
+        return cfg->num_experts > 0 ? "narrow --cuda-graph-modules (drop moe_* first) or "
+                                      "--cuda-graph-impl none"
+                                    : "narrow --cuda-graph-modules (capture fewer modules) or "
+                                      "--cuda-graph-impl none";
+    }
+    if (strstr(prim->code, "NCCL") && strcmp(prim->subtype, "other_process") == 0)
+        return "free the device: another process (or context) holds the memory outside "
+               "PyTorch the job needs";
+    if (strstr(prim->code, "NCCL"))
+        return "leave NCCL a margin: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, fewer "
+               "communicators or smaller NCCL buffers";
+    if (strstr(prim->code, "RETENTION"))
+        return "drop the references that keep last iteration's activations alive";
+    if (strstr(prim->code, "PARAM_STATE"))
+        return cfg->megatron ? "shard the parameters and gradients: more TP/PP (EP for experts), "
+                               "--use-distributed-optimizer, or a larger device (recompute "
+                               "cannot help: the activations are not what fills it)"
+                             : "shard the parameters and gradients (FSDP/ZeRO-3, tensor or "
+                               "pipeline parallelism) or use a larger device";
+    return cfg->megatron ? "--use-distributed-optimizer over more ranks, "
+                           "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
+                           "--exp-avg-sq-dtype bf16, or optimizer CPU offload"
+                         : "shard the optimizer state (ZeRO/FSDP), keep its moments in bf16, "
+                           "or offload it to the CPU";
+}
+
+/* the primary triage finding in DESIGN §4's order, or NULL */
+static const adv_finding *
+primary_finding(const adv_verdict *v)
+{
     static const char *const order[] = {"X:CUDA_GRAPH_POOL", "X:NCCL_BUFFERS",
                                         "X:FRAGMENTATION", "X:OPTIMIZER_STATE",
                                         "X:PARAM_STATE", "X:RETENTION"};
-    for (size_t q = 0; q < sizeof order / sizeof order[0] && !prim; q++)
+    for (size_t q = 0; q < sizeof order / sizeof order[0]; q++)
         for (size_t k = 0; k < v->nfindings; k++)
-            if (strcmp(v->findings[k].code, order[q]) == 0) {
-                prim = &v->findings[k];
+            if (strcmp(v->findings[k].code, order[q]) == 0)
+                return &v->findings[k];
+    return NULL;
+}
+
+/* append to why (a sentence) */
+static void
+why_add(adv_verdict *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void
+why_add(adv_verdict *v, const char *fmt, ...)
+{
+    size_t l = strlen(v->why);
+    if (l + 3 >= sizeof v->why)
+        return;
+    if (l)
+        l += (size_t)snprintf(v->why + l, sizeof v->why - l, ". ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->why + l, sizeof v->why - l, fmt, ap);
+    va_end(ap);
+}
+
+/* nothing fits: recompute alone cannot help. The code says so
+ * (R:INSUFFICIENT); the why names the setting that saves most (never one
+ * holding a label judged ineffective: its replay buys nothing) and its peak,
+ * but the change is not a setting judged insufficient. */
+static void
+choose_fallback(run_state *st)
+{
+    adv_verdict *v = st->v;
+    size_t best = (size_t)-1;
+    for (int pass = 0; pass < 2 && best == (size_t)-1; pass++)
+        for (size_t k = 0; k < v->ncands; k++) {
+            const adv_cand *x = &v->cands[k];
+            if (!x->valid || (!pass && (x->labels & st->ineff)) ||
+                (!x->labels && !x->full_method))
+                continue;
+            if (best == (size_t)-1 || x->max_peak < v->cands[best].max_peak ||
+                (x->max_peak == v->cands[best].max_peak && x->cost < v->cands[best].cost))
+                best = k;
+        }
+    if (best == (size_t)-1)
+        best = 0;
+    adv_cand *c = &v->cands[best];
+    snprintf(v->code, sizeof v->code, "R:INSUFFICIENT");
+    snprintf(v->why, sizeof v->why,
+             "no recompute setting fits every rank: the best, %s, still peaks at %s (%s). "
+             "Recompute alone is insufficient: add memory-saving parallelism (TP/PP/CP, "
+             "distributed optimizer) as well",
+             c->name, GB(c->max_peak), c->reason);
+    snprintf(v->change, sizeof v->change,
+             "recompute alone cannot fit: add memory-saving parallelism (more TP/PP/CP, the "
+             "distributed optimizer over more ranks) or a larger device, then re-analyse");
+    snprintf(v->config_diff, sizeof v->config_diff, "%s", v->change);
+}
+
+/* the recommended candidate: code, config diff, predictions, why */
+static void
+choose_candidate(run_state *st, const adv_cand *curc)
+{
+    adv_verdict *v = st->v;
+    adv_cand *c = &v->cands[st->pick];
+    v->chosen = st->pick;
+    snprintf(v->code, sizeof v->code, "%s", c->code);
+    config_diff(v, c, v->config_diff, sizeof v->config_diff, v->change, sizeof v->change);
+    for (size_t i = 0; i < v->nranks; i++) {
+        v->predicted[i] = c->peak[i];
+        v->pred_reserved[i] = c->reserved[i];
+        v->cache[i] = c->reserved[i] - c->peak[i];
+    }
+    if (curc)
+        snprintf(v->why, sizeof v->why,
+                 "the least replay cost (%.1f%% of the step, %s) among the settings that "
+                 "fit every rank: predicted max peak %s; the current %s costs %.1f%% and "
+                 "peaks at %s (%s)",
+                 100 * c->cost, "FLOP model", GB(c->max_peak), curc->name, 100 * curc->cost,
+                 GB(curc->max_peak), curc->effect == ADV_E_FITS ? "fits" : "does not fit");
+    else
+        snprintf(v->why, sizeof v->why,
+                 "the least replay cost (%.1f%% of the step, %s) among the settings that "
+                 "fit every rank: predicted max peak %s against %s without it",
+                 100 * c->cost, "FLOP model", GB(c->max_peak), GB(st->base_max));
+    if (c->effect == ADV_E_MARGINAL)
+        why_add(v, "MARGINAL: no setting fits with the prediction's 2%% error bound added; "
+                   "this one fits without it (%s): confirm with a run before relying on it",
+                c->reason);
+}
+
+/* Step 6: the verdict: a primary triage finding, else the valid fitting
+ * candidate of least replay cost (a setting holding an ineffective label
+ * only when nothing else fits), else OK:FITS when the job fits as it is,
+ * else the fallback that saves most. */
+static void
+run_choose(run_state *st)
+{
+    adv_verdict *v = st->v;
+    if (v->ncands > 1)
+        qsort(v->cands, v->ncands, sizeof *v->cands, cand_cost_cmp);
+    /* clear fits first, then settings that fit only without the error bound
+     * (marginal, said so); each without an ineffective label first */
+    st->pick = -1;
+    for (int pass = 0; pass < 4 && st->pick < 0; pass++)
+        for (size_t k = 0; k < v->ncands; k++)
+            if (v->cands[k].valid &&
+                v->cands[k].effect == (pass < 2 ? ADV_E_FITS : ADV_E_MARGINAL) &&
+                (pass % 2 || !(v->cands[k].labels & st->ineff))) {
+                st->pick = (int)k;
                 break;
             }
-    (void)primary;
-    if (prim && !(strcmp(prim->code, "X:OPTIMIZER_STATE") == 0 && pick >= 0 &&
-                  strcmp(prim->subtype, "state_dominates") == 0 && 0)) {
+    const adv_cand *curc = st->t0 ? find_cand(v, &st->active) : NULL;
+    st->cur_idx = curc ? (int)(curc - v->cands) : -1;
+    const adv_finding *prim = primary_finding(v);
+    if (prim) {
         snprintf(v->code, sizeof v->code, "%s", prim->code);
         snprintf(v->why, sizeof v->why, "%s (rank %d)", prim->evidence, prim->rank);
-        const char *ch = strstr(prim->code, "FRAGMENTATION")
-                             ? "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-                         : strstr(prim->code, "CUDA_GRAPH")
-                             ? "narrow --cuda-graph-modules (drop moe_* first) or "
-                               "--cuda-graph-impl none"
-                         : strstr(prim->code, "NCCL") && strcmp(prim->subtype, "other_process") == 0
-                             ? "free the device: another process (or context) holds the memory "
-                               "outside PyTorch the job needs"
-                         : strstr(prim->code, "NCCL")
-                             ? "leave NCCL a margin: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
-                               "True, fewer communicators or smaller NCCL buffers"
-                         : strstr(prim->code, "RETENTION")
-                             ? "drop the references that keep last iteration's activations "
-                               "alive"
-                             : "--use-distributed-optimizer over more ranks, "
-                               "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
-                               "--exp-avg-sq-dtype bf16, or optimizer CPU offload";
+        const char *ch = triage_change(prim, st->cfg);
         snprintf(v->change, sizeof v->change, "%s", ch);
         snprintf(v->config_diff, sizeof v->config_diff, "%s", ch);
-        if (pick >= 0 && !strstr(prim->code, "STATE")) {
+        if (st->pick >= 0 && !strstr(prim->code, "STATE")) {
             size_t l = strlen(v->why);
             snprintf(v->why + l, sizeof v->why - l,
-                     ". Fallback at a compute cost: %s (%.1f%% replay)", v->cands[pick].code,
-                     100 * v->cands[pick].cost);
+                     ". Fallback at a compute cost: %s (%.1f%% replay)", v->cands[st->pick].code,
+                     100 * v->cands[st->pick].cost);
         }
-    } else if (base_fits && !(curc && pick >= 0 && pick != cur_idx &&
-                              v->cands[pick].cost < curc->cost - 1e-4)) {
+    } else if (st->base_fits && !(curc && st->pick >= 0 && st->pick != st->cur_idx &&
+                                  v->cands[st->pick].cost < curc->cost - 1e-4)) {
         snprintf(v->code, sizeof v->code, "OK:FITS");
         snprintf(v->why, sizeof v->why,
                  "every rank's predicted peak is within its budget (capacity - outside "
@@ -781,62 +1001,207 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                      "; the current setting %s is the cheapest that fits", curc->name);
             snprintf(v->change, sizeof v->change, "none (keep %s)", curc->name);
         }
-    } else if (pick >= 0) {
-        adv_cand *c = &v->cands[pick];
-        v->chosen = pick;
-        snprintf(v->code, sizeof v->code, "%s", c->code);
-        config_diff(v, c, v->config_diff, sizeof v->config_diff, v->change, sizeof v->change);
-        for (size_t i = 0; i < v->nranks; i++)
-            v->predicted[i] = c->peak[i];
-        if (curc)
-            snprintf(v->why, sizeof v->why,
-                     "the least replay cost (%.1f%% of the step, %s) among the settings that "
-                     "fit every rank: predicted max peak %s; the current %s costs %.1f%% and "
-                     "peaks at %s (%s)",
-                     100 * c->cost, "FLOP model", GB(c->max_peak), curc->name,
-                     100 * curc->cost, GB(curc->max_peak),
-                     curc->effect == ADV_E_FITS ? "fits" : "does not fit");
-        else
-            snprintf(v->why, sizeof v->why,
-                     "the least replay cost (%.1f%% of the step, %s) among the settings that "
-                     "fit every rank: predicted max peak %s against %s without it",
-                     100 * c->cost, "FLOP model", GB(c->max_peak), GB(base_max));
+    } else if (st->pick >= 0) {
+        choose_candidate(st, curc);
     } else if (v->ncands) {
-        /* nothing fits: the setting that saves most, never one holding a label
-         * judged ineffective (its replay buys nothing), marked insufficient */
-        size_t best = (size_t)-1;
-        for (int pass = 0; pass < 2 && best == (size_t)-1; pass++)
-            for (size_t k = 0; k < v->ncands; k++) {
-                const adv_cand *x = &v->cands[k];
-                if (!x->valid || (!pass && (x->labels & ineff)) ||
-                    (!x->labels && !x->full_method))
-                    continue;
-                if (best == (size_t)-1 || x->max_peak < v->cands[best].max_peak ||
-                    (x->max_peak == v->cands[best].max_peak && x->cost < v->cands[best].cost))
-                    best = k;
-            }
-        if (best == (size_t)-1)
-            best = 0;
-        adv_cand *c = &v->cands[best];
-        snprintf(v->code, sizeof v->code, "%s", c->code);
-        config_diff(v, c, v->config_diff, sizeof v->config_diff, v->change, sizeof v->change);
-        snprintf(v->why, sizeof v->why,
-                 "no recompute setting fits every rank: the best, %s, still peaks at %s (%s). "
-                 "Recompute alone is insufficient: add memory-saving parallelism (TP/PP/CP, "
-                 "distributed optimizer) as well",
-                 c->name, GB(c->max_peak), c->reason);
+        choose_fallback(st);
     } else {
-        snprintf(v->code, sizeof v->code, base_fits ? "OK:FITS" : "n/a");
+        snprintf(v->code, sizeof v->code, st->base_fits ? "OK:FITS" : "n/a");
         snprintf(v->why, sizeof v->why, "%.760s",
                  v->level_note[0] ? v->level_note : "no counterfactual could be evaluated");
         snprintf(v->change, sizeof v->change, "none");
     }
+}
+
+/* withhold the verdict: code n/a, no change, no recommendation */
+static void
+withhold(adv_verdict *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void
+withhold(adv_verdict *v, const char *fmt, ...)
+{
+    char buf[sizeof v->why];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    snprintf(v->code, sizeof v->code, "n/a");
+    snprintf(v->why, sizeof v->why, "%s", buf);
+    v->chosen = -1;
+    for (size_t i = 0; i < v->nranks; i++) {
+        v->predicted[i] = v->baseline[i];
+        v->pred_reserved[i] = v->reserved[i];
+        v->cache[i] = v->reserved[i] - v->baseline[i];
+    }
+}
+
+/* The first fatal OOM of the job, explained: rank, iteration, phase, the
+ * request, what was live (allocated, reserved, device, the largest groups). */
+static void
+explain_oom(run_state *st, const am_rank *r, size_t i)
+{
+    adv_verdict *v = st->v;
+    const am_oom *o = r->oom;
+    const adv_trace *t = st->tensor ? &st->tr[i] : NULL;
+    char when[160], groups[256];
+    if (o->past_limit)
+        snprintf(when, sizeof when, "after the byte limit stopped recording (iteration and "
+                                    "phase unknown; the last recorded event was in %s)",
+                 am_phase_name(o->phase));
+    else if (o->iteration >= 0)
+        snprintf(when, sizeof when, "in iteration %d, phase %s", o->iteration,
+                 am_phase_name(o->phase));
+    else
+        snprintf(when, sizeof when, "before iteration 0 (phase %s: model and buffer "
+                                    "construction or checkpoint loading)",
+                 am_phase_name(o->phase));
+    size_t g = 0;
+    groups[0] = 0;
+    for (size_t k = 0; k < o->ngroups && k < 3; k++)
+        g += (size_t)snprintf(groups + g, g < sizeof groups ? sizeof groups - g : 0, "%s%s %s/%s",
+                              k ? ", " : "", GB(o->groups[k].bytes),
+                              am_phase_name(o->groups[k].phase),
+                              am_boundary_name(o->groups[k].boundary));
+    why_add(v,
+            "The job ran out of memory: rank %d %s: a request of %s failed with %s allocated "
+            "by PyTorch (%s reserved), %s live on the device%s%s (largest: %s); that request is "
+            "in rank %d's predicted peak %s",
+            r->rank, when, GB(t && t->oom ? t->oom_request : o->requested),
+            GB(t && t->oom ? t->oom_allocated : o->live[AM_L_TENSOR]),
+            GB(t && t->oom ? t->oom_reserved : 0), GB(o->live[AM_L_DEVICE]),
+            v->capacity[i] ? " of " : "", v->capacity[i] ? GB(v->capacity[i]) : "",
+            groups[0] ? groups : "no groups recorded", r->rank, GB(v->baseline[i]));
+    if (strcmp(v->code, "OK:FITS") == 0)
+        withhold(v, "%s. The job ran out of memory although every prediction fits its budget: "
+                    "the trace misses bytes the device held (or --budget exceeds the device); "
+                    "no fit can be claimed",
+                 v->why);
+}
+
+static void coverage_guard(run_state *st);
+
+/* Step 7: the guards that keep the verdict from being confidently wrong
+ * (docs/advisor.md "Rules"): an unknown budget, ranks without memory events, a
+ * trace that ends before iteration 0, incomplete coverage, a fatal OOM. */
+static void
+run_guards(run_state *st)
+{
+    adv_verdict *v = st->v;
+    am_job *j = st->j;
+    for (size_t i = 0; i < v->nranks; i++) {
+        const am_rank *r = &j->ranks[i];
+        if (!r->peak[AM_L_TENSOR].known && !r->peak[AM_L_DEVICE].known) {
+            v->baseline[i] = v->predicted[i] = 0;
+            withhold(v, "rank %d recorded no memory events: no peak, so no fit can be judged "
+                        "(the trace holds %" PRIu64 " events)",
+                     r->rank, r->nevents);
+            snprintf(v->change, sizeof v->change, "none");
+            break;
+        }
+        if (!r->oom && !r->src->meta.closed && !r->niters) {
+            withhold(v, "rank %d's trace ends before iteration 0 and was not closed: the job "
+                        "failed (or was killed) before its first iteration; no fit can be "
+                        "claimed",
+                     r->rank);
+            snprintf(v->change, sizeof v->change, "none");
+            break;
+        }
+    }
+    if (v->budget_unknown && strncmp(v->code, "n/a", 3) != 0) {
+        int oom = 0;
+        for (size_t i = 0; i < v->nranks; i++)
+            oom |= j->ranks[i].oom != NULL;
+        if (!oom) {
+            char was[sizeof v->code];
+            snprintf(was, sizeof was, "%s", v->code);
+            withhold(v, "budget unknown: pass --budget (the trace records no device capacity: "
+                        "no header capacity, cudaMemGetInfo or device properties); without it "
+                        "no fit or shortfall can be judged (%s holds only if the budget is "
+                        "below the peak %s)",
+                     was, GB(st->base_max));
+            snprintf(v->change, sizeof v->change, "pass --budget BYTES (the device's memory)");
+            snprintf(v->config_diff, sizeof v->config_diff, "%s", v->change);
+        } else {
+            why_add(v, "budget unknown: pass --budget (no device capacity recorded)");
+        }
+    } else if (v->budget_unknown) {
+        why_add(v, "budget unknown: pass --budget (no device capacity recorded)");
+    }
+    coverage_guard(st);
+    for (size_t i = 0; i < v->nranks; i++)
+        if (j->ranks[i].oom) {
+            explain_oom(st, &j->ranks[i], i);
+            break;
+        }
+}
+
+/* a capped or windowed trace: codes decided from the live set (fits,
+ * recompute, fragmentation, state, retention) are withheld, since the live
+ * set was not all recorded; codes decided by the failing call itself (NCCL's
+ * own allocation, an OOM inside a capture) are qualified. Says what window
+ * would be needed. */
+static void
+coverage_guard(run_state *st)
+{
+    adv_verdict *v = st->v;
+    const am_rank *r = NULL;
+    for (size_t i = 0; i < v->nranks && !r; i++)
+        if (!st->j->ranks[i].coverage.complete)
+            r = &st->j->ranks[i];
+    if (!r)
+        return;
+    const am_meta *m = &r->src->meta;
+    char need[400];
+    int it = r->oom ? r->oom->iteration : r->peak[AM_L_TENSOR].known
+                                              ? r->peak[AM_L_TENSOR].iteration
+                                              : -1;
+    if (r->coverage.capped)
+        snprintf(need, sizeof need,
+                 "rerun with RECOMPSHIM_MAX_BYTES unset or well above %s (recording stopped at "
+                 "%.3f s, %" PRIu64 " records dropped), so the window recorded runs from the "
+                 "job's start through %s",
+                 m->max_bytes ? GB(m->max_bytes) : "the cap", (double)m->limit_ns / 1e9,
+                 m->dropped_records, r->oom ? "the OOM" : "the last iteration");
+    else
+        snprintf(need, sizeof need,
+                 "rerun with RECOMPSHIM_WINDOW unset or a window that opens before model "
+                 "construction (memory allocated before the window is missing) and closes "
+                 "after %s",
+                 it >= 0 ? "the iteration of the peak/OOM" : "the OOM");
+    int keep = (strncmp(v->code, "X:NCCL_BUFFERS", 14) == 0 && st->tensor &&
+                r->oom && r->oom->lib != AM_LIB_PYTORCH) ||
+               (strncmp(v->code, "X:CUDA_GRAPH_POOL", 17) == 0 && st->tr[0].graph_capture_oom);
+    char was[sizeof v->code], why[sizeof v->why];
+    snprintf(was, sizeof was, "%s", v->code);
+    snprintf(why, sizeof why, "%s", v->why);
+    if (keep) {
+        snprintf(v->why, sizeof v->why,
+                 "COVERAGE: INCOMPLETE (rank %d: %s): the failing call decides this code, the "
+                 "byte figures are of the recorded part only; for the whole live set %s. %.700s",
+                 r->rank, r->coverage.summary, need, why);
+        return;
+    }
+    withhold(v,
+             "COVERAGE: INCOMPLETE (rank %d: %s): the verdict is withheld because the live set "
+             "at the peak/OOM was not all recorded (from the recorded part alone it would read "
+             "%s, which the missing bytes may contradict); to diagnose, %s",
+             r->rank, r->coverage.summary, was, need);
+    snprintf(v->change, sizeof v->change, "none (record the whole live set first)");
+    snprintf(v->config_diff, sizeof v->config_diff, "%s", v->change);
+}
+
+/* Step 8: the matched run that would confirm the verdict */
+static void
+run_confirm(run_state *st)
+{
+    adv_verdict *v = st->v;
     if (v->chosen >= 0) {
         adv_cand *c = &v->cands[v->chosen];
         snprintf(v->confirm, sizeof v->confirm,
-                 "rerun the same job (same data and seed) under the shim with %.300s for at "
+                 "rerun the same job (same data and seed) under the shim with %.200s for at "
                  "least the first optimizer step and two steady iterations, then "
-                 "`recomp-analyze RUNDIR`: expected peak <= %s on every rank (margin >= %s)",
+                 "`recomp-analyze RUNDIR`: expected allocated peak <= %s and PyTorch "
+                 "reserved within the budget on every rank (headroom %s; the prediction's "
+                 "error bound is 2%%)",
                  v->change, GB(c->max_peak), GB(v->headroom));
     } else if (strncmp(v->code, "X:", 2) == 0) {
         snprintf(v->confirm, sizeof v->confirm,
@@ -844,14 +1209,48 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                  "RUNDIR` of both runs",
                  v->change);
     }
+}
+
+int
+adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
+{
+    memset(v, 0, sizeof *v);
+    v->chosen = -1;
+    v->headroom = o->headroom;
+    if (!j->nranks)
+        return 0;
+    v->nranks = j->nranks < ADV_MAX_RANKS ? j->nranks : ADV_MAX_RANKS;
+    run_state st = {.j = j, .o = o, .v = v, .pick = -1, .cur_idx = -1, .err = err,
+                    .errlen = errlen};
+    int rc = -1;
+    st.tr = calloc(v->nranks, sizeof *st.tr);
+    st.extra = calloc(v->nranks, sizeof *st.extra);
+    if (!st.tr || !st.extra) {
+        snprintf(err, errlen, "advisor: out of memory");
+        goto out;
+    }
+    run_read_config(&st);
+    if (run_build_traces(&st) < 0)
+        goto out;
+    run_triage(&st);
+    if (run_undo_active(&st) < 0) {
+        snprintf(err, errlen, "advisor: out of memory");
+        goto out;
+    }
+    run_sweep_candidates(&st);
+    run_choose(&st);
+    run_guards(&st);
+    run_confirm(&st);
+    rc = 0;
 out:
     for (size_t i = 0; i < v->nranks; i++) {
-        adv_trace_free(&tr[i]);
-        if (t0)
-            adv_trace_free(&t0[i]);
+        if (st.tr)
+            adv_trace_free(&st.tr[i]);
+        if (st.t0)
+            adv_trace_free(&st.t0[i]);
     }
-    free(t0);
-    free(tr);
-    free(extra);
+    free(st.t0);
+    free(st.tr);
+    free(st.extra);
     return rc;
 }

@@ -13,9 +13,12 @@
  *     whose address never occurs in the trace, existed before the window
  *     (same for segments with segment_alloc/segment_free); emitted as ALLOC
  *     events at t 0 (tensor level: blocks; device level: segments);
- *   - alloc -> ALLOC at TENSOR with the block size: from `segments` when the
- *     block is still live at the end, else the requested size rounded up to
- *     512 B (a warning says how many are approximate); free_requested (or
+ *   - alloc -> ALLOC at TENSOR with the block size, as PyTorch's allocated
+ *     counter counts it: from `segments` when the block is still live at the
+ *     end, else rebuilt from the layout (layout_block: the request rounded
+ *     up to 512 B, or the whole free block when the allocator kept the rest
+ *     unsplit), else the rounded request (a warning says how many are
+ *     approximate); free_requested (or
  *     free when the trace has no free_requested) -> FREE; segment_alloc /
  *     segment_map -> ALLOC at DEVICE, segment_free / segment_unmap -> FREE;
  *     oom -> OOM. Tensor events carry totals (allocated, reserved) computed
@@ -343,6 +346,130 @@ round512(uint64_t x)
     return x < 512 ? 512 : (x + 511) / 512 * 512;
 }
 
+/* ---- the allocator's layout: real block sizes (issue 14 item 13) ----
+ * PyTorch's allocated counter counts block sizes. A block is the request
+ * rounded up to 512 B, unless the caching allocator did not split the free
+ * block it came from (CUDACachingAllocator's should_split: a block of the
+ * small pool, <= 1 MiB, keeps a rest < 512 B; one of the large pool a rest
+ * <= 1 MiB), when it is that whole free block. Frees merge with free
+ * neighbours, so the free block runs from the allocation (always at its
+ * start) to the next live block or the end of the segment. */
+typedef struct u64vec {
+    uint64_t *v;              /* sorted, no duplicates */
+    size_t n, cap;
+} u64vec;
+
+typedef struct layout {
+    u64vec live;              /* start addresses of live blocks */
+    u64vec seg;               /* segment bases */
+    uint64_t *segsz;          /* parallel to seg.v: segment sizes */
+} layout;
+
+/* the first index whose value is > x */
+static size_t
+uv_upper(const u64vec *u, uint64_t x)
+{
+    size_t lo = 0, hi = u->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (u->v[mid] <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* insert x (no duplicates); its index, or (size_t)-1 out of memory;
+ * *added: 1 when it was new. segsz, when given, grows with it. */
+static size_t
+uv_insert(u64vec *u, uint64_t x, uint64_t **segsz, int *added)
+{
+    size_t k = uv_upper(u, x);
+    *added = 0;
+    if (k > 0 && u->v[k - 1] == x)
+        return k - 1;
+    if (u->n == u->cap) {
+        size_t nc = u->cap ? u->cap * 2 : 256;
+        uint64_t *q = realloc(u->v, nc * sizeof *q);
+        if (!q)
+            return (size_t)-1;
+        u->v = q;
+        if (segsz) {
+            uint64_t *z = realloc(*segsz, nc * sizeof *z);
+            if (!z)
+                return (size_t)-1;
+            *segsz = z;
+        }
+        u->cap = nc;
+    }
+    memmove(u->v + k + 1, u->v + k, (u->n - k) * sizeof *u->v);
+    if (segsz)
+        memmove(*segsz + k + 1, *segsz + k, (u->n - k) * sizeof **segsz);
+    u->v[k] = x;
+    u->n++;
+    *added = 1;
+    return k;
+}
+
+static void
+uv_remove(u64vec *u, uint64_t x)
+{
+    size_t k = uv_upper(u, x);
+    if (k > 0 && u->v[k - 1] == x) {
+        memmove(u->v + k - 1, u->v + k, (u->n - k) * sizeof *u->v);
+        u->n--;
+    }
+}
+
+/* a segment at base (size bytes; a known base keeps the newest size) */
+static int
+layout_segment(layout *l, uint64_t base, uint64_t size)
+{
+    int added;
+    size_t k = uv_insert(&l->seg, base, &l->segsz, &added);
+    if (k == (size_t)-1)
+        return -1;
+    l->segsz[k] = size;
+    return 0;
+}
+
+static int
+layout_live(layout *l, uint64_t addr)
+{
+    int added;
+    return uv_insert(&l->live, addr, NULL, &added) == (size_t)-1 ? -1 : 0;
+}
+
+/* The block size of an allocation of r bytes (rounded) at addr, from the
+ * layout; *known 0 (and r) when no segment holds addr. */
+static uint64_t
+layout_block(const layout *l, uint64_t addr, uint64_t r, int *known)
+{
+    *known = 0;
+    size_t k = uv_upper(&l->seg, addr);
+    if (!k || addr >= l->seg.v[k - 1] + l->segsz[k - 1])
+        return r;
+    uint64_t end = l->seg.v[k - 1] + l->segsz[k - 1];
+    size_t j = uv_upper(&l->live, addr);
+    if (j < l->live.n && l->live.v[j] < end)
+        end = l->live.v[j];
+    if (end < addr + r)
+        return r;
+    *known = 1;
+    uint64_t rest = end - addr - r;
+    int unsplit = r <= ((uint64_t)1 << 20) ? rest < 512 : rest <= ((uint64_t)1 << 20);
+    return unsplit ? end - addr : r;
+}
+
+static void
+layout_free(layout *l)
+{
+    free(l->live.v);
+    free(l->seg.v);
+    free(l->segsz);
+}
+
 typedef struct addr_seen {
     uint64_t *keys;           /* open addressing; 0 = empty (addr 0 never used) */
     uint32_t *val;
@@ -461,6 +588,7 @@ typedef struct bld {
     addr_seen endseg;         /* segments at the snapshot: addr -> segment index */
     addr_seen first, last;    /* first/last tensor event per address: addr -> trace index */
     addr_seen segfirst;       /* first segment event per address */
+    layout lay;               /* segments and live blocks as the walk goes */
     size_t cap;               /* of s->ev */
     uint64_t napprox, nallocs, npre;
 } bld;
@@ -600,7 +728,8 @@ index_segments(bld *b)
         }
         if (pk_int(pk_get(sg, "device"), &d) && d != b->dev)
             continue;
-        if (seen_put(&b->endseg, (uint64_t)addr, (uint32_t)i, 1) < 0)
+        if (seen_put(&b->endseg, (uint64_t)addr, (uint32_t)i, 1) < 0 ||
+            layout_segment(&b->lay, (uint64_t)addr, (uint64_t)tsz) < 0)
             return B_OOM;
         const pk_val *blocks = pk_get(sg, "blocks");
         int64_t off = addr;
@@ -647,6 +776,12 @@ index_trace(bld *b)
                 seen_put(&b->last, (uint64_t)addr, (uint32_t)i, 1) < 0)
                 return B_OOM;
         } else if (!strncmp(a, "segment_", 8)) {
+            int64_t ssz = 0;
+            uint32_t had;
+            pk_int(pk_get(e, "size"), &ssz);
+            if (!seen_get(&b->segfirst, (uint64_t)addr, &had) && ssz > 0 &&
+                layout_segment(&b->lay, (uint64_t)addr, (uint64_t)ssz) < 0)
+                return B_OOM;
             if (seen_put(&b->segfirst, (uint64_t)addr, (uint32_t)i, 0) < 0)
                 return B_OOM;
         }
@@ -684,7 +819,7 @@ pre_state_blocks(bld *b)
                      TID_MAIN, AM_LVL_TENSOR, 0};
             b->napprox++;
             b->npre++;
-            if (add_ev(s, &b->cap, &p) < 0)
+            if (add_ev(s, &b->cap, &p) < 0 || layout_live(&b->lay, (uint64_t)addr) < 0)
                 return B_OOM;
         }
     }
@@ -700,7 +835,7 @@ pre_state_blocks(bld *b)
                  fi.fn ? frame_name(s, fi.fn, NULL) : 0, 0, E_PRE, TID_MAIN, AM_LVL_TENSOR, 0,
                  fi.fn ? frame_site(s, fi.fn) : 0};
         b->npre++;
-        if (add_ev(s, &b->cap, &p) < 0)
+        if (add_ev(s, &b->cap, &p) < 0 || layout_live(&b->lay, b->endblk.keys[j]) < 0)
             return B_OOM;
     }
     return 0;
@@ -791,12 +926,13 @@ annotations_upto(bld *b, walk *w, uint64_t t)
     return 0;
 }
 
-/* An alloc entry: its block size (the live block's real size when this is
- * the address's last event and the block is live at the snapshot, else the
+/* An alloc entry: its block size as PyTorch's allocated counter counts it
+ * (the live block's real size when this is the address's last event and the
+ * block is live at the snapshot, else rebuilt from the layout, else the
  * request rounded up to 512 B), its thread (backward by the autograd
  * engine's frames, or by position when there are no C++ frames), its
- * optimizer flag and its allocating function. */
-static void
+ * optimizer flag and its allocating function. Returns B_OOM or 0. */
+static int
 alloc_event(bld *b, walk *w, const pk_val *e, size_t i, sev *p)
 {
     finfo fi;
@@ -808,9 +944,12 @@ alloc_event(bld *b, walk *w, const pk_val *e, size_t i, sev *p)
     if (seen_get(&b->last, p->addr, &l) && l == i && seen_get(&b->endblk, p->addr, &v)) {
         p->size = end_block_size(b, v);
     } else {
-        p->size = round512(p->size);
-        b->napprox++;
+        int known;
+        p->size = layout_block(&b->lay, p->addr, round512(p->size), &known);
+        b->napprox += !known;
     }
+    if (layout_live(&b->lay, p->addr) < 0)
+        return B_OOM;
     if (fi.engine)
         p->tid = TID_BWD;
     else if (!b->has_cpp && fi.nframes == 0 && w->seen_fwd && !w->in_opt)
@@ -824,23 +963,29 @@ alloc_event(bld *b, walk *w, const pk_val *e, size_t i, sev *p)
     } else if (p->opt) {
         p->fn = add_name(b->s, "Optimizer.step#frames", 21);
     }
+    return 0;
 }
 
 /* One trace entry as an event; 0 when the entry makes none (free_completed
- * when free_requested exists, snapshot markers). */
+ * when free_requested exists, snapshot markers), B_OOM out of memory. The
+ * layout follows frees and new segments. */
 static int
 trace_event(bld *b, walk *w, const pk_val *e, size_t i, sev *p)
 {
     const char *a = act_name(pk_get(e, "action"));
     if (!strcmp(a, "alloc")) {
-        alloc_event(b, w, e, i, p);
+        if (alloc_event(b, w, e, i, p) < 0)
+            return B_OOM;
     } else if (!strcmp(a, b->has_free_req ? "free_requested" : "free_completed") ||
                !strcmp(a, "free")) {
         p->kind = E_FREE;
         p->levels = AM_LVL_TENSOR;
+        uv_remove(&b->lay.live, p->addr);
     } else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map")) {
         p->kind = E_SEG_ALLOC;
         p->levels = AM_LVL_DEVICE;
+        if (p->size > 0 && layout_segment(&b->lay, p->addr, p->size) < 0)
+            return B_OOM;
     } else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) {
         p->kind = E_SEG_FREE;
         p->levels = AM_LVL_DEVICE;
@@ -881,7 +1026,8 @@ window_events(bld *b)
         pk_int(pk_get(e, "addr"), &addr);
         pk_int(pk_get(e, "size"), &size);
         sev p = {t, (uint64_t)addr, (uint64_t)size, 0, (uint32_t)i, 0, TID_MAIN, 0, 0};
-        if (trace_event(b, &w, e, i, &p) && add_ev(b->s, &b->cap, &p) < 0)
+        int made = trace_event(b, &w, e, i, &p);
+        if (made < 0 || (made && add_ev(b->s, &b->cap, &p) < 0))
             return B_OOM;
     }
     return 0;
@@ -893,8 +1039,8 @@ build_warnings(bld *b)
 {
     if (b->napprox)
         warnf(b->s, "%" PRIu64 " of %" PRIu64 " block sizes are requested sizes rounded up to "
-                    "512 B (blocks not live at the snapshot): approximate, unsplit large "
-                    "blocks can be bigger",
+                    "512 B (blocks not live at the snapshot, in no known segment, or live "
+                    "before the trace): approximate, unsplit blocks can be bigger",
               b->napprox, b->nallocs + b->npre);
     if (!b->has_cpp && b->nt)
         warnf(b->s, "no C++ frames (Python stacks only): allocations without a stack between "
@@ -937,6 +1083,7 @@ build(snap *s, const pk_val *root, char *err, size_t errlen)
     seen_free(&b.first);
     seen_free(&b.last);
     seen_free(&b.segfirst);
+    layout_free(&b.lay);
     return rc;
 }
 

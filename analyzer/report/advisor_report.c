@@ -24,11 +24,18 @@ adv_report_text(FILE *f, const adv_verdict *v)
         fprintf(f, "  note: %s\n", v->level_note);
     if (v->next_wall[0])
         fprintf(f, "  next wall: %s\n", v->next_wall);
-    fprintf(f, "  budget per rank = capacity - outside PyTorch - allocator cache (reserved - "
-               "allocated at the peak) - headroom %s:\n",
+    fprintf(f, "  budget per rank = capacity - outside PyTorch - headroom %s; a prediction "
+               "fits when its allocated peak plus the allocator cache of its own timeline "
+               "(modelled reserved) is within it:\n",
             GB(v->headroom));
     for (size_t i = 0; i < v->nranks; i++) {
-        long long margin = (long long)v->budget[i] - (long long)v->predicted[i];
+        if (!v->capacity[i]) {
+            fprintf(f, "    rank %-4d capacity unknown   budget unknown: pass --budget   peak "
+                       "now %-11s\n",
+                    v->rank_id[i], GB(v->baseline[i]));
+            continue;
+        }
+        long long margin = (long long)v->budget[i] - (long long)v->pred_reserved[i];
         fprintf(f, "    rank %-4d capacity %-11s outside %-11s cache %-11s budget %-11s peak now "
                    "%-11s predicted %-11s margin %s%s\n",
                 v->rank_id[i], GB(v->capacity[i]), GB(v->outside[i]), GB(v->cache[i]),
@@ -139,13 +146,20 @@ adv_report_json(void *gen, const adv_verdict *v)
     for (size_t i = 0; i < v->nranks; i++) {
         yajl_gen_map_open(g);
         S(g, "rank"); I(g, v->rank_id[i]);
-        S(g, "capacity_bytes"); u64(g, v->capacity[i]);
+        S(g, "capacity_bytes");
+        if (v->capacity[i]) u64(g, v->capacity[i]); else yajl_gen_null(g);
         S(g, "outside_pytorch_bytes"); u64(g, v->outside[i]);
         S(g, "allocator_cache_bytes"); u64(g, v->cache[i]);
-        S(g, "budget_bytes"); u64(g, v->budget[i]);
+        S(g, "budget_bytes");
+        if (v->capacity[i]) u64(g, v->budget[i]); else yajl_gen_null(g);
         S(g, "baseline_peak_bytes"); u64(g, v->baseline[i]);
         S(g, "predicted_peak_bytes"); u64(g, v->predicted[i]);
-        S(g, "margin_bytes"); I(g, (long long)v->budget[i] - (long long)v->predicted[i]);
+        S(g, "predicted_reserved_bytes"); u64(g, v->pred_reserved[i]);
+        S(g, "margin_bytes");
+        if (v->capacity[i])
+            I(g, (long long)v->budget[i] - (long long)v->pred_reserved[i]);
+        else
+            yajl_gen_null(g);
         yajl_gen_map_close(g);
     }
     yajl_gen_array_close(g);
@@ -191,6 +205,15 @@ adv_report_json(void *gen, const adv_verdict *v)
             snprintf(kk, sizeof kk, "%d", v->rank_id[i]);
             S(g, kk);
             u64(g, c->peak[i]);
+        }
+        yajl_gen_map_close(g);
+        S(g, "predicted_reserved_bytes");
+        yajl_gen_map_open(g);
+        for (size_t i = 0; i < v->nranks; i++) {
+            char kk[16];
+            snprintf(kk, sizeof kk, "%d", v->rank_id[i]);
+            S(g, kk);
+            u64(g, c->reserved[i]);
         }
         yajl_gen_map_close(g);
         S(g, "max_predicted_peak_bytes"); u64(g, c->max_peak);

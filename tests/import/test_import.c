@@ -229,7 +229,9 @@ Test(snapshot, cs336_training_one_step)
     const am_peak *p = &r.peak[AM_L_TENSOR];
     cr_assert(p->known);
     /* absolute: memory from before the recording window counted */
-    cr_expect_eq(p->bytes, 7021691392ull, "peak %llu (%.2f MiB)", (unsigned long long)p->bytes,
+    /* block sizes rebuilt from the layout (unsplit rests counted, as PyTorch's
+     * allocated counter does): 2.8 MiB above the rounded requests' 7021691392 */
+    cr_expect_eq(p->bytes, 7024640512ull, "peak %llu (%.2f MiB)", (unsigned long long)p->bytes,
                  mib(p->bytes));
     cr_expect_eq(p->phase, AM_PH_optimizer_state_init, "%s", am_phase_name(p->phase));
     cr_expect_eq(r.opt_init_iteration, 0);
@@ -261,7 +263,7 @@ Test(snapshot, cs336_training_one_step)
     } want[] = {
         {"cs336_basics/optimizer.py:76:step", 1694699520ull, 219, AM_PH_optimizer_state_init},
         {"cs336_basics/optimizer.py:77:step", 1694699520ull, 219, AM_PH_optimizer_state_init},
-        {"cs336_basics/optimizer.py:80:step", 122880000ull, 3, AM_PH_optimizer_state_init},
+        {"cs336_basics/optimizer.py:80:step", 125829120ull, 3, AM_PH_optimizer_state_init},
         {"cs336_basics/model.py:39:forward", 20480000ull, 1, AM_PH_forward},
         {"cs336_basics/nn_utils.py:18:cross_entropy", 512ull, 1, AM_PH_forward},
     };
@@ -493,7 +495,7 @@ Test(snapshot, python_stacks_only_backward_from_stackless_allocations)
     cr_expect_eq(r.rank, 3, "rank from Megatron's snapshot_{rank}.pickle");
     cr_expect(has_warning(&r, "no C++ frames"));
     cr_expect_eq(r.niters, 1);
-    cr_expect_eq(r.peak[AM_L_TENSOR].bytes, 7021691392ull);
+    cr_expect_eq(r.peak[AM_L_TENSOR].bytes, 7024640512ull);
     cr_expect_eq(r.peak[AM_L_TENSOR].phase, AM_PH_optimizer_state_init);
     cr_expect_eq(count_spans(&r.iters[0], AM_PH_backward), 1);
     uint64_t bwd = 0;

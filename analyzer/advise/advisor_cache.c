@@ -1,0 +1,287 @@
+/* advisor_cache.c: the caching allocator's reserved bytes along one
+ * candidate's replayed timeline (docs/advisor.md "Budget"; issue 14 inv. 4).
+ *
+ * A model of PyTorch's CUDA caching allocator, after PyTorch's
+ * c10/cuda/CUDACachingAllocator.cpp (the constants kMinBlockSize, kSmallSize,
+ * kSmallBuffer, kLargeBuffer, kMinLargeAlloc, kRoundLarge), default settings
+ * (no max_split_size, no expandable segments, one stream, one pool):
+ *   round_size     < 512 B -> 512 B, else a multiple of 512 B
+ *   pools          <= 1 MiB small, else large
+ *   new segment    small -> 2 MiB; large < 10 MiB -> 20 MiB; else the
+ *                  request rounded up to 2 MiB
+ *   free block     best fit: the smallest free block of the pool that holds
+ *                  the request, the lowest address among equals
+ *   split          small: remainder >= 512 B; large: remainder > 1 MiB
+ *   free           merges with free neighbours of the same segment
+ *   limit          a new segment that would pass the device's limit
+ *                  (capacity - memory outside PyTorch) first releases every
+ *                  wholly free segment, as PyTorch does after a failed
+ *                  cudaMalloc (release_cached_blocks, then retry)
+ * The peak of reserved bytes is what the job needs from the device; reserved
+ * - allocated at that point is the cache that prediction carries.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "advisor.h"
+
+#define K_MIN_BLOCK   512ull
+#define K_SMALL_SIZE  (1ull << 20)
+#define K_SMALL_BUF   (2ull << 20)
+#define K_LARGE_BUF   (20ull << 20)
+#define K_MIN_LARGE   (10ull << 20)
+#define K_ROUND_LARGE (2ull << 20)
+#define NIL           UINT32_MAX
+
+typedef struct cblock {
+    uint64_t addr, size;
+    uint32_t prev, next;      /* neighbours in the segment, NIL */
+    uint8_t free, small;
+} cblock;
+
+typedef struct flist {        /* free blocks of one pool, sorted by (size, addr) */
+    uint32_t *v;
+    size_t n, cap;
+} flist;
+
+struct adv_cache_sim {
+    cblock *b;
+    size_t nb, capb;
+    uint32_t *spare;          /* reusable block indices */
+    size_t nspare, capspare;
+    uint32_t *h;              /* alloc id -> block index + 1, 0 none */
+    size_t nids;
+    flist pool[2];            /* 0 large, 1 small */
+    uint64_t next_addr, reserved, allocated, limit;
+    int failed;               /* out of memory in the model: stop counting */
+};
+
+static int
+fl_less(const adv_cache_sim *s, uint32_t a, uint64_t size, uint64_t addr)
+{
+    return s->b[a].size < size || (s->b[a].size == size && s->b[a].addr < addr);
+}
+
+/* first position whose block is >= (size, addr) */
+static size_t
+fl_lower(const adv_cache_sim *s, const flist *f, uint64_t size, uint64_t addr)
+{
+    size_t lo = 0, hi = f->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (fl_less(s, f->v[mid], size, addr))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void
+fl_insert(adv_cache_sim *s, uint32_t i)
+{
+    flist *f = &s->pool[s->b[i].small];
+    if (f->n == f->cap) {
+        size_t nc = f->cap ? f->cap * 2 : 256;
+        uint32_t *q = realloc(f->v, nc * sizeof *q);
+        if (!q) {
+            s->failed = 1;
+            return;
+        }
+        f->v = q;
+        f->cap = nc;
+    }
+    size_t k = fl_lower(s, f, s->b[i].size, s->b[i].addr);
+    memmove(f->v + k + 1, f->v + k, (f->n - k) * sizeof *f->v);
+    f->v[k] = i;
+    f->n++;
+}
+
+static void
+fl_remove(adv_cache_sim *s, uint32_t i)
+{
+    flist *f = &s->pool[s->b[i].small];
+    size_t k = fl_lower(s, f, s->b[i].size, s->b[i].addr);
+    if (k < f->n && f->v[k] == i) {
+        memmove(f->v + k, f->v + k + 1, (f->n - k - 1) * sizeof *f->v);
+        f->n--;
+    }
+}
+
+static uint32_t
+blk_new(adv_cache_sim *s)
+{
+    if (s->nspare)
+        return s->spare[--s->nspare];
+    if (s->nb == s->capb) {
+        size_t nc = s->capb ? s->capb * 2 : 1024;
+        cblock *q = realloc(s->b, nc * sizeof *q);
+        if (!q) {
+            s->failed = 1;
+            return NIL;
+        }
+        s->b = q;
+        s->capb = nc;
+    }
+    return (uint32_t)s->nb++;
+}
+
+static void
+blk_drop(adv_cache_sim *s, uint32_t i)
+{
+    if (s->nspare == s->capspare) {
+        size_t nc = s->capspare ? s->capspare * 2 : 256;
+        uint32_t *q = realloc(s->spare, nc * sizeof *q);
+        if (!q)
+            return; /* the index is just not reused */
+        s->spare = q;
+        s->capspare = nc;
+    }
+    s->spare[s->nspare++] = i;
+}
+
+/* A model for alloc ids 0..nids-1; limit: capacity - outside PyTorch in
+ * bytes (0: none). NULL when out of memory. */
+adv_cache_sim *
+adv_cache_new(size_t nids, uint64_t limit)
+{
+    adv_cache_sim *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->h = calloc(nids ? nids : 1, sizeof *s->h);
+    if (!s->h) {
+        free(s);
+        return NULL;
+    }
+    s->nids = nids;
+    s->limit = limit;
+    s->next_addr = 1ull << 40;
+    return s;
+}
+
+/* Free the model (NULL is fine). */
+void
+adv_cache_del(adv_cache_sim *s)
+{
+    if (!s)
+        return;
+    free(s->b);
+    free(s->spare);
+    free(s->h);
+    free(s->pool[0].v);
+    free(s->pool[1].v);
+    free(s);
+}
+
+/* release every wholly free segment (PyTorch's release_cached_blocks) */
+static void
+release_free_segments(adv_cache_sim *s)
+{
+    for (int p = 0; p < 2; p++) {
+        flist *f = &s->pool[p];
+        size_t w = 0;
+        for (size_t k = 0; k < f->n; k++) {
+            uint32_t i = f->v[k];
+            if (s->b[i].prev == NIL && s->b[i].next == NIL) {
+                s->reserved -= s->b[i].size;
+                blk_drop(s, i);
+            } else {
+                f->v[w++] = i;
+            }
+        }
+        f->n = w;
+    }
+}
+
+/* Allocate size bytes for id: best fit in its pool, else a new segment
+ * (releasing wholly free segments first past the limit); split per
+ * should_split. Out of memory in the model stops it counting (reserved stays
+ * at its last value). */
+void
+adv_cache_alloc(adv_cache_sim *s, uint32_t id, uint64_t size)
+{
+    if (s->failed || id >= s->nids)
+        return;
+    uint64_t r = size < K_MIN_BLOCK ? K_MIN_BLOCK : (size + K_MIN_BLOCK - 1) / K_MIN_BLOCK *
+                                                     K_MIN_BLOCK;
+    int small = r <= K_SMALL_SIZE;
+    flist *f = &s->pool[small];
+    size_t k = fl_lower(s, f, r, 0);
+    uint32_t i;
+    if (k < f->n) {
+        i = f->v[k];
+        memmove(f->v + k, f->v + k + 1, (f->n - k - 1) * sizeof *f->v);
+        f->n--;
+    } else {
+        uint64_t seg = small ? K_SMALL_BUF
+                       : r < K_MIN_LARGE ? K_LARGE_BUF
+                                         : (r + K_ROUND_LARGE - 1) / K_ROUND_LARGE * K_ROUND_LARGE;
+        if (s->limit && s->reserved + seg > s->limit)
+            release_free_segments(s);
+        i = blk_new(s);
+        if (i == NIL)
+            return;
+        s->b[i] = (cblock){s->next_addr, seg, NIL, NIL, 0, (uint8_t)small};
+        s->next_addr += seg;
+        s->reserved += seg;
+    }
+    uint64_t rest = s->b[i].size - r;
+    if (small ? rest >= K_MIN_BLOCK : rest > K_SMALL_SIZE) {
+        uint32_t n = blk_new(s);
+        if (n != NIL) {
+            s->b[n] = (cblock){s->b[i].addr + r, rest, i, s->b[i].next, 1, (uint8_t)small};
+            if (s->b[i].next != NIL)
+                s->b[s->b[i].next].prev = n;
+            s->b[i].next = n;
+            s->b[i].size = r;
+            fl_insert(s, n);
+        }
+    }
+    s->b[i].free = 0;
+    s->allocated += s->b[i].size;
+    if (s->h[id])
+        adv_cache_free(s, id); /* a stale handle: the model drops it */
+    s->h[id] = i + 1;
+}
+
+/* merge free block j into its free predecessor i (same segment) */
+static void
+merge(adv_cache_sim *s, uint32_t i, uint32_t j)
+{
+    fl_remove(s, j);
+    s->b[i].size += s->b[j].size;
+    s->b[i].next = s->b[j].next;
+    if (s->b[j].next != NIL)
+        s->b[s->b[j].next].prev = i;
+    blk_drop(s, j);
+}
+
+/* Free id's block, merging it with free neighbours of its segment; an id
+ * without a block is ignored. */
+void
+adv_cache_free(adv_cache_sim *s, uint32_t id)
+{
+    if (s->failed || id >= s->nids || !s->h[id])
+        return;
+    uint32_t i = s->h[id] - 1;
+    s->h[id] = 0;
+    s->allocated -= s->b[i].size;
+    s->b[i].free = 1;
+    uint32_t p = s->b[i].prev, n = s->b[i].next;
+    if (n != NIL && s->b[n].free)
+        merge(s, i, n);
+    if (p != NIL && s->b[p].free) {
+        fl_remove(s, p);
+        merge(s, p, i);
+        i = p;
+    }
+    fl_insert(s, i);
+}
+
+/* The model's reserved bytes now (segments held), 0 for NULL. */
+uint64_t
+adv_cache_reserved(const adv_cache_sim *s)
+{
+    return s ? s->reserved : 0;
+}
