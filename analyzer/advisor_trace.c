@@ -341,6 +341,23 @@ on_pop(cap *c, tl_thread *th, uint32_t domain)
     }
 }
 
+/* The timeline's TE nearest-range rule resolved a pending allocation: its
+ * boundary and (the optimizer's lazily made state) its phase. */
+static void
+on_resolve(void *ctx, const tl_pending *p, uint8_t boundary, uint8_t phase)
+{
+    cap *c = ctx;
+    live_ent *e = live_get(&c->keys, 0, p->addr);
+    if (!e || !(p->levels & AM_LVL_TENSOR) || e->seq - 1 >= c->t->na)
+        return;
+    adv_alloc *x = &c->t->a[e->seq - 1];
+    if (x->f_pos != ADV_NONE)
+        return;
+    x->boundary = boundary;
+    if (phase != AM_PH_COUNT)
+        x->phase = phase;
+}
+
 static int
 op(cap *c, int32_t v)
 {
@@ -462,6 +479,8 @@ adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t 
     am_rank scratch;
     memset(&scratch, 0, sizeof scratch);
     tl_init(&c.tl, src->meta.pid, &scratch);
+    c.tl.resolve = on_resolve;
+    c.tl.resolve_ctx = &c;
     am_event ev;
     int rc;
     uint64_t seq = 0;

@@ -35,6 +35,88 @@ is_act(const adv_alloc *x)
            x->phase == AM_PH_backward_replay;
 }
 
+/* Live tensor bytes just before op position p of t's op stream. */
+static uint64_t
+live_at(const adv_trace *t, uint32_t p)
+{
+    uint64_t live = 0;
+    for (uint32_t q = 0; q < p && q < t->nops; q++) {
+        int32_t o = t->ops[q];
+        live = o > 0 ? live + t->a[o - 1].size : live - t->a[-o - 1].size;
+    }
+    return live;
+}
+
+/* Optimizer state recognised by what it does (issue 14 item 7): the first
+ * iteration k whose successor's first forward allocation (the floor of k+1)
+ * is recorded; bytes allocated after k's last backward-thread allocation
+ * (grad sync, optimizer step: on the main thread, whatever the phase label
+ * says) and still live at that floor are the state the step created. When
+ * the job is over its budget and the peak without those bytes fits, they
+ * decide the OOM: X:OPTIMIZER_STATE / state_growth, even when the OOM is in
+ * the next forward. Levers with their byte effect: 16-bit moments halve
+ * fp32 Adam moments (the state here is at most the two moments when they are
+ * fp32); the distributed optimizer keeps 1/dp of the state. Returns 1 when
+ * a finding was added. */
+static int
+triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, int rank)
+{
+    enum { NIT = 64 };
+    uint32_t first_fwd[NIT], last_bwd[NIT];
+    for (int q = 0; q < NIT; q++)
+        first_fwd[q] = last_bwd[q] = ADV_NONE;
+    for (size_t k = 0; k < t->na; k++) {
+        const adv_alloc *x = &t->a[k];
+        if (x->iteration < 0 || x->iteration >= NIT)
+            continue;
+        if (!x->bwd && x->phase == AM_PH_forward && first_fwd[x->iteration] == ADV_NONE)
+            first_fwd[x->iteration] = x->a_pos;
+        if (x->bwd && (last_bwd[x->iteration] == ADV_NONE || x->a_pos > last_bwd[x->iteration]))
+            last_bwd[x->iteration] = x->a_pos;
+    }
+    int k = -1;
+    for (int q = 0; q + 1 < NIT && k < 0; q++)
+        if (first_fwd[q] != ADV_NONE && last_bwd[q] != ADV_NONE && first_fwd[q + 1] != ADV_NONE &&
+            last_bwd[q] < first_fwd[q + 1])
+            k = q;
+    if (k < 0)
+        return 0;
+    uint32_t lo = last_bwd[k], hi = first_fwd[k + 1];
+    uint64_t state = 0;
+    size_t n = 0;
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (x->a_pos > lo && x->a_pos < hi && !x->bwd && (x->f_pos == ADV_NONE || x->f_pos > hi)) {
+            state += x->size;
+            n++;
+        }
+    }
+    uint64_t budget = v->budget[i], peak = v->baseline[i];
+    if (state < ((uint64_t)256 << 20) || peak <= budget || peak - state > budget)
+        return 0;
+    uint64_t f0 = live_at(t, first_fwd[k]), f1 = live_at(t, hi);
+    char lever[320];
+    int off = 0;
+    if (!c->exp_avg_bf16)
+        off += snprintf(lever + off, sizeof lever - (size_t)off,
+                        "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype "
+                        "bf16 halves fp32 Adam moments: up to -%s (peak %s); ",
+                        GB(state / 2), GB(peak - state / 2));
+    if (!c->dist_opt && c->dp > 1)
+        snprintf(lever + off, sizeof lever - (size_t)off,
+                 "--use-distributed-optimizer keeps 1/%d of it: -%s (peak %s); ", c->dp,
+                 GB(state - state / (uint64_t)c->dp), GB(peak - (state - state / (uint64_t)c->dp)));
+    adv_finding_add(v, "X:OPTIMIZER_STATE", "state_growth", rank,
+                    "the first optimizer step (iteration %d) left %s in %zu tensors live: the "
+                    "iteration floor rose from %s to %s. The peak %s is over the %s budget by "
+                    "%s and would fit without those bytes (%s). Levers on these bytes: %s"
+                    "optimizer CPU offload, or more DP/TP/PP; recompute can only offset them "
+                    "with activation bytes",
+                    k, GB(state), n, GB(f0), GB(f1), GB(peak), GB(budget), GB(peak - budget),
+                    GB(peak - state), lever);
+    return 1;
+}
+
 int
 adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
 {
@@ -179,6 +261,8 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
                                 "offload, or more TP/PP",
                                 t->oom ? "the OOM" : "the peak", am_phase_name(ph), GB(all),
                                 GB(act), all ? 100.0 * (double)act / (double)all : 0.0);
+                primary |= 8;
+            } else if (triage_state_growth(t, &v->cfg, v, i, r->rank)) {
                 primary |= 8;
             }
         }

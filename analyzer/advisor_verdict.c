@@ -705,8 +705,11 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                 break;
             }
     (void)primary;
+    /* state created by the first optimizer step that decides a later OOM
+     * (state_growth) stays a finding, with its levers, when a recompute
+     * setting also fits: the verdict is the narrowest recompute fix */
     if (prim && !(strcmp(prim->code, "X:OPTIMIZER_STATE") == 0 && pick >= 0 &&
-                  strcmp(prim->subtype, "state_dominates") == 0 && 0)) {
+                  strcmp(prim->subtype, "state_growth") == 0)) {
         snprintf(v->code, sizeof v->code, "%s", prim->code);
         snprintf(v->why, sizeof v->why, "%s (rank %d)", prim->evidence, prim->rank);
         const char *ch = strstr(prim->code, "FRAGMENTATION")

@@ -171,10 +171,59 @@ def sim_checks():
         check("(c) %s frees" % label, C_TOTAL - got[2], want)
 
 
+# Llama-3 8B with 4 layers on one rank: parameters counted by hand (docs/megasim.md):
+# layer = h(a+2g)d + a*d*h + 2h (norms) + 3*h*f (SwiGLU fc1 2hf, fc2 fh)
+#       = 4096*48*128 + 4096*4096 + 8192 + 3*4096*14336 = 218,112,000
+# embedding and untied output layer: V*h each (+ h final norm)
+P_LLAMA4 = 4 * 218112000 + 2 * 128256 * 4096 + 4096
+
+
+def optimizer_bytes(extra):
+    """(main params, grad buffer, Adam state) bytes of rank 0, measured by
+    megasim's own tensor counter around each step"""
+    import gc
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "4", "--train-iters", "1"] + list(extra))
+    r = training.Rank(a)
+    r.setup()
+    main = sum(t.nbytes for t in r.main_params)
+    grads = sum(t.nbytes for t in r.grad_buffers)
+    before = cuda.LIVE[0]
+    r.init_optimizer_state()
+    state = cuda.LIVE[0] - before
+    r.engine.stop()
+    del r
+    gc.collect()
+    return main, grads, state
+
+
+def optimizer_checks():
+    """--use-precision-aware-optimizer and the dtype flags: bytes per parameter"""
+    P = P_LLAMA4
+    pa = ["--use-precision-aware-optimizer"]
+    for extra, want in (
+            ([], (4 * P, 4 * P, 8 * P)),
+            (pa + ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"], (4 * P, 4 * P, 4 * P)),
+            (pa + ["--exp-avg-dtype", "fp8", "--exp-avg-sq-dtype", "fp16"], (4 * P, 4 * P, 3 * P)),
+            (pa + ["--main-params-dtype", "fp16", "--main-grads-dtype", "bf16"],
+             (2 * P, 2 * P, 8 * P))):
+        check("optimizer bytes (main params, grads, Adam state) with %s" % (" ".join(extra) or
+                                                                            "defaults"),
+              optimizer_bytes(extra), want)
+    try:
+        args_for("llama3-8b", ["--exp-avg-dtype", "bf16"])
+        check("--exp-avg-dtype bf16 without --use-precision-aware-optimizer is rejected", 0, 1)
+    except Exception as e:  # noqa: BLE001 - megasim's ConfigError
+        check("--exp-avg-dtype bf16 without --use-precision-aware-optimizer is rejected",
+              "need --use-precision-aware-optimizer" in str(e), True)
+
+
 def main():
     cuda.device()
     table_checks()
     sim_checks()
+    optimizer_checks()
     print("TAP version 13")
     print("1..%d" % len(results))
     for i, (ok, name, why) in enumerate(results, 1):

@@ -129,6 +129,12 @@ def build_parser():
     a("--use-distributed-optimizer", action="store_true")
     a("--overlap-grad-reduce", action="store_true")
     a("--overlap-param-gather", action="store_true")
+    # optimizer state precision (TE FusedAdam, --use-precision-aware-optimizer)
+    a("--use-precision-aware-optimizer", action="store_true")
+    a("--exp-avg-dtype", default="fp32", choices=["fp32", "fp16", "bf16", "fp8"])
+    a("--exp-avg-sq-dtype", default="fp32", choices=["fp32", "fp16", "bf16", "fp8"])
+    a("--main-params-dtype", default="fp32", choices=["fp32", "fp16"])
+    a("--main-grads-dtype", default="fp32", choices=["fp32", "bf16"])
     # recompute
     a("--recompute-granularity", default=None)
     a("--recompute-method", default=None)
@@ -253,6 +259,11 @@ def finalize(args):
         args.vocab_size = 50257
     if args.max_position_embeddings is None:
         args.max_position_embeddings = args.seq_length
+    if not args.use_precision_aware_optimizer:
+        _check(args.exp_avg_dtype == args.exp_avg_sq_dtype == args.main_params_dtype ==
+               args.main_grads_dtype == "fp32",
+               "--exp-avg-dtype, --exp-avg-sq-dtype, --main-params-dtype and --main-grads-dtype "
+               "other than fp32 need --use-precision-aware-optimizer")
     if args.enable_cuda_graph or args.external_cuda_graph:
         _check(args.cuda_graph_impl == "none",
                "Do not use enable_cuda_graph or external_cuda_graph with cuda_graph_impl.")

@@ -16,6 +16,8 @@ from .model import GPTModel, NV, nvtx_range
 from .sizes import Shapes, layer_kind
 
 P2P = "megatron.core.pipeline_parallel.p2p_communication."
+# bytes per element of Megatron's dtype choices (--exp-avg-dtype, --main-grads-dtype, ...)
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 SCHED = "megatron.core.pipeline_parallel.schedules.forward_backward_pipelining_with_interleaving."
 
 
@@ -188,10 +190,11 @@ class Rank:
                 self.layer_params.append(("output_layer", n, 0))
                 dense_total += n
         self.dense_params, self.expert_params = dense_total, expert_total
-        # DDP wrap
-        self.grad_buffers = [Tensor(dense_total * 4, "grad_buffer", "grad_buffer")]
+        # DDP wrap: main grads fp32, or --main-grads-dtype with the precision-aware optimizer
+        gb = DTYPE_BYTES[a.main_grads_dtype]
+        self.grad_buffers = [Tensor(dense_total * gb, "grad_buffer", "grad_buffer")]
         if expert_total:
-            self.grad_buffers.append(Tensor(expert_total * 4, "expert_grad_buffer", "grad_buffer"))
+            self.grad_buffers.append(Tensor(expert_total * gb, "expert_grad_buffer", "grad_buffer"))
         if a.use_distributed_optimizer:
             self.param_buffers = [Tensor(dense_total * pb, "param_buffer", "param")]
             if expert_total:
@@ -199,14 +202,17 @@ class Rank:
             del params                    # params now view the buffer
         else:
             self.params = params
-        # optimizer: fp32 main params (DistributedOptimizer.__init__ shards them)
-        self.main_params = []
+        # optimizer: fp32 main params (--main-params-dtype; DistributedOptimizer.__init__
+        # shards them); main_param_elems: their element counts, for the Adam state
+        self.main_params, self.main_param_elems = [], []
+        mb = DTYPE_BYTES[a.main_params_dtype]
         for name, d, e in self.layer_params:
             for n, dp in ((d, par.dp), (e, par.edp)):
                 if not n:
                     continue
                 shard = n // dp if a.use_distributed_optimizer else n
-                self.main_params.append(Tensor(shard * 4, name + ".main_param", "main_param"))
+                self.main_params.append(Tensor(shard * mb, name + ".main_param", "main_param"))
+                self.main_param_elems.append(shard)
 
     def load_checkpoint(self):
         """Resume (fault): optimizer state created before the first forward by
@@ -217,9 +223,13 @@ class Rank:
         del loaded
 
     def init_optimizer_state(self):
-        for p in self.main_params:
-            self.optimizer_state.append(Tensor(p.nbytes, "exp_avg", "optim"))
-            self.optimizer_state.append(Tensor(p.nbytes, "exp_avg_sq", "optim"))
+        """Adam's exp_avg and exp_avg_sq per main param, fp32 or, with
+        --use-precision-aware-optimizer, --exp-avg-dtype / --exp-avg-sq-dtype."""
+        a = self.args
+        for n in self.main_param_elems:
+            self.optimizer_state.append(Tensor(n * DTYPE_BYTES[a.exp_avg_dtype], "exp_avg", "optim"))
+            self.optimizer_state.append(Tensor(n * DTYPE_BYTES[a.exp_avg_sq_dtype], "exp_avg_sq",
+                                               "optim"))
 
     # ------------------------------------------------------------- schedules
     def get_batch(self, model):
