@@ -36,6 +36,7 @@ typedef struct adv_cfg {
     int megatron;             /* Megatron flags or a Megatron config were found */
     char source[256];         /* "command line", "command line + --config FILE", ... */
     int num_layers, hidden, ffn, heads, groups, kv_channels, seq, mbs, gbs, vocab;
+    int train_iters;          /* --train-iters, 0 unknown */
     int tp, pp, cp, ep, etp, vpp, sp, world, dp;
     int dist_opt, bf16, fp16, swiglu, fused_attn; /* fused_attn: TE fused/flash (not local/unfused) */
     int num_experts, topk, moe_ffn, shared_ffn, grouped_gemm, shared_overlap, ep_overlap;
@@ -196,13 +197,13 @@ typedef struct adv_finding {
     char code[64];
     char subtype[48];
     int rank;                 /* -1 job */
-    char evidence[512];
+    char evidence[1024];
 } adv_finding;
 
 typedef struct adv_verdict {
     int available;            /* 0: no advice (note says why) */
     char code[96];
-    char why[768];
+    char why[1280];
     char change[512];         /* the one-line change */
     char config_diff[1024];   /* CLI flags + cfg.model.* lines, '\n' separated */
     char confirm[512];        /* matched run */

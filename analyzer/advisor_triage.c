@@ -117,6 +117,113 @@ triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
     return 1;
 }
 
+/* Retention as a trend (issue 14 item 9). L_k: activation bytes made in
+ * earlier iterations and still live at iteration k's first forward
+ * allocation, for every recorded k >= 1. With three or more iterations (two
+ * or more L_k) that never fall and rise by g >= 1 MiB per iteration on
+ * average, each iteration leaves g more behind. Projection: the last
+ * recorded iteration's tensor peak P plus n*g passes the budget at n =
+ * floor((budget - P) / g) + 1 iterations later; the device-level peak D
+ * (segments: it also grows by what the kept blocks fragment) grows by gd per
+ * complete iteration and reaches the device (capacity - context and other
+ * processes) at floor((room) / gd) + 1. The threshold is the earlier of the
+ * two against the job's own length (--train-iters; unknown: reported as
+ * unknown), not a share of the budget. Returns 1 when a finding was added. */
+static int
+triage_retention_trend(const adv_trace *t, const am_rank *r, const adv_cfg *c, adv_verdict *v,
+                       size_t i)
+{
+    enum { NIT = 64 };
+    uint32_t first_fwd[NIT];
+    for (int q = 0; q < NIT; q++)
+        first_fwd[q] = ADV_NONE;
+    for (size_t k = 0; k < t->na; k++) {
+        const adv_alloc *x = &t->a[k];
+        if (x->iteration >= 0 && x->iteration < NIT && !x->bwd && x->phase == AM_PH_forward &&
+            first_fwd[x->iteration] == ADV_NONE)
+            first_fwd[x->iteration] = x->a_pos;
+    }
+    int k0 = -1, k1 = -1, npts = 0, falls = 0;
+    uint64_t l0 = 0, l1 = 0, prev = 0;
+    for (int k = 1; k < NIT; k++) {
+        if (first_fwd[k] == ADV_NONE)
+            continue;
+        uint64_t l = 0;
+        for (size_t q = 0; q < t->na; q++) {
+            const adv_alloc *x = &t->a[q];
+            if (is_act(x) && x->iteration >= 0 && x->iteration < k && x->a_pos < first_fwd[k] &&
+                (x->f_pos == ADV_NONE || x->f_pos > first_fwd[k]))
+                l += x->size;
+        }
+        if (npts++ == 0) {
+            k0 = k;
+            l0 = l;
+        } else if (l < prev) {
+            falls = 1;
+        }
+        k1 = k;
+        l1 = l;
+        prev = l;
+    }
+    if (npts < 2 || falls || l1 <= l0)
+        return 0;
+    uint64_t g = (l1 - l0) / (uint64_t)(k1 - k0);
+    if (g < ((uint64_t)1 << 20))
+        return 0;
+    /* the last complete iteration's tensor peak (the OOM's is cut short) */
+    int kl = t->trunc ? k1 - 1 : k1;
+    uint64_t live = 0, peak = 0;
+    for (uint32_t p = 0; p < t->nops; p++) {
+        int32_t o = t->ops[p];
+        live = o > 0 ? live + t->a[o - 1].size : live - t->a[-o - 1].size;
+        if (p >= first_fwd[kl] && (kl + 1 >= NIT || first_fwd[kl + 1] == ADV_NONE ||
+                                   p < first_fwd[kl + 1]) && live > peak)
+            peak = live;
+    }
+    uint64_t budget = v->budget[i];
+    int64_t it_b = kl + (peak > budget ? 0 : (int64_t)((budget - peak) / g) + 1);
+    /* device-level peaks of complete iterations k0..kl */
+    uint64_t d0 = 0, dl = 0, room = 0, gd = 0;
+    int64_t it_d = -1;
+    for (size_t q = 0; q < r->niters; q++) {
+        if (r->iters[q].number == k0)
+            d0 = r->iters[q].peak[AM_L_DEVICE];
+        if (r->iters[q].number == kl)
+            dl = r->iters[q].peak[AM_L_DEVICE];
+    }
+    if (v->capacity[i] > r->max_other)
+        room = v->capacity[i] - r->max_other;
+    if (kl > k0 && dl > d0 && room && (r->levels & AM_LVL_DEVICE)) {
+        gd = (dl - d0) / (uint64_t)(kl - k0);
+        it_d = kl + (dl > room ? 0 : (int64_t)((room - dl) / gd) + 1);
+    }
+    int64_t first = it_d >= 0 && it_d < it_b ? it_d : it_b;
+    int last = c->train_iters > 0 ? c->train_iters - 1 : -1;
+    if (last >= 0 && first > last)
+        return 0; /* the job ends first */
+    char horizon[96], dev[256] = "";
+    if (last >= 0)
+        snprintf(horizon, sizeof horizon, "the job's last iteration is %d (--train-iters %d)",
+                 last, c->train_iters);
+    else
+        snprintf(horizon, sizeof horizon, "(the job's --train-iters is unknown)");
+    if (it_d >= 0)
+        snprintf(dev, sizeof dev, "; the device-level peak (segments) grows faster, by %s per "
+                 "iteration (%s in iteration %d, %s in %d: the cache around the kept blocks grows "
+                 "too), "
+                 "and reaches the %s device in iteration %" PRId64,
+                 GB(gd), GB(d0), k0, GB(dl), kl, GB(room), it_d);
+    adv_finding_add(v, "X:RETENTION", "growth", r->rank,
+                    "activation bytes of earlier iterations still live at the start of an "
+                    "iteration grow by %s per iteration (%s at iteration %d, %s at iteration "
+                    "%d): something keeps references (logged tensors, a cache, replay "
+                    "outputs). Iteration %d peaks at %s allocated; at this rate it passes the "
+                    "%s budget in iteration %" PRId64 "%s, %s. Recompute cannot free them: "
+                    "drop the references",
+                    GB(g), GB(l0), k0, GB(l1), k1, kl, GB(peak), GB(budget), it_b, dev, horizon);
+    return 1;
+}
+
 int
 adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
 {
@@ -168,7 +275,7 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
                                 "first collective)",
                                 GB(req), am_lib_name(lib), GB(v->outside[i]), GB(cache));
                 primary |= 2;
-                continue;
+                goto state; /* other causes may coexist (item 6) */
             }
             /* 2b. PyTorch's request failed because memory outside PyTorch (NCCL
              * buffers, another process, the context) took what it needed: without
@@ -198,7 +305,7 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
                                             "communicators, NCCL_BUFFSIZE, "
                                             "NCCL_NVLS_ENABLE=0");
                     primary |= 2;
-                    continue;
+                    goto state;
                 }
             }
             /* 3. fragmentation: PyTorch's own request */
@@ -216,7 +323,7 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
                                 GB(budget_exp), GB(t->oom_reserved), GB(cache),
                                 (double)cache / (double)(req ? req : 1));
                 primary |= 4;
-                continue;
+                goto state;
             }
         }
     state:
@@ -266,8 +373,11 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
                 primary |= 8;
             }
         }
-        /* 5. retention: activation/replay bytes alive into the next iteration */
-        {
+        /* 5. retention: a trend over three or more iterations, else activation/
+         * replay bytes alive into the next iteration */
+        if (triage_retention_trend(t, r, &v->cfg, v, i)) {
+            primary |= 16;
+        } else {
             uint64_t kept = 0;
             int it = -1, maxit = -1;
             for (size_t k = 0; k < t->na; k++)
@@ -295,7 +405,9 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
                     kept += x->size;
                 }
             }
-            if (kept > ((uint64_t)256 << 20) && kept * 100 > budget) {
+            /* once (no trend): it matters when the job is over its budget; the
+             * threshold is the margin, not a share of the budget */
+            if (kept > ((uint64_t)256 << 20) && v->baseline[i] > budget) {
                 adv_finding_add(v, "X:RETENTION", t->replay_bytes ? "replay_bytes" : "activations",
                                 r->rank,
                                 "%s of activation%s bytes allocated in iteration %d are still "

@@ -698,6 +698,13 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
     static const char *const order[] = {"X:CUDA_GRAPH_POOL", "X:NCCL_BUFFERS",
                                         "X:FRAGMENTATION", "X:OPTIMIZER_STATE",
                                         "X:PARAM_STATE", "X:RETENTION"};
+    /* retention that grows every iteration and reaches the budget before the
+     * job ends decides the OOM whatever else holds bytes: removing any other
+     * cause's bytes only delays it (issue 14 items 6, 9) */
+    for (size_t k = 0; k < v->nfindings && !prim; k++)
+        if (strcmp(v->findings[k].code, "X:RETENTION") == 0 &&
+            strcmp(v->findings[k].subtype, "growth") == 0)
+            prim = &v->findings[k];
     for (size_t q = 0; q < sizeof order / sizeof order[0] && !prim; q++)
         for (size_t k = 0; k < v->nfindings; k++)
             if (strcmp(v->findings[k].code, order[q]) == 0) {

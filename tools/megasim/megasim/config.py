@@ -154,6 +154,7 @@ def build_parser():
     a("--micro-batch-size", type=int, default=None)
     a("--global-batch-size", type=int, default=None)
     a("--train-iters", type=int, default=None)
+    a("--exit-interval", type=int, default=None)
     a("--log-interval", type=int, default=100)
     a("--empty-unused-memory-level", type=int, default=0, choices=[0, 1, 2])
     # profiling
@@ -180,6 +181,9 @@ def build_parser():
                         "forward, with the transient duplicate made while loading")
     g.add_argument("--sim-retain-replay", action="store_true",
                    help="fault: tensors created by recompute replays stay alive into the next iteration")
+    g.add_argument("--sim-leak-mib", type=float, default=0.0,
+                   help="fault: every iteration a logging hook keeps X MiB of the first "
+                        "microbatch's activations alive for good (retention that grows)")
     g.add_argument("--sim-nccl-buffers-mib", type=float, default=0.0,
                    help="fault: NCCL buffers (outside PyTorch) per communicator, growing with each "
                         "communicator created")

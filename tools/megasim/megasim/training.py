@@ -154,6 +154,7 @@ class Rank:
         self.build_params(chunks)
         self.engine = ag.AutogradEngine(dev)
         self.optimizer_state = []
+        self.leaked, self.leaked_this_iter = [], False
         if a.sim_resume_optimizer:
             self.load_checkpoint()
 
@@ -259,6 +260,11 @@ class Rank:
         with ag.tape_scope(tape):
             out = m.forward(tokens, pos, labels, measure)
         del tokens, pos, labels
+        if self.args.sim_leak_mib and not self.leaked_this_iter:
+            # fault: a user's logging hook keeps a copy of this iteration's activations
+            self.leaked_this_iter = True
+            self.leaked.append(Tensor(int(self.args.sim_leak_mib * MIB), "logged_activations",
+                                      "act"))
         return out, tape
 
     def backward_step(self, c, tape, grad, last_microbatch):
@@ -517,6 +523,7 @@ class Rank:
         full_graph = None
         profile_here = a.profile and (not a.profile_ranks or self.rank in a.profile_ranks)
         for it in range(iters):
+            self.leaked_this_iter = False
             if profile_here and it == a.profile_step_start and a.nvtx_ranges:
                 NV.enabled = True            # configure_nvtx_profiling(True)
             if a.cuda_graph_impl in ("transformer_engine", "local") and it == a.cuda_graph_warmup_steps:
@@ -541,6 +548,9 @@ class Rank:
                 self.report_memory(done)
             if profile_here and done == a.profile_step_end:
                 NV.enabled = False
+            if a.exit_interval and done % a.exit_interval == 0:
+                self.log("exiting program at iteration %d" % done)    # training.py
+                break
         if a.sim_print_layer_bytes:
             for m in self.models:
                 for l, kind, b in m.decoder.layer_bytes:
