@@ -478,6 +478,11 @@ adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t 
     }
     am_rank scratch;
     memset(&scratch, 0, sizeof scratch);
+    /* what the timeline's post-process rule needs (output layer, loss) */
+    scratch.layers_per_chunk = r->layers_per_chunk;
+    scratch.layers_per_stage = r->layers_per_stage;
+    scratch.stage = r->stage;
+    scratch.pp = r->pp;
     tl_init(&c.tl, src->meta.pid, &scratch);
     c.tl.resolve = on_resolve;
     c.tl.resolve_ctx = &c;
@@ -545,6 +550,7 @@ adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t 
                 t->oom = 1;
                 t->oom_pos = (uint32_t)t->nops;
                 t->oom_phase = oa.phase;
+                t->oom_boundary = oa.boundary;
                 t->oom_lib = ev.lib;
                 t->oom_in_capture = c.capture > 0;
                 t->oom_request = ev.size;
@@ -643,6 +649,10 @@ adv_trace_debug(const adv_trace *t)
             t->na, t->nops, t->nlayers, t->ninsts, t->megatron_ranges, t->trunc,
             t->last_complete_iter, (unsigned long long)t->max_outside, t->oom, t->oom_pos,
             (unsigned long long)t->oom_allocated, (unsigned long long)t->oom_reserved);
+    if (t->oom)
+        fprintf(stderr, "advisor: oom phase %s boundary %s request %llu\n",
+                am_phase_name(t->oom_phase), am_boundary_name(t->oom_boundary),
+                (unsigned long long)t->oom_request);
     for (size_t i = 0; i < t->nlayers && i < 40; i++) {
         const adv_layer *L = &t->layers[i];
         fprintf(stderr, "  inst %d layer %d g %d moe %d pre %u [%u,%u) attn [%u,%u) core [%u,%u) mlp [%u,%u) "
@@ -656,9 +666,9 @@ adv_trace_debug(const adv_trace *t)
         for (size_t p = 0; p < t->nops; p++) {
             int32_t v = t->ops[p];
             const adv_alloc *x = &t->a[(v > 0 ? v : -v) - 1];
-            fprintf(stderr, "  op %zu %c%d %.1fM bwd %d fbwd %d inst %d layer %d ph %s ctx %x it %d a %u f %u\n",
+            fprintf(stderr, "  op %zu %c%d %.1fM bwd %d fbwd %d inst %d layer %d ph %s bd %u ctx %x it %d a %u f %u\n",
                     p, v > 0 ? '+' : '-', (v > 0 ? v : -v) - 1, (double)x->size / 1048576.0,
-                    x->bwd, x->fbwd, x->inst, x->layer, am_phase_name(x->phase), x->ctx,
+                    x->bwd, x->fbwd, x->inst, x->layer, am_phase_name(x->phase), x->boundary, x->ctx,
                     x->iteration, x->a_pos, x->f_pos);
         }
 }

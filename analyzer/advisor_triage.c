@@ -35,6 +35,17 @@ is_act(const adv_alloc *x)
            x->phase == AM_PH_backward_replay;
 }
 
+/* The bytes of the finding just added (code): the cause's bytes and what its
+ * best lever removes (item 6: the primary is chosen by them). */
+static void
+set_bytes(adv_verdict *v, const char *code, uint64_t bytes, uint64_t fix)
+{
+    if (v->nfindings && strcmp(v->findings[v->nfindings - 1].code, code) == 0) {
+        v->findings[v->nfindings - 1].bytes = bytes;
+        v->findings[v->nfindings - 1].fix_bytes = fix;
+    }
+}
+
 /* Live tensor bytes just before op position p of t's op stream. */
 static uint64_t
 live_at(const adv_trace *t, uint32_t p)
@@ -114,6 +125,7 @@ triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                     "with activation bytes",
                     k, GB(state), n, GB(f0), GB(f1), GB(peak), GB(budget), GB(peak - budget),
                     GB(peak - state), lever);
+    set_bytes(v, "X:OPTIMIZER_STATE", state, c->exp_avg_bf16 ? 0 : state / 2);
     return 1;
 }
 
@@ -224,6 +236,97 @@ triage_retention_trend(const adv_trace *t, const am_rank *r, const adv_cfg *c, a
     return 1;
 }
 
+/* Op position of the OOM, else of the recorded tensor-level peak (ADV_NONE
+ * when there is none). */
+static uint32_t
+peak_pos(const adv_trace *t)
+{
+    if (t->oom)
+        return t->oom_pos;
+    uint64_t live = 0, mx = 0;
+    uint32_t at = ADV_NONE;
+    for (uint32_t p = 0; p < t->nops; p++) {
+        int32_t o = t->ops[p];
+        live = o > 0 ? live + t->a[o - 1].size : live - t->a[-o - 1].size;
+        if (live > mx) {
+            mx = live;
+            at = p + 1;
+        }
+    }
+    return at;
+}
+
+static int
+is_logits(uint8_t boundary)
+{
+    return boundary == AM_BD_output_layer || boundary == AM_BD_loss;
+}
+
+/* X:LOGITS (issue 14 item 10): at the OOM (its failed request counted when
+ * the output layer or the loss made it) or the peak, the output layer's
+ * logits and the loss's copies (boundaries output_layer, loss: the last
+ * stage's post-process) hold more than every transformer layer's
+ * activations together, and without them the over-budget peak would fit.
+ * Layer recompute does not touch them. Levers with bytes: the fused loss
+ * (--cross-entropy-loss-fusion) drops the fp32 copy of the logits, 4*s/cp*b*
+ * V/tp bytes (V padded to 128*tp, megatron.md), when the loss holds it;
+ * twice the TP size halves the vocabulary-parallel logits; an uneven
+ * pipeline layout moves layers (their activations) off this stage.
+ * fix_bytes: the fused loss's saving (0 when it does not apply). */
+static int
+triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, int rank)
+{
+    uint32_t at = peak_pos(t);
+    if (at == ADV_NONE)
+        return 0;
+    uint64_t lg = 0, loss = 0, layers = 0;
+    int nl = 0;
+    int16_t seen[512] = {0};
+    for (size_t k = 0; k < t->na; k++) {
+        const adv_alloc *x = &t->a[k];
+        if (x->a_pos >= at || (x->f_pos != ADV_NONE && x->f_pos < at))
+            continue;
+        if (is_logits(x->boundary) && x->phase == AM_PH_forward) {
+            lg += x->size;
+            loss += x->boundary == AM_BD_loss ? x->size : 0;
+        } else if (x->layer >= 0 && is_act(x)) {
+            layers += x->size;
+            if (x->layer < 512 && !seen[x->layer]++)
+                nl++;
+        }
+    }
+    if (t->oom && is_logits(t->oom_boundary) && t->oom_phase == AM_PH_forward) {
+        lg += t->oom_request;
+        loss += t->oom_boundary == AM_BD_loss ? t->oom_request : 0;
+    }
+    uint64_t budget = v->budget[i], peak = v->baseline[i];
+    if (lg < ((uint64_t)1 << 30) || lg <= layers || peak <= budget || peak - lg > budget)
+        return 0;
+    uint64_t tp = c->tp > 0 ? (uint64_t)c->tp : 1, cp = c->cp > 0 ? (uint64_t)c->cp : 1;
+    uint64_t unit = 128 * tp, vp = ((uint64_t)c->vocab + unit - 1) / unit * unit;
+    uint64_t fp32 = 4 * ((uint64_t)c->seq / cp) * (uint64_t)(c->mbs > 0 ? c->mbs : 1) * vp / tp;
+    uint64_t fused = !c->ce_fusion && c->vocab && loss >= fp32 ? fp32 : 0;
+    char lever[256] = "";
+    if (fused)
+        snprintf(lever, sizeof lever, "--cross-entropy-loss-fusion drops the fp32 copy of the "
+                 "logits: -%s (peak %s, %s); ", GB(fused), GB(peak - fused),
+                 peak - fused <= budget ? "fits" : "still over");
+    adv_finding_add(v, "X:LOGITS", t->oom && is_logits(t->oom_boundary) ? "oom_in_loss"
+                                                                         : "logits_dominate",
+                    rank,
+                    "the output layer's logits and the loss's copies hold %s at the %s (the "
+                    "loss %s), more than the %s of activations of %d transformer layers there; "
+                    "the peak %s is over the %s budget by %s and would fit without them. Layer "
+                    "recompute does not touch them. Levers: %sBF16 logits / chunked cross-"
+                    "entropy; --tensor-model-parallel-size %d splits the vocabulary-parallel "
+                    "logits (-%s); an uneven pipeline layout "
+                    "(--decoder-last-pipeline-num-layers) moves layers off this stage",
+                    GB(lg), t->oom ? "OOM" : "peak", GB(loss), GB(layers), nl, GB(peak),
+                    GB(budget), GB(peak - budget), lever, (int)tp * 2, GB(lg / 2));
+    set_bytes(v, "X:LOGITS", lg, fused);
+    return 1;
+}
+
 int
 adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
 {
@@ -327,6 +430,9 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
             }
         }
     state:
+        /* 4a. the output layer's logits and the loss */
+        if (triage_logits(t, &v->cfg, v, i, r->rank))
+            primary |= 32;
         /* 4. optimizer / parameter state */
         {
             int in_opt = 0;

@@ -711,12 +711,38 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                 prim = &v->findings[k];
                 break;
             }
+    /* several one-off causes with bytes (state growth, logits): the primary is
+     * the one whose lever alone covers its rank's deficit (most bytes removed),
+     * else the one holding the most bytes (issue 14 item 6) */
+    if (!prim || prim->bytes) {
+        const adv_finding *best = NULL;
+        int best_covers = 0;
+        for (size_t k = 0; k < v->nfindings; k++) {
+            const adv_finding *f = &v->findings[k];
+            if (!f->bytes)
+                continue;
+            uint64_t deficit = 0;
+            for (size_t q = 0; q < v->nranks; q++)
+                if (v->rank_id[q] == f->rank && v->baseline[q] > v->budget[q])
+                    deficit = v->baseline[q] - v->budget[q];
+            int covers = f->fix_bytes && f->fix_bytes >= deficit;
+            if (!best || covers > best_covers ||
+                (covers == best_covers &&
+                 (covers ? f->fix_bytes > best->fix_bytes : f->bytes > best->bytes))) {
+                best = f;
+                best_covers = covers;
+            }
+        }
+        if (best)
+            prim = best;
+    }
     (void)primary;
     /* state created by the first optimizer step that decides a later OOM
      * (state_growth) stays a finding, with its levers, when a recompute
      * setting also fits: the verdict is the narrowest recompute fix */
-    if (prim && !(strcmp(prim->code, "X:OPTIMIZER_STATE") == 0 && pick >= 0 &&
-                  strcmp(prim->subtype, "state_growth") == 0)) {
+    if (prim && !(pick >= 0 && prim->bytes &&
+                  (strcmp(prim->subtype, "state_growth") == 0 ||
+                   strcmp(prim->code, "X:LOGITS") == 0))) {
         snprintf(v->code, sizeof v->code, "%s", prim->code);
         snprintf(v->why, sizeof v->why, "%s (rank %d)", prim->evidence, prim->rank);
         const char *ch = strstr(prim->code, "FRAGMENTATION")
@@ -730,6 +756,12 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                          : strstr(prim->code, "NCCL")
                              ? "leave NCCL a margin: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
                                "True, fewer communicators or smaller NCCL buffers"
+                         : strstr(prim->code, "LOGITS")
+                             ? (v->cfg.ce_fusion ? "BF16 logits or a chunked cross-entropy, "
+                                                   "more TP for the vocabulary-parallel "
+                                                   "logits, or fewer layers on the last "
+                                                   "pipeline stage"
+                                                 : "--cross-entropy-loss-fusion")
                          : strstr(prim->code, "RETENTION")
                              ? "drop the references that keep last iteration's activations "
                                "alive"

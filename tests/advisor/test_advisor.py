@@ -389,6 +389,49 @@ def optimizer_state():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+# the last of 2 pipeline stages of a 256k-vocabulary model: 7.81 GiB of fp32 logits
+# per microbatch against 2.2 GiB of layer activations; 26 GiB device
+LOGITS_JOB = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--hidden-size", "2048",
+              "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "8192",
+              "--max-position-embeddings", "8192", "--vocab-size", "256000",
+              "--pipeline-model-parallel-size", "2", "--sim-world-size", "2",
+              "--sim-only-ranks", "1", "--global-batch-size", "2", "--train-iters", "3"]
+LOGITS_SCENARIOS = [
+    ("logits", LOGITS_JOB, 26, "X:LOGITS", ["X:LOGITS", "X:OPTIMIZER_STATE"],
+     ["R:SELECTIVE", "R:FULL", "OK:FITS", "X:OPTIMIZER_STATE"]),
+    ("logits control: fused loss", LOGITS_JOB + ["--cross-entropy-loss-fusion"], 26, "OK:FITS",
+     [], ["X:LOGITS"]),
+]
+
+
+def logits():
+    """issue 14 item 10 (and 6: with optimizer state): X:LOGITS, its levers' bytes
+    against megasim running the fused loss"""
+    for name, flags, cap, code, finds, must_not in LOGITS_SCENARIOS:
+        v = scenario(name, flags, cap, expect_code=code, expect_findings=finds,
+                     must_not=must_not, profile=PROFILE_ALL)
+        f = v and finding(v, "X:LOGITS")
+        if not finds:
+            ok(v is not None and f is None, "%s: no logits finding" % name, v and codes(v))
+            continue
+        if not ok(f is not None, "%s: finding" % name, v and codes(v)):
+            continue
+        ok(f["subtype"] == "oom_in_loss" and "hold 11.75 GiB at the OOM (the loss 7.81 GiB)" in
+           f["evidence"], "%s: logits 3.94 GiB + the failed 7.81 GiB fp32 copy" % name,
+           f["evidence"])
+        ok(v["change"] == "--cross-entropy-loss-fusion", "%s: change is the fused loss" % name,
+           v["change"])
+        m = re.search(r"drops the fp32 copy of the logits: -(\S+ GiB) \(peak (\S+ GiB)",
+                      f["evidence"])
+        run, rc, tmp, err = run_megasim(LOGITS_JOB + ["--cross-entropy-loss-fusion"] +
+                                        PROFILE_ALL, cap)
+        sim = tensor_peaks(analyze(run))[1]
+        ok(m is not None and rc == 0 and abs(sim - gib_of(m.group(2))) <= 0.01 * GIB,
+           "%s: fused loss predicted peak %s, megasim %.2f GiB" %
+           (name, m and m.group(2), sim / GIB), f["evidence"])
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 # every iteration profiled (Megatron's NVTX ranges give the iterations)
 PROFILE_ALL = ["--profile", "--nvtx-ranges", "--profile-step-start", "0",
                "--profile-step-end", "100000"]
@@ -789,6 +832,8 @@ def main():
         r02()
     if not only or "triage" in only:
         triage()
+    if not only or "logits" in only:
+        logits()
     if not only or "retention-trend" in only:
         retention_trend()
     if not only or "optimizer-state" in only:

@@ -219,11 +219,49 @@ def optimizer_checks():
               "need --use-precision-aware-optimizer" in str(e), True)
 
 
+def loss_bytes(extra):
+    """(live bytes the output layer + loss keep for the backward, the forward's
+    peak above its input) of one microbatch of Llama-3 8B (s 8192, V 128256) on
+    one rank, measured with megasim's tensor counter"""
+    import gc
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "1", "--train-iters", "1"] + list(extra))
+    r = training.Rank(a)
+    r.setup()
+    te.cublas_workspace()
+    m = r.models[0]
+    x = cuda.Tensor(67108864, "hidden")
+    tokens, pos, labels = r.get_batch(m)
+    tape = []
+    before = cuda.LIVE[0]
+    with ag.tape_scope(tape):
+        loss = m.output.forward(x, labels)
+    kept = cuda.LIVE[0] - before
+    del loss, tape, x, tokens, pos, labels
+    r.engine.stop()
+    del r, m
+    gc.collect()
+    return kept
+
+
+def loss_checks():
+    """--cross-entropy-loss-fusion: the loss keeps the bf16 logits (2sbV) instead
+    of their fp32 copy (4sbV); both keep the final norm's output (2sbh) for the
+    output GEMM's backward and the fp32 loss (4sb)"""
+    s, V, h = 8192, 128256, 4096
+    check("loss keeps fp32 logits + norm output + loss (unfused)", loss_bytes([]),
+          4 * s * V + 2 * s * h + 4 * s)
+    check("loss keeps bf16 logits + norm output + loss (--cross-entropy-loss-fusion)",
+          loss_bytes(["--cross-entropy-loss-fusion"]), 2 * s * V + 2 * s * h + 4 * s)
+
+
 def main():
     cuda.device()
     table_checks()
     sim_checks()
     optimizer_checks()
+    loss_checks()
     print("TAP version 13")
     print("1..%d" % len(results))
     for i, (ok, name, why) in enumerate(results, 1):

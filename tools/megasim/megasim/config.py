@@ -154,6 +154,8 @@ def build_parser():
     a("--micro-batch-size", type=int, default=None)
     a("--global-batch-size", type=int, default=None)
     a("--train-iters", type=int, default=None)
+    a("--cross-entropy-loss-fusion", action="store_true")
+    a("--cross-entropy-fusion-impl", default="native", choices=["native", "te"])
     a("--exit-interval", type=int, default=None)
     a("--log-interval", type=int, default=100)
     a("--empty-unused-memory-level", type=int, default=0, choices=[0, 1, 2])
