@@ -21,6 +21,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "advisor.h"
@@ -327,6 +328,104 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
     return 1;
 }
 
+/* X:PARAM_STATE / loaded_state (issue 14 item 10): bytes allocated before
+ * the first forward (init: model build, buffers, checkpoint loading) that
+ * are live at the OOM / peak and freed within the first recorded iteration
+ * (before the second one's first forward allocation; later frees are the
+ * job's teardown) are not parameters, grads or optimizer state: a loaded
+ * state dict (or its copy) still referenced. When the over-budget peak minus
+ * them fits, they decide it; freeing them costs nothing. A trace cut short
+ * by an OOM in the first iteration shows no such free: not recognised
+ * there. Returns 1 when a finding was added. */
+static int
+triage_loaded_state(const adv_trace *t, adv_verdict *v, size_t i, int rank)
+{
+    uint32_t at = peak_pos(t), second = ADV_NONE;
+    if (at == ADV_NONE)
+        return 0;
+    int it0 = -1;
+    for (size_t k = 0; k < t->na; k++)
+        if (t->a[k].iteration >= 0 && (it0 < 0 || t->a[k].iteration < it0))
+            it0 = t->a[k].iteration;
+    for (size_t k = 0; k < t->na && second == ADV_NONE; k++)
+        if (t->a[k].iteration > it0 && !t->a[k].bwd && t->a[k].phase == AM_PH_forward)
+            second = t->a[k].a_pos;
+    uint64_t tr = 0, persist = 0;
+    size_t n = 0;
+    uint32_t last_free = 0;
+    for (size_t k = 0; k < t->na; k++) {
+        const adv_alloc *x = &t->a[k];
+        if (x->phase != AM_PH_init || x->a_pos >= at || (x->f_pos != ADV_NONE && x->f_pos < at))
+            continue;
+        if (x->f_pos == ADV_NONE || x->f_pos >= second) {
+            persist += x->size;
+        } else {
+            tr += x->size;
+            n++;
+            if (x->f_pos > last_free)
+                last_free = x->f_pos;
+        }
+    }
+    uint64_t budget = v->budget[i], peak = v->baseline[i];
+    if (t->trunc || tr < ((uint64_t)256 << 20) || peak <= budget || peak - tr > budget)
+        return 0;
+    /* the recorded peak with those tensors never allocated */
+    uint8_t *drop = calloc(t->na ? t->na : 1, 1);
+    if (!drop)
+        return 0;
+    for (size_t k = 0; k < t->na; k++) {
+        const adv_alloc *x = &t->a[k];
+        drop[k] = x->phase == AM_PH_init && x->a_pos < at && x->f_pos != ADV_NONE &&
+                  x->f_pos >= at && x->f_pos < second;
+    }
+    /* without: never on the device (loaded to CPU); freed: dropped when the
+     * first forward starts (del after loading) */
+    uint32_t fwd0 = ADV_NONE;
+    for (size_t k = 0; k < t->na && fwd0 == ADV_NONE; k++)
+        if (t->a[k].iteration == it0 && !t->a[k].bwd && t->a[k].phase == AM_PH_forward)
+            fwd0 = t->a[k].a_pos;
+    uint64_t live = 0, without = 0, lf = 0, freed = 0, held = 0;
+    for (uint32_t p = 0; p < t->nops; p++) {
+        int32_t o = t->ops[p];
+        uint32_t id = (uint32_t)(o > 0 ? o - 1 : -o - 1);
+        if (p == fwd0) {
+            lf -= held;
+            held = 0;
+        }
+        if (drop[id]) {
+            if (o > 0 && p < fwd0) {
+                lf += t->a[id].size;
+                held += t->a[id].size;
+            }
+        } else {
+            live = o > 0 ? live + t->a[id].size : live - t->a[id].size;
+            lf = o > 0 ? lf + t->a[id].size : lf - t->a[id].size;
+        }
+        without = live > without ? live : without;
+        freed = lf > freed ? lf : freed;
+    }
+    free(drop);
+    if (freed > budget)
+        return 0;
+    int it = -1;
+    for (size_t k = 0; k < t->na; k++)
+        if (t->a[k].a_pos < last_free && t->a[k].iteration > it)
+            it = t->a[k].iteration;
+    adv_finding_add(v, "X:PARAM_STATE", "loaded_state", rank,
+                    "%s in %zu tensors made before the first forward (model build / checkpoint "
+                    "loading) are still live at the %s and freed only later (in iteration %d): "
+                    "a loaded state dict or its copy still referenced, not parameters, grads or "
+                    "optimizer state (those hold %s and stay). The peak %s is over the %s "
+                    "budget by %s and would fit without them. Drop the references when loading "
+                    "ends (del the state dict, gc.collect(), torch.cuda.empty_cache()): peak "
+                    "%s; or load it to CPU (map_location='cpu'): peak %s; both at no compute "
+                    "cost",
+                    GB(tr), n, t->oom ? "OOM" : "peak", it, GB(persist), GB(peak), GB(budget),
+                    GB(peak - budget), GB(freed), GB(without));
+    set_bytes(v, "X:PARAM_STATE", tr, peak - freed);
+    return 1;
+}
+
 int
 adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
 {
@@ -430,9 +529,11 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
             }
         }
     state:
-        /* 4a. the output layer's logits and the loss */
+        /* 4a. the output layer's logits and the loss; a loaded state dict */
         if (triage_logits(t, &v->cfg, v, i, r->rank))
             primary |= 32;
+        if (triage_loaded_state(t, v, i, r->rank))
+            primary |= 8;
         /* 4. optimizer / parameter state */
         {
             int in_opt = 0;

@@ -756,6 +756,9 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
                          : strstr(prim->code, "NCCL")
                              ? "leave NCCL a margin: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
                                "True, fewer communicators or smaller NCCL buffers"
+                         : strcmp(prim->subtype, "loaded_state") == 0
+                             ? "drop the loaded state dict's references after loading (del, "
+                               "gc.collect(), torch.cuda.empty_cache()) or load it to CPU"
                          : strstr(prim->code, "LOGITS")
                              ? (v->cfg.ce_fusion ? "BF16 logits or a chunked cross-entropy, "
                                                    "more TP for the vocabulary-parallel "

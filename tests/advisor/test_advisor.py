@@ -432,6 +432,46 @@ def logits():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# a resumed job (PP=2) whose loaded state dict stays referenced on stage 0 through the
+# first iteration; 16 GiB devices. Stage 1 is over its budget by its fp32 logits.
+RESUME_JOB = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--hidden-size", "2048",
+              "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "4096",
+              "--max-position-embeddings", "4096", "--pipeline-model-parallel-size", "2",
+              "--sim-world-size", "2", "--global-batch-size", "4", "--train-iters", "3",
+              "--sim-resume-optimizer"]
+PARAM_SCENARIOS = [
+    ("loaded state resident on stage 0", RESUME_JOB + ["--sim-resume-resident-stages", "0"], 16,
+     "X:PARAM_STATE", ["X:PARAM_STATE", "X:LOGITS"], ["R:SELECTIVE", "R:FULL", "OK:FITS"]),
+]
+
+
+def param_state():
+    """issue 14 item 10: X:PARAM_STATE for a loaded state dict still resident in
+    the first forward; its lever's peak against megasim without the fault"""
+    for name, flags, cap, code, finds, must_not in PARAM_SCENARIOS:
+        v = scenario(name, flags, cap, expect_code=code, expect_findings=finds,
+                     must_not=must_not, profile=PROFILE_ALL)
+        f = v and finding(v, "X:PARAM_STATE")
+        if not ok(f is not None and f["subtype"] == "loaded_state" and f["rank"] == 0,
+                  "%s: loaded_state on rank 0" % name, v and codes(v)):
+            continue
+        # stage 0: embedding + 4 layers of h 2048 (2 * main params of 4 bytes each)
+        p0 = 4 * (2048 * (16 + 16) * 128 + 16 * 128 * 2048 + 2 * 2048 + 3 * 2048 * 7168) + \
+            128256 * 2048
+        m = re.match(r"(\S+ GiB) in (\d+) tensors", f["evidence"])
+        ok(m is not None and abs(gib_of(m.group(1)) - 8 * p0) < 0.01 * GIB,
+           "%s: the resident bytes are 8 bytes x %d stage-0 params" % (name, p0), f["evidence"])
+        m = re.search(r"when loading ends .*?: peak (\S+ GiB)", f["evidence"])
+        run, rc, tmp, err = run_megasim(RESUME_JOB + PROFILE_ALL, cap)
+        sim = tensor_peaks(analyze(run))[0]
+        ok(m is not None and rc == 0 and abs(sim - gib_of(m.group(1))) <= 0.01 * GIB,
+           "%s: predicted peak with the state dict dropped %s, megasim %.2f GiB" %
+           (name, m and m.group(1), sim / GIB), f["evidence"])
+        ok(v["change"].startswith("drop the loaded state dict's references"),
+           "%s: the change drops the references" % name, v["change"])
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 # every iteration profiled (Megatron's NVTX ranges give the iterations)
 PROFILE_ALL = ["--profile", "--nvtx-ranges", "--profile-step-start", "0",
                "--profile-step-end", "100000"]
@@ -832,6 +872,8 @@ def main():
         r02()
     if not only or "triage" in only:
         triage()
+    if not only or "param-state" in only:
+        param_state()
     if not only or "logits" in only:
         logits()
     if not only or "retention-trend" in only:

@@ -256,12 +256,40 @@ def loss_checks():
           loss_bytes(["--cross-entropy-loss-fusion"]), 2 * s * V + 2 * s * h + 4 * s)
 
 
+def resident_bytes(rank):
+    """bytes of the loaded state dict still referenced after setup on pipeline
+    rank `rank` of Llama-3 8B, 4 layers, PP=2, --sim-resume-resident-stages 0"""
+    import gc
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "4", "--train-iters", "1",
+                               "--pipeline-model-parallel-size", "2", "--sim-resume-optimizer",
+                               "--sim-resume-resident-stages", "0"])
+    r = training.Rank(a)
+    r.setup()
+    got = sum(t.nbytes for t in r.loaded_resident) if r.loaded_resident else 0
+    r.engine.stop()
+    del r
+    gc.collect()
+    return got
+
+
+def resume_checks():
+    """the resident loaded state: 2 x the fp32 main params of the stage (8 bytes
+    per parameter): stage 0 holds the embedding and 2 layers"""
+    p0 = 2 * 218112000 + 128256 * 4096
+    check("resident loaded state on stage 0 = 8 bytes x its %d params" % p0, resident_bytes(0),
+          8 * p0)
+    check("no resident loaded state on stage 1", resident_bytes(1), 0)
+
+
 def main():
     cuda.device()
     table_checks()
     sim_checks()
     optimizer_checks()
     loss_checks()
+    resume_checks()
     print("TAP version 13")
     print("1..%d" % len(results))
     for i, (ok, name, why) in enumerate(results, 1):

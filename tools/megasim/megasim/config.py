@@ -181,6 +181,11 @@ def build_parser():
     g.add_argument("--sim-resume-optimizer", action="store_true",
                    help="fault: resume from a checkpoint: optimizer state allocated before the first "
                         "forward, with the transient duplicate made while loading")
+    g.add_argument("--sim-resume-resident-stages", default=None,
+                   help="fault, with --sim-resume-optimizer: on these pipeline stages (e.g. "
+                        "'0' or '0,1') the loaded state dict stays referenced through the "
+                        "first iteration's forward and backward (freed before its optimizer "
+                        "step)")
     g.add_argument("--sim-retain-replay", action="store_true",
                    help="fault: tensors created by recompute replays stay alive into the next iteration")
     g.add_argument("--sim-leak-mib", type=float, default=0.0,
@@ -265,6 +270,8 @@ def finalize(args):
         args.vocab_size = 50257
     if args.max_position_embeddings is None:
         args.max_position_embeddings = args.seq_length
+    _check(not args.sim_resume_resident_stages or args.sim_resume_optimizer,
+           "--sim-resume-resident-stages needs --sim-resume-optimizer")
     if not args.use_precision_aware_optimizer:
         _check(args.exp_avg_dtype == args.exp_avg_sq_dtype == args.main_params_dtype ==
                args.main_grads_dtype == "fp32",

@@ -155,6 +155,7 @@ class Rank:
         self.engine = ag.AutogradEngine(dev)
         self.optimizer_state = []
         self.leaked, self.leaked_this_iter = [], False
+        self.loaded_resident = None
         if a.sim_resume_optimizer:
             self.load_checkpoint()
 
@@ -221,6 +222,9 @@ class Rank:
         transient duplicate."""
         loaded = [Tensor(p.nbytes * 2, "loaded_state", "ckpt") for p in self.main_params]
         self.init_optimizer_state()
+        stages = self.args.sim_resume_resident_stages
+        if stages and self.par.pp_rank in [int(x) for x in stages.split(",")]:
+            self.loaded_resident = loaded      # fault: still referenced (train() frees it)
         del loaded
 
     def init_optimizer_state(self):
@@ -497,6 +501,7 @@ class Rank:
         optimizer.step"""
         measure = self.args.sim_print_layer_bytes and it == 0
         self.get_forward_backward_func()(M, measure)
+        self.loaded_resident = None       # --sim-resume-resident-stages: dropped at last
         if self.par.vp > 1:
             with nvtx_range(SCHED + "misc"):
                 self.finalize_model_grads()
