@@ -367,7 +367,8 @@ triage_loaded_state(const adv_trace *t, adv_verdict *v, size_t i, int rank)
         }
     }
     uint64_t budget = v->budget[i], peak = v->baseline[i];
-    if (t->trunc || tr < ((uint64_t)256 << 20) || peak <= budget || peak - tr > budget)
+    if (t->trunc || second == ADV_NONE || tr < ((uint64_t)256 << 20) || peak <= budget ||
+        peak - tr > budget)
         return 0;
     /* the recorded peak with those tensors never allocated */
     uint8_t *drop = calloc(t->na ? t->na : 1, 1);
@@ -426,6 +427,64 @@ triage_loaded_state(const adv_trace *t, adv_verdict *v, size_t i, int rank)
     return 1;
 }
 
+/* An OOM of PyTorch's allocator while CUDA graphs hold private pools
+ * (issue 14 item 8), inside a capture window or after one (a full_iteration
+ * graph's eager optimizer step in the default pool). From the allocator's own
+ * numbers at the OOM: the private pools' segments G (device bytes allocated
+ * inside capture windows), PyTorch's reserved R (after the release of cached
+ * segments the allocator makes before it fails: at most the device bytes
+ * live then) and allocated A, the tensors
+ * of the pools Ag (allocated inside capture windows, live then); the non-graph
+ * pools hold R - G reserved of which A - Ag allocated, so F = (R - G) - (A -
+ * Ag) is free there. A request <= F would have fit in the free bytes of the
+ * non-graph pools: fragmentation (expandable segments let them be reused);
+ * else the graph pools grew into the room the request needed: graph scope.
+ * Both figures are stated. Returns 1 when a finding was added. */
+static int
+triage_graph_oom(const adv_trace *t, const am_rank *r, adv_verdict *v, size_t i)
+{
+    if (!t->oom || !t->graph_pool_bytes || t->oom_lib != AM_LIB_PYTORCH || !t->oom_reserved)
+        return 0;
+    uint64_t ag = 0;
+    for (size_t k = 0; k < t->na; k++) {
+        const adv_alloc *x = &t->a[k];
+        if (x->graph && x->a_pos < t->oom_pos && (x->f_pos == ADV_NONE || x->f_pos >= t->oom_pos))
+            ag += x->size;
+    }
+    /* the allocator releases its cached segments before it reports an OOM: the
+     * device bytes live then bound what PyTorch still reserved */
+    uint64_t g = t->graph_pool_bytes, res = t->oom_reserved, al = t->oom_allocated;
+    if (t->oom_device_live && t->oom_device_live < res)
+        res = t->oom_device_live;
+    uint64_t dres = res > g ? res - g : 0, dal = al > ag ? al - ag : 0;
+    uint64_t free_np = dres > dal ? dres - dal : 0, req = t->oom_request;
+    const char *where = t->graph_capture_oom ? "inside a capture window"
+                                             : "after the capture, outside any capture window";
+    if (req <= free_np) {
+        adv_finding_add(v, "X:FRAGMENTATION", "graph_default_pool", r->rank,
+                        "PyTorch's request of %s failed %s although the non-graph pools held "
+                        "%s free (%s reserved there, %s allocated): it would have fit there, so "
+                        "the memory is fragmented, not taken by the graphs (their private pools "
+                        "hold %s, %s of it allocated). Set PYTORCH_CUDA_ALLOC_CONF="
+                        "expandable_segments:True; on pre-Blackwell GPUs with CUDA graphs also "
+                        "NCCL_GRAPH_REGISTER=0",
+                        GB(req), where, GB(free_np), GB(dres), GB(dal), GB(g), GB(ag));
+        return 1;
+    }
+    adv_finding_add(v, "X:CUDA_GRAPH_POOL", t->graph_capture_oom ? "oom_in_capture" : "pool_grew",
+                    r->rank,
+                    "PyTorch's request of %s failed %s: CUDA-graph private pools hold %s of "
+                    "the %s device (%s of it allocated tensors), and the non-graph pools had "
+                    "only %s free (%s reserved there, %s allocated), less than the request: the "
+                    "graph pools took the room, not fragmentation. Narrow the graph scope "
+                    "(--cuda-graph-modules: drop moe_* first), share pools / reuse static "
+                    "buffers, or turn graphs off as the baseline; full recompute needs "
+                    "full_iteration graphs",
+                    GB(req), where, GB(g), GB(v->capacity[i]), GB(ag), GB(free_np), GB(dres),
+                    GB(dal));
+    return 1;
+}
+
 int
 adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
 {
@@ -437,8 +496,13 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
         /* with expandable segments the cache needs no extra: the budget without it */
         uint64_t keep = v->outside[i] + v->headroom;
         uint64_t budget_exp = cap > keep ? cap - keep : 0;
-        /* 1. CUDA-graph private pools */
-        if (t->graph_capture_oom || (cap && t->graph_pool_bytes * 2 > cap)) {
+        /* 1. CUDA-graph private pools: an OOM with graphs in use (inside a
+         * capture or after it), decided from the allocator's own numbers */
+        if (triage_graph_oom(t, r, v, i)) {
+            primary |= 1;
+            goto state; /* other causes may coexist (item 6) */
+        }
+        if (cap && t->graph_pool_bytes * 2 > cap) {
             adv_finding_add(v, "X:CUDA_GRAPH_POOL", t->graph_capture_oom ? "oom_in_capture"
                                                                          : "pool_over_half",
                             r->rank,

@@ -472,6 +472,58 @@ def param_state():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# full_iteration CUDA graphs on a small job: capture in iteration 0 (the eager
+# optimizer step then runs out of memory in the default pool: the graph pool holds
+# the captured iteration) or in iteration 1 (the OOM inside the capture, with the
+# default pool fragmented by --sim-fragment)
+GRAPH_JOB = SMALLJOB[:-2] + ["--global-batch-size", "2", "--train-iters", "3",
+                             "--cuda-graph-impl", "full_iteration", "--sim-fragment"]
+GRAPH_SCENARIOS = [
+    ("full_iteration: OOM after the capture, default pool",
+     GRAPH_JOB + ["--cuda-graph-warmup-steps", "0"], 18, "X:CUDA_GRAPH_POOL",
+     ["X:CUDA_GRAPH_POOL"], ["X:FRAGMENTATION", "R:SELECTIVE", "R:FULL", "OK:FITS"]),
+    ("full_iteration: OOM in the capture, fragmented default pool",
+     GRAPH_JOB + ["--cuda-graph-warmup-steps", "1"], 17, "X:FRAGMENTATION",
+     ["X:FRAGMENTATION"], ["X:CUDA_GRAPH_POOL", "R:SELECTIVE", "R:FULL", "OK:FITS"]),
+]
+
+
+def graph_oom():
+    """issue 14 item 8: fragmentation or graph scope, from the allocator's own
+    numbers, both stated; checked against megasim's allocator at the OOM"""
+    for name, flags, cap, code, finds, must_not in GRAPH_SCENARIOS:
+        v = scenario(name, flags, cap, expect_code=code, expect_findings=finds,
+                     must_not=must_not, profile=PROFILE_ALL)
+        f = v and finding(v, code)
+        run, rc, tmp, err = run_megasim(flags + PROFILE_ALL, cap)
+        al = dict(re.findall(r"(\w+)=(\d+)", (re.findall(r"allocator at OOM: (.*)", err) or
+                                                [""])[0]))
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not ok(f is not None and al, "%s: finding and megasim's allocator line" % name,
+                  err[-600:]):
+            continue
+        req = int(al["requested"])
+        if code == "X:CUDA_GRAPH_POOL":
+            m = re.search(r"private pools hold (\S+ \S+) .*non-graph pools had only (\S+ \S+) "
+                          r"free", f["evidence"])
+            ok(m is not None and f["subtype"] == "pool_grew" and
+               abs(gib_of(m.group(1)) - int(al["private_pools"])) <= 0.01 * GIB and
+               gib_of(m.group(2)) < req and
+               abs(gib_of(m.group(2)) - int(al["inactive_split"])) <= 8 << 20,
+               "%s: pools %s (megasim %d), non-graph free %s (megasim inactive split %d) < "
+               "request %d" % (name, m and m.group(1), int(al["private_pools"]),
+                               m and m.group(2), int(al["inactive_split"]), req), f["evidence"])
+        else:
+            m = re.search(r"non-graph pools held (\S+ \S+) free .*private pools hold (\S+ \S+),",
+                          f["evidence"])
+            ok(m is not None and f["subtype"] == "graph_default_pool" and
+               req <= gib_of(m.group(1)) <= int(al["inactive_split"]) and
+               abs(gib_of(m.group(2)) - int(al["private_pools"])) <= 0.01 * GIB,
+               "%s: non-graph free %s >= request %d, within megasim's inactive split %d; pools "
+               "%s (megasim %d)" % (name, m and m.group(1), req, int(al["inactive_split"]),
+                                    m and m.group(2), int(al["private_pools"])), f["evidence"])
+
+
 # every iteration profiled (Megatron's NVTX ranges give the iterations)
 PROFILE_ALL = ["--profile", "--nvtx-ranges", "--profile-step-start", "0",
                "--profile-step-end", "100000"]
@@ -872,6 +924,8 @@ def main():
         r02()
     if not only or "triage" in only:
         triage()
+    if not only or "graph-oom" in only:
+        graph_oom()
     if not only or "param-state" in only:
         param_state()
     if not only or "logits" in only:
