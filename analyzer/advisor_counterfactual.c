@@ -660,6 +660,18 @@ typedef struct uundo {
     size_t lo, hi;
 } uundo;
 
+/* Replay twin: the same request gives the same block size, except that the
+ * caching allocator does not split a cached large block whose remainder is at
+ * most 1 MiB (PyTorch's kSmallSize; small blocks are split from 512 B), so a
+ * forward block and its replay may differ by up to that remainder. */
+static int
+same_block(uint64_t a, uint64_t b)
+{
+    uint64_t d = a > b ? a - b : b - a;
+    return d == 0 || (a >= ((uint64_t)1 << 20) && b >= ((uint64_t)1 << 20) &&
+                      d <= ((uint64_t)1 << 20));
+}
+
 static int
 uu_cmp(const void *a, const void *b)
 {
@@ -967,7 +979,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             size_t from = pass ? 0 : cursor;
             for (size_t q = from; q + nm <= nbal; q++) {
                 size_t z = 0;
-                while (z < nm && !used[bal[q + z]] && t->a[bal[q + z]].size == t->a[fm[z]].size)
+                while (z < nm && !used[bal[q + z]] && same_block(t->a[bal[q + z]].size, t->a[fm[z]].size))
                     z++;
                 if (z == nm) {
                     found = q;
@@ -986,7 +998,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
          * allocations there are the replay's allocations just before */
         size_t lo = found, z = x->npre;
         while (z > 0 && lo > 0 && !used[bal[lo - 1]] &&
-               t->a[bal[lo - 1]].size == t->a[x->f[z - 1]].size &&
+               same_block(t->a[bal[lo - 1]].size, t->a[x->f[z - 1]].size) &&
                t->a[bal[lo - 1]].a_pos >= inst_bs) {
             lo--;
             z--;

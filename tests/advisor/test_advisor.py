@@ -733,6 +733,33 @@ def recompute_on():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def undo_moe_mla():
+    """issue 14 item 11: recompute already on, MLA + MoE (Moonlight-like): every
+    unit's replay is found although the caching allocator hands the replay
+    blocks up to 1 MiB larger or smaller than the forward's (an unsplit cached
+    block), and 'none' is predicted within 2% of megasim running it"""
+    base = SMALL["moonlight-16b"] + PROFILE
+    sp_none = sim_peak(base)
+    for act, want in ((["--recompute-granularity", "selective", "--recompute-modules", "moe"],
+                       (72, 72)),
+                      (["--recompute-granularity", "full", "--recompute-method", "uniform",
+                        "--recompute-num-layers", "1"], (92, 96))):
+        run, rc, tmp, err = run_megasim(base + act)
+        if not ok(rc == 0 and run, "undo %s: megasim ran" % " ".join(act), err[-800:]):
+            continue
+        v = analyze(run)["verdict"]
+        m = re.search(r"\((\d+) of (\d+) units", v.get("note", ""))
+        ok(m is not None and int(m.group(2)) == want[1] and int(m.group(1)) >= want[0],
+           "undo %s: at least %d of %d units matched" % (" ".join(act), want[0], want[1]),
+           v.get("note"))
+        cand = {c["setting"]: c for c in v["candidates"]}
+        ok("none" in cand and within(cand["none"]["predicted_peak_bytes"], sp_none),
+           "undo %s: none predicted within 2%% of megasim" % " ".join(act),
+           json.dumps({"pred": cand.get("none", {}).get("predicted_peak_bytes"),
+                       "sim": sp_none}))
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def noop():
     """issue 7 (4): a no-op candidate (layernorm on the dense TE spec, whose
     norms are fused into the linears) predicts the baseline peak exactly"""
@@ -936,6 +963,8 @@ def main():
         optimizer_state()
     if not only or "recompute-on" in only:
         recompute_on()
+    if not only or "undo-moe-mla" in only:
+        undo_moe_mla()
     if not only or "noop" in only:
         noop()
     if not only or "not-megatron" in only:
