@@ -30,6 +30,7 @@
  * one with the persistent bytes it created (optimizer state) present from the
  * start; before any optimizer step the predicted optimizer state is added.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -727,7 +728,9 @@ uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_
         const adv_alloc *a = &t->a[v - 1];
         if ((a->inst != k && !own_pre(a, p, pre_e)) || a->bwd || a->fbwd || a->f_pos == ADV_NONE)
             continue;
-        if (a->inst != k)
+        /* before the group's first Megatron range: matched after its Megatron
+         * part, newest first, as far as the replay repeats them */
+        if (a->inst != k || p < pre_e)
             x->npre++;
         x->f[x->nf++] = (uint32_t)v - 1;
     }
@@ -933,6 +936,25 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
                 goto out;
         }
     }
+    /* a tensor of the region that the main thread frees only after its
+     * instance's backward began (a buffer the first forward creates and keeps
+     * to the end of the run) is no forward transient: the replay does not
+     * make it again */
+    for (size_t k = 0; k < nu; k++) {
+        uundo *x = &u[k];
+        uint32_t bs = (size_t)x->inst < t->ninsts ? c.bwd_start[x->inst] : ADV_NONE;
+        size_t w = 0, npre = x->npre;
+        for (size_t q = 0; q < x->nf; q++) {
+            if (bs != ADV_NONE && t->a[x->f[q]].f_pos >= bs && !x->discard) {
+                if (q < x->npre)
+                    npre--;
+                continue;
+            }
+            x->f[w++] = x->f[q];
+        }
+        x->nf = w;
+        x->npre = npre;
+    }
     if (nu > 1)
         qsort(u, nu, sizeof *u, uu_cmp);
     *units = (int)nu;
@@ -988,6 +1010,14 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             }
         }
         if (found == (size_t)-1) {
+            if (getenv("RECOMP_ADVISOR_DEBUG")) {
+                fprintf(stderr, "advisor: undo: unit inst %d key %u full %d unmatched (%zu "
+                                "forward allocs, %zu before its first range:", x->inst, x->key,
+                        x->full, x->nf, x->npre);
+                for (size_t w = 0; w < x->nf && w < 80; w++)
+                    fprintf(stderr, " %llu", (unsigned long long)t->a[x->f[w]].size);
+                fprintf(stderr, ")\n");
+            }
             if (x->full && k > 0 && u[k - 1].inst == x->inst && u[k - 1].ok && t->trunc &&
                 undo_extras(t, bal, nbal, used, twin, ext, x, &u[k - 1], nbal, &xr, &nxr,
                             &capxr) < 0)

@@ -666,8 +666,8 @@ adv_trace_debug(const adv_trace *t)
         for (size_t p = 0; p < t->nops; p++) {
             int32_t v = t->ops[p];
             const adv_alloc *x = &t->a[(v > 0 ? v : -v) - 1];
-            fprintf(stderr, "  op %zu %c%d %.1fM bwd %d fbwd %d inst %d layer %d ph %s bd %u ctx %x it %d a %u f %u\n",
-                    p, v > 0 ? '+' : '-', (v > 0 ? v : -v) - 1, (double)x->size / 1048576.0,
+            fprintf(stderr, "  op %zu %c%d %.1fM (%llu) bwd %d fbwd %d inst %d layer %d ph %s bd %u ctx %x it %d a %u f %u\n",
+                    p, v > 0 ? '+' : '-', (v > 0 ? v : -v) - 1, (double)x->size / 1048576.0, (unsigned long long)x->size,
                     x->bwd, x->fbwd, x->inst, x->layer, am_phase_name(x->phase), x->boundary, x->ctx,
                     x->iteration, x->a_pos, x->f_pos);
         }

@@ -743,7 +743,7 @@ def undo_moe_mla():
     for act, want in ((["--recompute-granularity", "selective", "--recompute-modules", "moe"],
                        (72, 72)),
                       (["--recompute-granularity", "full", "--recompute-method", "uniform",
-                        "--recompute-num-layers", "1"], (92, 96))):
+                        "--recompute-num-layers", "1"], (96, 96))):
         run, rc, tmp, err = run_megasim(base + act)
         if not ok(rc == 0 and run, "undo %s: megasim ran" % " ".join(act), err[-800:]):
             continue
