@@ -914,9 +914,25 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             if (((m & (1u << ADV_L_moe)) && L->moe) || ((m & (1u << ADV_L_mlp)) && !L->moe))
                 e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE,
                             0);
-            else if ((m & (1u << ADV_L_shared_experts)) && L->moe)
+            else if ((m & (1u << ADV_L_shared_experts)) && L->moe) {
+                size_t before = nu;
                 e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE,
                             0);
+                /* only the shared experts' own ranges are checkpointed (and
+                 * replayed), not the whole MoE layer */
+                if (nu > before) {
+                    uundo *x = &u[before];
+                    size_t w = 0;
+                    for (size_t q = 0; q < x->nf; q++)
+                        if (m_shared(&t->a[x->f[q]], L))
+                            x->f[w++] = x->f[q];
+                    x->nf = w;
+                    if (!w) {
+                        free(x->f);
+                        nu--;
+                    }
+                }
+            }
             if (m & (1u << ADV_L_core_attn))
                 e |= uu_add(&u, &nu, &capu, t, L->inst, L->core_b, L->core_e, L->core_e, 0,
                             ADV_NONE, 0);
@@ -1145,6 +1161,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     o->ninsts = o->capinsts = t->ninsts;
     for (size_t i = 0; i < t->nlayers; i++) {
         adv_layer L = t->layers[i];
+        L.pre_b = NP(L.pre_b);
         L.begin = NP(L.begin);
         L.end = NP(L.end);
         L.attn_b = NP(L.attn_b);
@@ -1173,6 +1190,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     o->oom = t->oom;
     o->oom_pos = NP(t->oom_pos);
     o->oom_phase = t->oom_phase;
+    o->oom_boundary = t->oom_boundary;
     o->oom_lib = t->oom_lib;
     o->oom_in_capture = t->oom_in_capture;
     o->oom_request = t->oom_request;

@@ -740,8 +740,15 @@ def undo_moe_mla():
     block), and 'none' is predicted within 2% of megasim running it"""
     base = SMALL["moonlight-16b"] + PROFILE
     sp_none = sim_peak(base)
+    full1 = ["--recompute-granularity", "full", "--recompute-method", "uniform",
+             "--recompute-num-layers", "1"]
+    sp_full1 = sim_peak(base + full1)
     for act, want in ((["--recompute-granularity", "selective", "--recompute-modules", "moe"],
                        (72, 72)),
+                      (["--recompute-granularity", "selective", "--recompute-modules",
+                        "shared_experts"], (72, 72)),
+                      (["--recompute-granularity", "selective", "--recompute-modules",
+                        "core_attn"], (96, 96)),
                       (["--recompute-granularity", "full", "--recompute-method", "uniform",
                         "--recompute-num-layers", "1"], (96, 96))):
         run, rc, tmp, err = run_megasim(base + act)
@@ -757,6 +764,14 @@ def undo_moe_mla():
            "undo %s: none predicted within 2%% of megasim" % " ".join(act),
            json.dumps({"pred": cand.get("none", {}).get("predicted_peak_bytes"),
                        "sim": sp_none}))
+        # full recompute from a selective run is no longer predicted at the
+        # no-recompute peak (the undone trace kept the groups' old start)
+        if "selective" in act:
+            ok("full[uniform,1]" in cand and
+               within(cand["full[uniform,1]"]["predicted_peak_bytes"], sp_full1),
+               "undo %s: full[uniform,1] predicted within 2%% of megasim" % " ".join(act),
+               json.dumps({"pred": cand.get("full[uniform,1]", {}).get("predicted_peak_bytes"),
+                           "sim": sp_full1}))
         shutil.rmtree(tmp, ignore_errors=True)
 
 
