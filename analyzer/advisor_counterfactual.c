@@ -726,11 +726,16 @@ uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_
         if (v <= 0)
             continue;
         const adv_alloc *a = &t->a[v - 1];
-        if ((a->inst != k && !own_pre(a, p, pre_e)) || a->bwd || a->fbwd || a->f_pos == ADV_NONE)
+        /* a full group (pre_e set) also owns the main thread's forward code
+         * between its layers (no instance: after a layer's last range, before
+         * the next one's first): the replay runs it too */
+        int mine = a->inst == k || own_pre(a, p, pre_e) ||
+                   (pre_e && a->inst < 0 && a->phase == AM_PH_forward);
+        if (!mine || a->bwd || a->fbwd || a->f_pos == ADV_NONE)
             continue;
         /* before the group's first Megatron range: matched after its Megatron
          * part, newest first, as far as the replay repeats them */
-        if (a->inst != k || p < pre_e)
+        if (p < pre_e)
             x->npre++;
         x->f[x->nf++] = (uint32_t)v - 1;
     }

@@ -750,7 +750,9 @@ def undo_moe_mla():
                       (["--recompute-granularity", "selective", "--recompute-modules",
                         "core_attn"], (96, 96)),
                       (["--recompute-granularity", "full", "--recompute-method", "uniform",
-                        "--recompute-num-layers", "1"], (96, 96))):
+                        "--recompute-num-layers", "1"], (96, 96)),
+                      (["--recompute-granularity", "full", "--recompute-method", "uniform",
+                        "--recompute-num-layers", "2"], (48, 48))):
         run, rc, tmp, err = run_megasim(base + act)
         if not ok(rc == 0 and run, "undo %s: megasim ran" % " ".join(act), err[-800:]):
             continue
