@@ -36,6 +36,8 @@ typedef struct adv_cfg {
     int megatron;             /* Megatron flags or a Megatron config were found */
     char source[256];         /* "command line", "command line + --config FILE", ... */
     int num_layers, hidden, ffn, heads, groups, kv_channels, seq, mbs, gbs, vocab;
+    int train_iters;          /* --train-iters, 0 unknown */
+    int ce_fusion;            /* --cross-entropy-loss-fusion */
     int tp, pp, cp, ep, etp, vpp, sp, world, dp;
     int dist_opt, bf16, fp16, swiglu, fused_attn; /* fused_attn: TE fused/flash (not local/unfused) */
     int num_experts, topk, moe_ffn, shared_ffn, grouped_gemm, shared_overlap, ep_overlap;
@@ -163,6 +165,7 @@ typedef struct adv_trace {
     int oom;
     uint32_t oom_pos;
     uint8_t oom_phase, oom_lib, oom_in_capture;
+    uint8_t oom_boundary;     /* am_boundary the failed request would have had */
     uint64_t oom_request, oom_allocated, oom_reserved, oom_device_live;
     uint64_t init_bytes;      /* tensor bytes allocated in init and alive at the end */
     int optimizer_seen;
@@ -201,7 +204,9 @@ typedef struct adv_finding {
     char code[64];
     char subtype[48];
     int rank;                 /* -1 job */
-    char evidence[512];
+    char evidence[1024];
+    uint64_t bytes;           /* the cause's bytes at the peak / OOM (0 not stated) */
+    uint64_t fix_bytes;       /* what its best lever removes from the peak (0 unknown) */
 } adv_finding;
 
 typedef struct adv_verdict {

@@ -30,6 +30,7 @@
  * one with the persistent bytes it created (optimizer state) present from the
  * start; before any optimizer step the predicted optimizer state is added.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -712,6 +713,18 @@ typedef struct uundo {
     size_t lo, hi;
 } uundo;
 
+/* Replay twin: the same request gives the same block size, except that the
+ * caching allocator does not split a cached large block whose remainder is at
+ * most 1 MiB (PyTorch's kSmallSize; small blocks are split from 512 B), so a
+ * forward block and its replay may differ by up to that remainder. */
+static int
+same_block(uint64_t a, uint64_t b)
+{
+    uint64_t d = a > b ? a - b : b - a;
+    return d == 0 || (a >= ((uint64_t)1 << 20) && b >= ((uint64_t)1 << 20) &&
+                      d <= ((uint64_t)1 << 20));
+}
+
 static int
 uu_cmp(const void *a, const void *b)
 {
@@ -765,9 +778,16 @@ uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_
         if (v <= 0)
             continue;
         const adv_alloc *a = &t->a[v - 1];
-        if ((a->inst != k && !own_pre(a, p, pre_e)) || a->bwd || a->fbwd || a->f_pos == ADV_NONE)
+        /* a full group (pre_e set) also owns the main thread's forward code
+         * between its layers (no instance: after a layer's last range, before
+         * the next one's first): the replay runs it too */
+        int mine = a->inst == k || own_pre(a, p, pre_e) ||
+                   (pre_e && a->inst < 0 && a->phase == AM_PH_forward);
+        if (!mine || a->bwd || a->fbwd || a->f_pos == ADV_NONE)
             continue;
-        if (a->inst != k)
+        /* before the group's first Megatron range: matched after its Megatron
+         * part, newest first, as far as the replay repeats them */
+        if (p < pre_e)
             x->npre++;
         x->f[x->nf++] = (uint32_t)v - 1;
     }
@@ -951,9 +971,25 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             if (((m & (1u << ADV_L_moe)) && L->moe) || ((m & (1u << ADV_L_mlp)) && !L->moe))
                 e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE,
                             0);
-            else if ((m & (1u << ADV_L_shared_experts)) && L->moe)
+            else if ((m & (1u << ADV_L_shared_experts)) && L->moe) {
+                size_t before = nu;
                 e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE,
                             0);
+                /* only the shared experts' own ranges are checkpointed (and
+                 * replayed), not the whole MoE layer */
+                if (nu > before) {
+                    uundo *x = &u[before];
+                    size_t w = 0;
+                    for (size_t q = 0; q < x->nf; q++)
+                        if (m_shared(&t->a[x->f[q]], L))
+                            x->f[w++] = x->f[q];
+                    x->nf = w;
+                    if (!w) {
+                        free(x->f);
+                        nu--;
+                    }
+                }
+            }
             if (m & (1u << ADV_L_core_attn))
                 e |= uu_add(&u, &nu, &capu, t, L->inst, L->core_b, L->core_e, L->core_e, 0,
                             ADV_NONE, 0);
@@ -972,6 +1008,25 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             if (e)
                 goto out;
         }
+    }
+    /* a tensor of the region that the main thread frees only after its
+     * instance's backward began (a buffer the first forward creates and keeps
+     * to the end of the run) is no forward transient: the replay does not
+     * make it again */
+    for (size_t k = 0; k < nu; k++) {
+        uundo *x = &u[k];
+        uint32_t bs = (size_t)x->inst < t->ninsts ? c.bwd_start[x->inst] : ADV_NONE;
+        size_t w = 0, npre = x->npre;
+        for (size_t q = 0; q < x->nf; q++) {
+            if (bs != ADV_NONE && t->a[x->f[q]].f_pos >= bs && !x->discard) {
+                if (q < x->npre)
+                    npre--;
+                continue;
+            }
+            x->f[w++] = x->f[q];
+        }
+        x->nf = w;
+        x->npre = npre;
     }
     if (nu > 1)
         qsort(u, nu, sizeof *u, uu_cmp);
@@ -1019,7 +1074,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             size_t from = pass ? 0 : cursor;
             for (size_t q = from; q + nm <= nbal; q++) {
                 size_t z = 0;
-                while (z < nm && !used[bal[q + z]] && t->a[bal[q + z]].size == t->a[fm[z]].size)
+                while (z < nm && !used[bal[q + z]] && same_block(t->a[bal[q + z]].size, t->a[fm[z]].size))
                     z++;
                 if (z == nm) {
                     found = q;
@@ -1028,6 +1083,14 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             }
         }
         if (found == (size_t)-1) {
+            if (getenv("RECOMP_ADVISOR_DEBUG")) {
+                fprintf(stderr, "advisor: undo: unit inst %d key %u full %d unmatched (%zu "
+                                "forward allocs, %zu before its first range:", x->inst, x->key,
+                        x->full, x->nf, x->npre);
+                for (size_t w = 0; w < x->nf && w < 80; w++)
+                    fprintf(stderr, " %llu", (unsigned long long)t->a[x->f[w]].size);
+                fprintf(stderr, ")\n");
+            }
             if (x->full && k > 0 && u[k - 1].inst == x->inst && u[k - 1].ok && t->trunc &&
                 undo_extras(t, bal, nbal, used, twin, ext, x, &u[k - 1], nbal, &xr, &nxr,
                             &capxr) < 0)
@@ -1038,7 +1101,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
          * allocations there are the replay's allocations just before */
         size_t lo = found, z = x->npre;
         while (z > 0 && lo > 0 && !used[bal[lo - 1]] &&
-               t->a[bal[lo - 1]].size == t->a[x->f[z - 1]].size &&
+               same_block(t->a[bal[lo - 1]].size, t->a[x->f[z - 1]].size) &&
                t->a[bal[lo - 1]].a_pos >= inst_bs) {
             lo--;
             z--;
@@ -1155,6 +1218,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     o->ninsts = o->capinsts = t->ninsts;
     for (size_t i = 0; i < t->nlayers; i++) {
         adv_layer L = t->layers[i];
+        L.pre_b = NP(L.pre_b);
         L.begin = NP(L.begin);
         L.end = NP(L.end);
         L.attn_b = NP(L.attn_b);
@@ -1183,6 +1247,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     o->oom = t->oom;
     o->oom_pos = NP(t->oom_pos);
     o->oom_phase = t->oom_phase;
+    o->oom_boundary = t->oom_boundary;
     o->oom_lib = t->oom_lib;
     o->oom_in_capture = t->oom_in_capture;
     /* a request made by a replay is the replay's: candidates that replay do it */

@@ -341,6 +341,23 @@ on_pop(cap *c, tl_thread *th, uint32_t domain)
     }
 }
 
+/* The timeline's TE nearest-range rule resolved a pending allocation: its
+ * boundary and (the optimizer's lazily made state) its phase. */
+static void
+on_resolve(void *ctx, const tl_pending *p, uint8_t boundary, uint8_t phase)
+{
+    cap *c = ctx;
+    live_ent *e = live_get(&c->keys, 0, p->addr);
+    if (!e || !(p->levels & AM_LVL_TENSOR) || e->seq - 1 >= c->t->na)
+        return;
+    adv_alloc *x = &c->t->a[e->seq - 1];
+    if (x->f_pos != ADV_NONE)
+        return;
+    x->boundary = boundary;
+    if (phase != AM_PH_COUNT)
+        x->phase = phase;
+}
+
 static int
 op(cap *c, int32_t v)
 {
@@ -461,7 +478,14 @@ adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t 
     }
     am_rank scratch;
     memset(&scratch, 0, sizeof scratch);
+    /* what the timeline's post-process rule needs (output layer, loss) */
+    scratch.layers_per_chunk = r->layers_per_chunk;
+    scratch.layers_per_stage = r->layers_per_stage;
+    scratch.stage = r->stage;
+    scratch.pp = r->pp;
     tl_init(&c.tl, src->meta.pid, &scratch);
+    c.tl.resolve = on_resolve;
+    c.tl.resolve_ctx = &c;
     am_event ev;
     int rc;
     uint64_t seq = 0;
@@ -526,6 +550,7 @@ adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t 
                 t->oom = 1;
                 t->oom_pos = (uint32_t)t->nops;
                 t->oom_phase = oa.phase;
+                t->oom_boundary = oa.boundary;
                 t->oom_lib = ev.lib;
                 t->oom_in_capture = c.capture > 0;
                 t->oom_request = ev.size;
@@ -624,6 +649,10 @@ adv_trace_debug(const adv_trace *t)
             t->na, t->nops, t->nlayers, t->ninsts, t->megatron_ranges, t->trunc,
             t->last_complete_iter, (unsigned long long)t->max_outside, t->oom, t->oom_pos,
             (unsigned long long)t->oom_allocated, (unsigned long long)t->oom_reserved);
+    if (t->oom)
+        fprintf(stderr, "advisor: oom phase %s boundary %s request %llu\n",
+                am_phase_name(t->oom_phase), am_boundary_name(t->oom_boundary),
+                (unsigned long long)t->oom_request);
     for (size_t i = 0; i < t->nlayers && i < 40; i++) {
         const adv_layer *L = &t->layers[i];
         fprintf(stderr, "  inst %d layer %d g %d moe %d pre %u [%u,%u) attn [%u,%u) core [%u,%u) mlp [%u,%u) "
@@ -637,9 +666,9 @@ adv_trace_debug(const adv_trace *t)
         for (size_t p = 0; p < t->nops; p++) {
             int32_t v = t->ops[p];
             const adv_alloc *x = &t->a[(v > 0 ? v : -v) - 1];
-            fprintf(stderr, "  op %zu %c%d %.1fM bwd %d fbwd %d inst %d layer %d ph %s ctx %x it %d a %u f %u\n",
-                    p, v > 0 ? '+' : '-', (v > 0 ? v : -v) - 1, (double)x->size / 1048576.0,
-                    x->bwd, x->fbwd, x->inst, x->layer, am_phase_name(x->phase), x->ctx,
+            fprintf(stderr, "  op %zu %c%d %.1fM (%llu) bwd %d fbwd %d inst %d layer %d ph %s bd %u ctx %x it %d a %u f %u\n",
+                    p, v > 0 ? '+' : '-', (v > 0 ? v : -v) - 1, (double)x->size / 1048576.0, (unsigned long long)x->size,
+                    x->bwd, x->fbwd, x->inst, x->layer, am_phase_name(x->phase), x->boundary, x->ctx,
                     x->iteration, x->a_pos, x->f_pos);
         }
 }

@@ -839,6 +839,14 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg)
     if (strstr(prim->code, "NCCL"))
         return "leave NCCL a margin: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, fewer "
                "communicators or smaller NCCL buffers";
+    if (strcmp(prim->subtype, "loaded_state") == 0)
+        return "drop the loaded state dict's references after loading (del, gc.collect(), "
+               "torch.cuda.empty_cache()) or load it to CPU";
+    if (strstr(prim->code, "LOGITS"))
+        return cfg->ce_fusion ? "BF16 logits or a chunked cross-entropy, more TP for the "
+                                "vocabulary-parallel logits, or fewer layers on the last "
+                                "pipeline stage"
+                              : "--cross-entropy-loss-fusion";
     if (strstr(prim->code, "RETENTION"))
         return "drop the references that keep last iteration's activations alive";
     if (strstr(prim->code, "PARAM_STATE"))
@@ -854,18 +862,62 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg)
                            "or offload it to the CPU";
 }
 
-/* the primary triage finding in DESIGN §4's order, or NULL */
+/* Among findings with bytes (state growth, logits, loaded state): the one
+ * whose lever alone covers its rank's deficit (most bytes removed), else the
+ * one holding the most bytes; NULL when none has bytes (issue 14 item 6). */
+static const adv_finding *
+primary_by_bytes(const adv_verdict *v)
+{
+    const adv_finding *best = NULL;
+    int best_covers = 0;
+    for (size_t k = 0; k < v->nfindings; k++) {
+        const adv_finding *f = &v->findings[k];
+        if (!f->bytes)
+            continue;
+        uint64_t deficit = 0;
+        for (size_t q = 0; q < v->nranks; q++)
+            if (v->rank_id[q] == f->rank && v->reserved[q] > v->budget[q])
+                deficit = v->reserved[q] - v->budget[q];
+        int covers = f->fix_bytes && f->fix_bytes >= deficit;
+        if (!best || covers > best_covers ||
+            (covers == best_covers &&
+             (covers ? f->fix_bytes > best->fix_bytes : f->bytes > best->bytes))) {
+            best = f;
+            best_covers = covers;
+        }
+    }
+    return best;
+}
+
+/* The primary triage finding, or NULL: retention that grows every iteration
+ * and reaches the budget before the job ends decides the OOM whatever else
+ * holds bytes (removing any other cause only delays it); else the first in
+ * the order graph pools, NCCL/outside PyTorch, fragmentation, optimizer
+ * state, parameter state, retention; a finding with bytes gives way to the
+ * one whose fix covers the deficit (issue 14 items 6, 9). */
 static const adv_finding *
 primary_finding(const adv_verdict *v)
 {
     static const char *const order[] = {"X:CUDA_GRAPH_POOL", "X:NCCL_BUFFERS",
                                         "X:FRAGMENTATION", "X:OPTIMIZER_STATE",
                                         "X:PARAM_STATE", "X:RETENTION"};
-    for (size_t q = 0; q < sizeof order / sizeof order[0]; q++)
+    const adv_finding *prim = NULL;
+    for (size_t k = 0; k < v->nfindings && !prim; k++)
+        if (strcmp(v->findings[k].code, "X:RETENTION") == 0 &&
+            strcmp(v->findings[k].subtype, "growth") == 0)
+            prim = &v->findings[k];
+    for (size_t q = 0; q < sizeof order / sizeof order[0] && !prim; q++)
         for (size_t k = 0; k < v->nfindings; k++)
-            if (strcmp(v->findings[k].code, order[q]) == 0)
-                return &v->findings[k];
-    return NULL;
+            if (strcmp(v->findings[k].code, order[q]) == 0) {
+                prim = &v->findings[k];
+                break;
+            }
+    if (!prim || prim->bytes) {
+        const adv_finding *best = primary_by_bytes(v);
+        if (best)
+            prim = best;
+    }
+    return prim;
 }
 
 /* append to why (a sentence) */
@@ -975,6 +1027,13 @@ run_choose(run_state *st)
     const adv_cand *curc = st->t0 ? find_cand(v, &st->active) : NULL;
     st->cur_idx = curc ? (int)(curc - v->cands) : -1;
     const adv_finding *prim = primary_finding(v);
+    /* state created by the first optimizer step that decides a later OOM
+     * (state_growth), or logits, stay findings with their levers when a
+     * recompute setting also fits: the verdict is then the narrowest
+     * recompute fix */
+    if (prim && st->pick >= 0 && prim->bytes &&
+        (strcmp(prim->subtype, "state_growth") == 0 || strcmp(prim->code, "X:LOGITS") == 0))
+        prim = NULL;
     if (prim) {
         snprintf(v->code, sizeof v->code, "%s", prim->code);
         snprintf(v->why, sizeof v->why, "%s (rank %d)", prim->evidence, prim->rank);

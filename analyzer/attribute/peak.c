@@ -410,15 +410,18 @@ take_snapshots(sweep *s)
 }
 
 static void
-on_resolve(void *ctx, const tl_pending *p, uint8_t boundary)
+on_resolve(void *ctx, const tl_pending *p, uint8_t boundary, uint8_t phase)
 {
     sweep *s = ctx;
     for (int l = 0; l < AM_NLEVELS; l++) {
         if (!(p->levels & (1 << l)))
             continue;
         live_ent *e = live_get(&s->live[l], p->space, p->addr);
-        if (e && e->seq == p->seq)
+        if (e && e->seq == p->seq) {
             e->boundary = boundary;
+            if (phase != AM_PH_COUNT)
+                e->phase = phase;
+        }
     }
     for (size_t i = 0; i < s->nsnaps; i++) {
         snapshot *sn = &s->snaps[i];
@@ -426,8 +429,11 @@ on_resolve(void *ctx, const tl_pending *p, uint8_t boundary)
             continue;
         live_ent key = {.seq = p->seq};
         live_ent *e = bsearch(&key, sn->ents, sn->n, sizeof key, ent_seq_cmp);
-        if (e)
+        if (e) {
             e->boundary = boundary;
+            if (phase != AM_PH_COUNT)
+                e->phase = phase;
+        }
     }
 }
 

@@ -241,6 +241,14 @@ begin_backward(tl *t)
     set_phase(t, AM_PH_backward);
 }
 
+/* The phase an optimizer step has now: the first one initialises the state. */
+static uint8_t
+opt_phase(const tl *t)
+{
+    return t->opt_init_done || t->out->opt_state_preexisting ? AM_PH_optimizer
+                                                             : AM_PH_optimizer_state_init;
+}
+
 static void
 begin_optimizer(tl *t)
 {
@@ -248,8 +256,7 @@ begin_optimizer(tl *t)
         new_iteration(t, t->next_iteration);
     if (t->out->first_opt_iteration < 0)
         t->out->first_opt_iteration = t->iteration;
-    uint8_t ph = t->opt_init_done || t->out->opt_state_preexisting ? AM_PH_optimizer
-                                                                   : AM_PH_optimizer_state_init;
+    uint8_t ph = opt_phase(t);
     if (ph == AM_PH_optimizer_state_init && t->out->opt_init_iteration < 0)
         t->out->opt_init_iteration = t->iteration;
     t->opt_in_iter = 1;
@@ -343,12 +350,23 @@ apply_signal(tl *t, uint8_t role, am_cat_match m, const am_event *ev)
 
 /* ---- the TE nearest-range rule ---- */
 
+/* The pending allocations of th get the boundary of the TE call just pushed
+ * (match). Those made after the grad sync (phase_open) are resolved only by
+ * the optimizer's own TE call (TE FusedAdam allocates exp_avg / exp_avg_sq
+ * lazily right before nvte_multi_tensor_adam: [M] in docs/sources.md), which also
+ * makes them optimizer state in phase; any other TE call leaves them as
+ * they were. */
 static void
-resolve_pending(tl *t, tl_thread *th, uint8_t boundary)
+resolve_pending(tl *t, tl_thread *th, am_cat_match m, uint8_t boundary)
 {
     if (boundary != AM_BD_INHERIT && t->resolve)
-        for (size_t i = 0; i < th->npending; i++)
-            t->resolve(t->resolve_ctx, &th->pending[i], boundary);
+        for (size_t i = 0; i < th->npending; i++) {
+            const tl_pending *p = &th->pending[i];
+            if (!p->phase_open)
+                t->resolve(t->resolve_ctx, p, boundary, AM_PH_COUNT);
+            else if (m.signal == AM_SIG_OPT)
+                t->resolve(t->resolve_ctx, p, boundary, opt_phase(t));
+        }
     t->npending_total -= th->npending;
     th->npending = 0;
 }
@@ -383,7 +401,7 @@ push(tl *t, tl_thread *th, const am_event *ev)
     if (m.flags & AM_CF_NVTE) {
         f.call_id = th->module_call;
         if (th->npending && th->pending_call == th->module_call)
-            resolve_pending(t, th, f.boundary);
+            resolve_pending(t, th, m, f.boundary);
         th->last_nvte_bd = f.boundary;
         th->last_nvte_call = th->module_call;
     } else {
@@ -585,11 +603,16 @@ tl_attr(tl *t, const am_event *ev, uint64_t seq)
                 in_nvte = 1;
                 break;
             }
+        /* after the grad sync the optimizer step may allocate its state
+         * before its first TE call: pending too (resolve_pending) */
+        int opt_open = th->role == AM_ROLE_MAIN &&
+                       (a.phase == AM_PH_grad_sync || a.phase == AM_PH_other);
         if (!in_nvte && (a.phase == AM_PH_forward || a.phase == AM_PH_backward ||
-                         a.phase == AM_PH_backward_replay)) {
+                         a.phase == AM_PH_backward_replay || opt_open)) {
             /* nearest TE range: previous one in this module call for now,
              * the next one (if any) wins when it is pushed */
-            if (th->last_nvte_call == th->module_call && th->last_nvte_bd != AM_BD_INHERIT)
+            if (!opt_open && th->last_nvte_call == th->module_call &&
+                th->last_nvte_bd != AM_BD_INHERIT)
                 b = th->last_nvte_bd;
             if (th->npending && th->pending_call != th->module_call) {
                 t->npending_total -= th->npending;
@@ -600,7 +623,7 @@ tl_attr(tl *t, const am_event *ev, uint64_t seq)
                      sizeof *th->pending) == 0) {
                 th->pending_call = th->module_call;
                 th->pending[th->npending++] =
-                    (tl_pending){ev->addr, seq, ev->space, ev->levels};
+                    (tl_pending){ev->addr, seq, ev->space, ev->levels, (uint8_t)opt_open};
                 t->npending_total++;
             }
         }

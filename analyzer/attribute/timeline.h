@@ -34,6 +34,8 @@ typedef struct tl_pending {
     uint64_t addr;
     uint64_t seq;
     uint8_t space, levels;
+    uint8_t phase_open;       /* made between the grad sync and the optimizer on the main
+                               * thread: an optimizer call resolving it also sets its phase */
 } tl_pending;
 
 typedef struct tl_thread {
@@ -52,8 +54,10 @@ typedef struct tl_thread {
 } tl_thread;
 
 /* Called when pending allocations get a boundary (seq, addr, space, levels,
- * new boundary); set by the sweep. */
-typedef void (*tl_resolve_fn)(void *ctx, const tl_pending *p, uint8_t boundary);
+ * new boundary) and, for an allocation the optimizer step made before its
+ * first TE call (TE FusedAdam's lazy exp_avg / exp_avg_sq), a new phase
+ * (optimizer or optimizer_state_init; AM_PH_COUNT: keep); set by the sweep. */
+typedef void (*tl_resolve_fn)(void *ctx, const tl_pending *p, uint8_t boundary, uint8_t phase);
 
 typedef struct tl {
     int pid;

@@ -104,11 +104,19 @@ SCENARIOS = [
         "4": "the user's module allocates a 7 GiB transient only when replayed: a run "
              "without recompute cannot show it, so full[block,1] is predicted to fit and "
              "runs out of memory (run B shows the replay and is advised correctly)"}),
-    sc("R02 run B", ta.R02 + ta.FULL1, ta.R02_CAP),
+    sc("R02 run B", ta.R02 + ta.FULL1, ta.R02_CAP, known_gaps={
+        "4": "from run B (full uniform 1) selective[mlp] is recommended; rerun with it, the "
+             "undone trace predicts full[block,1] 12.52 GiB and recommends that instead: "
+             "predictions of full candidates from a recompute-on run are still a few per "
+             "cent off (issue 14 item 11, replay matching by allocation sizes)"}),
     # tests/megasim's jobs: the main job with mlp recompute, with
     # --recompute-activations; 16 layers on a 60 GiB device (no ranges)
     sc("main selective mlp", MAIN + ["--recompute-granularity", "selective",
-                                     "--recompute-modules", "mlp"]),
+                                     "--recompute-modules", "mlp"], known_gaps={
+        "4": "from the selective[mlp] run full[block,4] is recommended (full[block,3] is "
+             "predicted not to fit); rerun with full[block,4], full[block,3] is predicted to "
+             "fit and recommended: the full-family predictions from a recompute-on run are "
+             "~3% high (issue 14 item 11)"}),
     sc("main recompute-activations", MAIN + ["--recompute-activations"]),
     sc("16 layers at 60 GiB", ["--sim-preset", "llama3-8b", "--num-layers", "16",
                                "--train-iters", "2", "--seq-length", "2048",

@@ -171,10 +171,125 @@ def sim_checks():
         check("(c) %s frees" % label, C_TOTAL - got[2], want)
 
 
+# Llama-3 8B with 4 layers on one rank: parameters counted by hand (docs/megasim.md):
+# layer = h(a+2g)d + a*d*h + 2h (norms) + 3*h*f (SwiGLU fc1 2hf, fc2 fh)
+#       = 4096*48*128 + 4096*4096 + 8192 + 3*4096*14336 = 218,112,000
+# embedding and untied output layer: V*h each (+ h final norm)
+P_LLAMA4 = 4 * 218112000 + 2 * 128256 * 4096 + 4096
+
+
+def optimizer_bytes(extra):
+    """(main params, grad buffer, Adam state) bytes of rank 0, measured by
+    megasim's own tensor counter around each step"""
+    import gc
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "4", "--train-iters", "1"] + list(extra))
+    r = training.Rank(a)
+    r.setup()
+    main = sum(t.nbytes for t in r.main_params)
+    grads = sum(t.nbytes for t in r.grad_buffers)
+    before = cuda.LIVE[0]
+    r.init_optimizer_state()
+    state = cuda.LIVE[0] - before
+    r.engine.stop()
+    del r
+    gc.collect()
+    return main, grads, state
+
+
+def optimizer_checks():
+    """--use-precision-aware-optimizer and the dtype flags: bytes per parameter"""
+    P = P_LLAMA4
+    pa = ["--use-precision-aware-optimizer"]
+    for extra, want in (
+            ([], (4 * P, 4 * P, 8 * P)),
+            (pa + ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"], (4 * P, 4 * P, 4 * P)),
+            (pa + ["--exp-avg-dtype", "fp8", "--exp-avg-sq-dtype", "fp16"], (4 * P, 4 * P, 3 * P)),
+            (pa + ["--main-params-dtype", "fp16", "--main-grads-dtype", "bf16"],
+             (2 * P, 2 * P, 8 * P))):
+        check("optimizer bytes (main params, grads, Adam state) with %s" % (" ".join(extra) or
+                                                                            "defaults"),
+              optimizer_bytes(extra), want)
+    try:
+        args_for("llama3-8b", ["--exp-avg-dtype", "bf16"])
+        check("--exp-avg-dtype bf16 without --use-precision-aware-optimizer is rejected", 0, 1)
+    except Exception as e:  # noqa: BLE001 - megasim's ConfigError
+        check("--exp-avg-dtype bf16 without --use-precision-aware-optimizer is rejected",
+              "need --use-precision-aware-optimizer" in str(e), True)
+
+
+def loss_bytes(extra):
+    """(live bytes the output layer + loss keep for the backward, the forward's
+    peak above its input) of one microbatch of Llama-3 8B (s 8192, V 128256) on
+    one rank, measured with megasim's tensor counter"""
+    import gc
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "1", "--train-iters", "1"] + list(extra))
+    r = training.Rank(a)
+    r.setup()
+    te.cublas_workspace()
+    m = r.models[0]
+    x = cuda.Tensor(67108864, "hidden")
+    tokens, pos, labels = r.get_batch(m)
+    tape = []
+    before = cuda.LIVE[0]
+    with ag.tape_scope(tape):
+        loss = m.output.forward(x, labels)
+    kept = cuda.LIVE[0] - before
+    del loss, tape, x, tokens, pos, labels
+    r.engine.stop()
+    del r, m
+    gc.collect()
+    return kept
+
+
+def loss_checks():
+    """--cross-entropy-loss-fusion: the loss keeps the bf16 logits (2sbV) instead
+    of their fp32 copy (4sbV); both keep the final norm's output (2sbh) for the
+    output GEMM's backward and the fp32 loss (4sb)"""
+    s, V, h = 8192, 128256, 4096
+    check("loss keeps fp32 logits + norm output + loss (unfused)", loss_bytes([]),
+          4 * s * V + 2 * s * h + 4 * s)
+    check("loss keeps bf16 logits + norm output + loss (--cross-entropy-loss-fusion)",
+          loss_bytes(["--cross-entropy-loss-fusion"]), 2 * s * V + 2 * s * h + 4 * s)
+
+
+def resident_bytes(rank):
+    """bytes of the loaded state dict still referenced after setup on pipeline
+    rank `rank` of Llama-3 8B, 4 layers, PP=2, --sim-resume-resident-stages 0"""
+    import gc
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "4", "--train-iters", "1",
+                               "--pipeline-model-parallel-size", "2", "--sim-resume-optimizer",
+                               "--sim-resume-resident-stages", "0"])
+    r = training.Rank(a)
+    r.setup()
+    got = sum(t.nbytes for t in r.loaded_resident) if r.loaded_resident else 0
+    r.engine.stop()
+    del r
+    gc.collect()
+    return got
+
+
+def resume_checks():
+    """the resident loaded state: 2 x the fp32 main params of the stage (8 bytes
+    per parameter): stage 0 holds the embedding and 2 layers"""
+    p0 = 2 * 218112000 + 128256 * 4096
+    check("resident loaded state on stage 0 = 8 bytes x its %d params" % p0, resident_bytes(0),
+          8 * p0)
+    check("no resident loaded state on stage 1", resident_bytes(1), 0)
+
+
 def main():
     cuda.device()
     table_checks()
     sim_checks()
+    optimizer_checks()
+    loss_checks()
+    resume_checks()
     print("TAP version 13")
     print("1..%d" % len(results))
     for i, (ok, name, why) in enumerate(results, 1):

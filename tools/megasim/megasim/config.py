@@ -129,6 +129,12 @@ def build_parser():
     a("--use-distributed-optimizer", action="store_true")
     a("--overlap-grad-reduce", action="store_true")
     a("--overlap-param-gather", action="store_true")
+    # optimizer state precision (TE FusedAdam, --use-precision-aware-optimizer)
+    a("--use-precision-aware-optimizer", action="store_true")
+    a("--exp-avg-dtype", default="fp32", choices=["fp32", "fp16", "bf16", "fp8"])
+    a("--exp-avg-sq-dtype", default="fp32", choices=["fp32", "fp16", "bf16", "fp8"])
+    a("--main-params-dtype", default="fp32", choices=["fp32", "fp16"])
+    a("--main-grads-dtype", default="fp32", choices=["fp32", "bf16"])
     # recompute
     a("--recompute-granularity", default=None)
     a("--recompute-method", default=None)
@@ -148,6 +154,9 @@ def build_parser():
     a("--micro-batch-size", type=int, default=None)
     a("--global-batch-size", type=int, default=None)
     a("--train-iters", type=int, default=None)
+    a("--cross-entropy-loss-fusion", action="store_true")
+    a("--cross-entropy-fusion-impl", default="native", choices=["native", "te"])
+    a("--exit-interval", type=int, default=None)
     a("--log-interval", type=int, default=100)
     a("--empty-unused-memory-level", type=int, default=0, choices=[0, 1, 2])
     # profiling
@@ -172,8 +181,16 @@ def build_parser():
     g.add_argument("--sim-resume-optimizer", action="store_true",
                    help="fault: resume from a checkpoint: optimizer state allocated before the first "
                         "forward, with the transient duplicate made while loading")
+    g.add_argument("--sim-resume-resident-stages", default=None,
+                   help="fault, with --sim-resume-optimizer: on these pipeline stages (e.g. "
+                        "'0' or '0,1') the loaded state dict stays referenced through the "
+                        "first iteration's forward and backward (freed before its optimizer "
+                        "step)")
     g.add_argument("--sim-retain-replay", action="store_true",
                    help="fault: tensors created by recompute replays stay alive into the next iteration")
+    g.add_argument("--sim-leak-mib", type=float, default=0.0,
+                   help="fault: every iteration a logging hook keeps X MiB of the first "
+                        "microbatch's activations alive for good (retention that grows)")
     g.add_argument("--sim-nccl-buffers-mib", type=float, default=0.0,
                    help="fault: NCCL buffers (outside PyTorch) per communicator, growing with each "
                         "communicator created")
@@ -253,6 +270,13 @@ def finalize(args):
         args.vocab_size = 50257
     if args.max_position_embeddings is None:
         args.max_position_embeddings = args.seq_length
+    _check(not args.sim_resume_resident_stages or args.sim_resume_optimizer,
+           "--sim-resume-resident-stages needs --sim-resume-optimizer")
+    if not args.use_precision_aware_optimizer:
+        _check(args.exp_avg_dtype == args.exp_avg_sq_dtype == args.main_params_dtype ==
+               args.main_grads_dtype == "fp32",
+               "--exp-avg-dtype, --exp-avg-sq-dtype, --main-params-dtype and --main-grads-dtype "
+               "other than fp32 need --use-precision-aware-optimizer")
     if args.enable_cuda_graph or args.external_cuda_graph:
         _check(args.cuda_graph_impl == "none",
                "Do not use enable_cuda_graph or external_cuda_graph with cuda_graph_impl.")

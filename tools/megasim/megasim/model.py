@@ -877,6 +877,15 @@ class OutputLayer:
         del total
         ag.record("ColumnParallelLinearBackward", [ln], self._linear_backward)
         del ln
+        if self.args.cross_entropy_loss_fusion:
+            # --cross-entropy-loss-fusion (megasim's model of the fused loss, either
+            # --cross-entropy-fusion-impl): works on the logits in their own dtype and
+            # saves them for the backward, which computes the grad in place: no fp32 copy
+            loss = Tensor(4 * S.s * S.b, "loss")
+            ag.record("FusedVocabParallelCrossEntropyBackward", [logits, labels],
+                      self._ce_backward_fused)
+            del logits
+            return loss
         # vocab_parallel_cross_entropy: fp32 copy, softmax in place, saved
         logits32 = Tensor(S.logits_fp32, "logits_fp32")
         del logits
@@ -884,6 +893,9 @@ class OutputLayer:
         ag.record("VocabParallelCrossEntropyBackward", [logits32, labels], self._ce_backward)
         del logits32
         return loss
+
+    def _ce_backward_fused(self, node, g):
+        return node.saved[0]  # the grad overwrites the saved logits (same tensor)
 
     def _ce_backward(self, node, g):
         S = self.S

@@ -16,6 +16,8 @@ from .model import GPTModel, NV, nvtx_range
 from .sizes import Shapes, layer_kind
 
 P2P = "megatron.core.pipeline_parallel.p2p_communication."
+# bytes per element of Megatron's dtype choices (--exp-avg-dtype, --main-grads-dtype, ...)
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 SCHED = "megatron.core.pipeline_parallel.schedules.forward_backward_pipelining_with_interleaving."
 
 
@@ -152,6 +154,8 @@ class Rank:
         self.build_params(chunks)
         self.engine = ag.AutogradEngine(dev)
         self.optimizer_state = []
+        self.leaked, self.leaked_this_iter = [], False
+        self.loaded_resident = None
         if a.sim_resume_optimizer:
             self.load_checkpoint()
 
@@ -188,10 +192,11 @@ class Rank:
                 self.layer_params.append(("output_layer", n, 0))
                 dense_total += n
         self.dense_params, self.expert_params = dense_total, expert_total
-        # DDP wrap
-        self.grad_buffers = [Tensor(dense_total * 4, "grad_buffer", "grad_buffer")]
+        # DDP wrap: main grads fp32, or --main-grads-dtype with the precision-aware optimizer
+        gb = DTYPE_BYTES[a.main_grads_dtype]
+        self.grad_buffers = [Tensor(dense_total * gb, "grad_buffer", "grad_buffer")]
         if expert_total:
-            self.grad_buffers.append(Tensor(expert_total * 4, "expert_grad_buffer", "grad_buffer"))
+            self.grad_buffers.append(Tensor(expert_total * gb, "expert_grad_buffer", "grad_buffer"))
         if a.use_distributed_optimizer:
             self.param_buffers = [Tensor(dense_total * pb, "param_buffer", "param")]
             if expert_total:
@@ -199,14 +204,17 @@ class Rank:
             del params                    # params now view the buffer
         else:
             self.params = params
-        # optimizer: fp32 main params (DistributedOptimizer.__init__ shards them)
-        self.main_params = []
+        # optimizer: fp32 main params (--main-params-dtype; DistributedOptimizer.__init__
+        # shards them); main_param_elems: their element counts, for the Adam state
+        self.main_params, self.main_param_elems = [], []
+        mb = DTYPE_BYTES[a.main_params_dtype]
         for name, d, e in self.layer_params:
             for n, dp in ((d, par.dp), (e, par.edp)):
                 if not n:
                     continue
                 shard = n // dp if a.use_distributed_optimizer else n
-                self.main_params.append(Tensor(shard * 4, name + ".main_param", "main_param"))
+                self.main_params.append(Tensor(shard * mb, name + ".main_param", "main_param"))
+                self.main_param_elems.append(shard)
 
     def load_checkpoint(self):
         """Resume (fault): optimizer state created before the first forward by
@@ -214,12 +222,19 @@ class Rank:
         transient duplicate."""
         loaded = [Tensor(p.nbytes * 2, "loaded_state", "ckpt") for p in self.main_params]
         self.init_optimizer_state()
+        stages = self.args.sim_resume_resident_stages
+        if stages and self.par.pp_rank in [int(x) for x in stages.split(",")]:
+            self.loaded_resident = loaded      # fault: still referenced (train() frees it)
         del loaded
 
     def init_optimizer_state(self):
-        for p in self.main_params:
-            self.optimizer_state.append(Tensor(p.nbytes, "exp_avg", "optim"))
-            self.optimizer_state.append(Tensor(p.nbytes, "exp_avg_sq", "optim"))
+        """Adam's exp_avg and exp_avg_sq per main param, fp32 or, with
+        --use-precision-aware-optimizer, --exp-avg-dtype / --exp-avg-sq-dtype."""
+        a = self.args
+        for n in self.main_param_elems:
+            self.optimizer_state.append(Tensor(n * DTYPE_BYTES[a.exp_avg_dtype], "exp_avg", "optim"))
+            self.optimizer_state.append(Tensor(n * DTYPE_BYTES[a.exp_avg_sq_dtype], "exp_avg_sq",
+                                               "optim"))
 
     # ------------------------------------------------------------- schedules
     def get_batch(self, model):
@@ -249,6 +264,11 @@ class Rank:
         with ag.tape_scope(tape):
             out = m.forward(tokens, pos, labels, measure)
         del tokens, pos, labels
+        if self.args.sim_leak_mib and not self.leaked_this_iter:
+            # fault: a user's logging hook keeps a copy of this iteration's activations
+            self.leaked_this_iter = True
+            self.leaked.append(Tensor(int(self.args.sim_leak_mib * MIB), "logged_activations",
+                                      "act"))
         return out, tape
 
     def backward_step(self, c, tape, grad, last_microbatch):
@@ -481,6 +501,7 @@ class Rank:
         optimizer.step"""
         measure = self.args.sim_print_layer_bytes and it == 0
         self.get_forward_backward_func()(M, measure)
+        self.loaded_resident = None       # --sim-resume-resident-stages: dropped at last
         if self.par.vp > 1:
             with nvtx_range(SCHED + "misc"):
                 self.finalize_model_grads()
@@ -507,6 +528,7 @@ class Rank:
         full_graph = None
         profile_here = a.profile and (not a.profile_ranks or self.rank in a.profile_ranks)
         for it in range(iters):
+            self.leaked_this_iter = False
             if profile_here and it == a.profile_step_start and a.nvtx_ranges:
                 NV.enabled = True            # configure_nvtx_profiling(True)
             if a.cuda_graph_impl in ("transformer_engine", "local") and it == a.cuda_graph_warmup_steps:
@@ -531,6 +553,9 @@ class Rank:
                 self.report_memory(done)
             if profile_here and done == a.profile_step_end:
                 NV.enabled = False
+            if a.exit_interval and done % a.exit_interval == 0:
+                self.log("exiting program at iteration %d" % done)    # training.py
+                break
         if a.sim_print_layer_bytes:
             for m in self.models:
                 for l, kind, b in m.decoder.layer_bytes:
