@@ -56,7 +56,7 @@ gettime_ns(void)
 /* 0 undecided, 1 TSC, -1 clock_gettime only. */
 static atomic_int g_mode;
 /* The process's first (clock_gettime, TSC) pair: written once, before
- * g_mode says 1 (release), read after it (acquire/relaxed on x86). */
+ * g_mode says 1 (release), read after loading it (acquire). */
 static uint64_t g_first_tsc, g_first_ns;
 
 static __thread struct {
@@ -132,7 +132,7 @@ uint64_t
 rs_now_ns(void)
 {
 #if RS_HAVE_TSC
-    if (__builtin_expect(atomic_load_explicit(&g_mode, memory_order_relaxed) == 1, 1)) {
+    if (__builtin_expect(atomic_load_explicit(&g_mode, memory_order_acquire) == 1, 1)) {
         uint64_t d = __rdtsc() - t_clk.base_tsc;
         if (__builtin_expect(d >= t_clk.limit_ticks, 0))
             return rebase();
