@@ -352,7 +352,7 @@ main(int argc, char **argv)
                 }
     }
 
-    am_opts opts = {iteration};
+    am_opts opts = {.iteration = iteration, .phase_spans = json};
     for (size_t i = 0; i < files.n; i++) {
         if (want_rank >= 0 && srcs[i]->meta.rank != want_rank)
             continue;

@@ -757,6 +757,7 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
     /* pass 1 */
     s.pass = 1;
     tl_init(&s.tl, src->meta.pid, out);
+    s.tl.no_spans = !opts->phase_spans;
     s.tl.resolve = on_resolve;
     s.tl.resolve_ctx = &s;
     uint64_t last_t = 0;
@@ -877,6 +878,7 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
         s.seq = 0;
         s.pass = 2;
         tl_init(&s.tl, src->meta.pid, &scratch);
+        s.tl.no_spans = 1; /* scratch iterations: their spans are never read */
         s.tl.resolve = on_resolve;
         s.tl.resolve_ctx = &s;
         rc = run_pass(&s, err, errlen, &last_t);

@@ -92,7 +92,7 @@ cur_span(tl *t)
 static void
 open_span(tl *t, uint8_t phase)
 {
-    if (!t->out->niters || t->iteration < 0)
+    if (!t->out->niters || t->iteration < 0 || t->no_spans)
         return;
     am_iteration *it = &t->out->iters[t->out->niters - 1];
     if (it->nphases && it->phases[it->nphases - 1].start_ns == t->now) {

@@ -87,6 +87,7 @@ typedef struct tl {
     void *resolve_ctx;
     size_t npending_total;
     am_catalog_memo memo;     /* catalog verdicts by (domain, name) */
+    int no_spans;             /* 1: iterations get no phase spans (nobody reads them) */
 } tl;
 
 /* Set up for a source with process id pid; results go to out (iterations,
