@@ -21,12 +21,14 @@
  * Elsewhere (other clocksources, other CPUs, RECOMPSHIM_CLOCK=gettime) it is
  * clock_gettime every time.
  */
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "record.h"
@@ -75,13 +77,15 @@ tsc_usable(void)
     __get_cpuid(0x80000007u, &a, &b, &c, &d);
     if (!(d & (1u << 8)))
         return 0;
-    FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
-    if (!f)
+    /* open/read, not stdio: no allocation inside the job's constructors */
+    int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource",
+                  O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return 0;
     char src[32] = {0};
-    int ok = fgets(src, sizeof src, f) && strcmp(src, "tsc\n") == 0;
-    fclose(f);
-    return ok;
+    ssize_t n = read(fd, src, sizeof src - 1);
+    close(fd);
+    return n == 4 && memcmp(src, "tsc\n", 4) == 0;
 }
 #endif
 

@@ -8,6 +8,9 @@
  * extrapolation error) and no thread ever sees it go back. No assertion on
  * how fast it is. */
 #include <criterion/criterion.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,4 +103,13 @@ Test(clock, tsc_only_when_the_kernel_clocksource_is_tsc)
     }
     if (strcmp(src, "tsc\n") != 0)
         cr_assert_eq(rs_clock_uses_tsc(), 0, "clocksource %s but the TSC is used", src);
+#if defined(__x86_64__)
+    /* and where both hold, the fast path is the one taken (the tests above
+     * then exercise it) */
+    unsigned a, b, c, d;
+    int invariant = __get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000007u &&
+                    __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d & (1u << 8));
+    if (strcmp(src, "tsc\n") == 0 && invariant)
+        cr_assert_eq(rs_clock_uses_tsc(), 1, "clocksource tsc, invariant TSC, but clock_gettime");
+#endif
 }
