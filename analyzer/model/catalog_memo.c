@@ -85,11 +85,19 @@ am_memo_range(am_catalog_memo *m, const char *name, size_t len, const char *doma
     if (!domain)
         domain_len = 0;
     m->lookups++;
+    am_memo_recent *rc = &m->recent[((uintptr_t)name >> 3) % AM_MEMO_RECENT];
+    if (rc->key && rc->name == name && rc->domain == domain && rc->len == len &&
+        rc->domain_len == domain_len && memcmp(rc->key, name, len) == 0 &&
+        (domain_len == 0 || memcmp(rc->key + len, domain, domain_len) == 0))
+        return rc->match;
     uint64_t h = key_hash(name, len, domain, domain_len);
     if (m->cap) {
         for (size_t j = (size_t)h & (m->cap - 1); m->slots[j].key; j = (j + 1) & (m->cap - 1))
-            if (same_key(&m->slots[j], h, name, len, domain, domain_len))
+            if (same_key(&m->slots[j], h, name, len, domain, domain_len)) {
+                *rc = (am_memo_recent){name, domain, m->slots[j].key, (uint32_t)len,
+                                       (uint32_t)domain_len, m->slots[j].match};
                 return m->slots[j].match;
+            }
     }
     m->misses++;
     am_cat_match r = am_catalog_range(name, len, domain, domain_len);
@@ -109,6 +117,7 @@ am_memo_range(am_catalog_memo *m, const char *name, size_t len, const char *doma
         j = (j + 1) & (m->cap - 1);
     m->slots[j] = (am_memo_entry){h, key, (uint32_t)len, (uint32_t)domain_len, r};
     m->used++;
+    *rc = (am_memo_recent){name, domain, key, (uint32_t)len, (uint32_t)domain_len, r};
     return r;
 }
 

@@ -85,6 +85,11 @@ Test(catalog_memo, keyed_by_bytes_not_by_pointer)
         check(&m, buf, NULL);
         snprintf(buf, sizeof buf, "zz%s", am_catalog_rule_pattern(r + 1));
         check(&m, buf, NULL);
+        /* same address, same length, other bytes */
+        snprintf(buf, sizeof buf, "%s", am_catalog_rule_pattern(r));
+        check(&m, buf, NULL);
+        buf[strlen(buf) / 2] ^= 0x20;
+        check(&m, buf, NULL);
     }
     am_memo_fini(&m);
 }
