@@ -547,7 +547,10 @@ static int
 analyze_ranks(run *r, const cli *o)
 {
     char err[1024];
-    am_opts opts = {o->iteration, NULL};
+    /* phase spans are kept only for the reports that list or draw them */
+    am_opts opts = {.iteration = o->iteration,
+                    .phase_spans = o->json || o->html || o->perfetto || o->markdown ||
+                                   o->compare};
     am_job *j = &r->job;
     if ((o->html || o->perfetto) && !(r->caps = calloc(r->files.n, sizeof *r->caps))) {
         fprintf(stderr, "recomp-analyze: out of memory\n");

@@ -161,8 +161,9 @@ rs_record_free_at(uint64_t t_ns, uint16_t api, uint8_t mem, uint64_t ptr, uint64
     if (!r)
         return;
     note_device(t_rs.device);
-    r->h = hdr(RS_REC_FREE, sizeof *r, 0);
-    r->h.t_ns = t_ns;
+    /* t_ns was read before the free (no second clock read) */
+    t_rs.last_ns = t_ns;
+    r->h = (rs_record_header){.kind = RS_REC_FREE, .size = sizeof *r, .t_ns = t_ns};
     r->ptr = ptr;
     r->stream = stream;
     r->caller = caller;

@@ -486,6 +486,7 @@ adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t 
     tl_init(&c.tl, src->meta.pid, &scratch);
     c.tl.resolve = on_resolve;
     c.tl.resolve_ctx = &c;
+    c.tl.no_spans = 1; /* scratch iterations: their spans are never read */
     am_event ev;
     int rc;
     uint64_t seq = 0;

@@ -181,6 +181,9 @@ typedef struct am_observer {
 typedef struct am_opts {
     int iteration;            /* --iteration K or -1 */
     const am_observer *observe; /* NULL none */
+    int phase_spans;          /* 1: keep each iteration's phase spans (only the JSON
+                               * report lists them); 0: drop them, so memory does not
+                               * grow with the number of phase changes */
 } am_opts;
 
 /* Analyse one source (two streaming passes). Fills *out (caller zeroes it);

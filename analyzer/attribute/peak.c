@@ -770,6 +770,7 @@ first_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     am_rank *out = s->out;
     s->pass = 1;
     tl_init(&s->tl, s->src->meta.pid, out);
+    s->tl.no_spans = !s->opts->phase_spans;
     s->tl.resolve = on_resolve;
     s->tl.resolve_ctx = s;
     int rc = run_pass(s, err, errlen, last_t);
@@ -935,6 +936,7 @@ second_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     s->seq = 0;
     s->pass = 2;
     tl_init(&s->tl, s->src->meta.pid, &scratch);
+    s->tl.no_spans = 1; /* scratch iterations: their spans are never read */
     s->tl.resolve = on_resolve;
     s->tl.resolve_ctx = s;
     int rc = run_pass(s, err, errlen, last_t);

@@ -52,6 +52,7 @@ tl_fini(tl *t)
     }
     free(t->threads);
     free(t->starts);
+    am_memo_fini(&t->memo);
     memset(t, 0, sizeof *t);
 }
 
@@ -91,7 +92,7 @@ cur_span(tl *t)
 static void
 open_span(tl *t, uint8_t phase)
 {
-    if (!t->out->niters || t->iteration < 0)
+    if (!t->out->niters || t->iteration < 0 || t->no_spans)
         return;
     am_iteration *it = &t->out->iters[t->out->niters - 1];
     if (it->nphases && it->phases[it->nphases - 1].start_ns == t->now) {
@@ -382,7 +383,7 @@ frame_role_boundary(const tl_thread *th)
 static int
 push(tl *t, tl_thread *th, const am_event *ev)
 {
-    am_cat_match m = am_catalog_range(ev->name, ev->name_len, ev->domain, ev->domain_len);
+    am_cat_match m = am_memo_range(&t->memo, ev->name, ev->name_len, ev->domain, ev->domain_len);
     if (grow((void **)&th->stack, &th->cap, th->depth + 1, sizeof *th->stack) < 0)
         return -1;
     const tl_frame *parent = th->depth ? &th->stack[th->depth - 1] : NULL;
@@ -477,13 +478,13 @@ tl_event(tl *t, const am_event *ev)
         pop(t, th, ev->domain_id);
         break;
     case AM_EV_MARK: {
-        am_cat_match m = am_catalog_range(ev->name, ev->name_len, ev->domain, ev->domain_len);
+        am_cat_match m = am_memo_range(&t->memo, ev->name, ev->name_len, ev->domain, ev->domain_len);
         if (m.signal == AM_SIG_STEP || m.signal == AM_SIG_OPT || m.signal == AM_SIG_ZERO)
             apply_signal(t, th->role, m, ev);
         break;
     }
     case AM_EV_RANGE_START: {
-        am_cat_match m = am_catalog_range(ev->name, ev->name_len, ev->domain, ev->domain_len);
+        am_cat_match m = am_memo_range(&t->memo, ev->name, ev->name_len, ev->domain, ev->domain_len);
         apply_signal(t, th->role, m, ev);
         if (grow((void **)&t->starts, &t->capstarts, t->nstarts + 1, sizeof *t->starts) == 0)
             t->starts[t->nstarts++] = (typeof(*t->starts)){ev->id, m.signal};

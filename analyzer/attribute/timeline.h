@@ -17,6 +17,7 @@
 
 #include "analysis.h"
 #include "catalog.h"
+#include "catalog_memo.h"
 #include "model.h"
 
 typedef struct tl_frame {
@@ -89,6 +90,8 @@ typedef struct tl {
     tl_resolve_fn resolve;
     void *resolve_ctx;
     size_t npending_total;
+    am_catalog_memo memo;     /* catalog verdicts by (domain, name) */
+    int no_spans;             /* 1: iterations get no phase spans (nobody reads them) */
 } tl;
 
 /* Set up for a source with process id pid; results go to out (iterations,

@@ -41,16 +41,24 @@ fixture(const char *rel)
     return path;
 }
 
-/* Open and analyse one file; the rank owns the source. */
+/* Open and analyse one file, keeping phase spans or not; the rank owns the
+ * source. */
 static void
-analyse(const char *path, am_rank *r)
+analyse_spans(const char *path, am_rank *r, int spans)
 {
     am_source *s;
     char err[1024];
     memset(r, 0, sizeof *r);
     cr_assert_eq(am_source_open(path, &s, err, sizeof err), 0, "%s", err);
-    am_opts o = {-1};
+    am_opts o = {.iteration = -1, .phase_spans = spans};
     cr_assert_eq(am_analyze(s, &o, r, err, sizeof err), 0, "%s", err);
+}
+
+/* These tests read the spans. */
+static void
+analyse(const char *path, am_rank *r)
+{
+    analyse_spans(path, r, 1);
 }
 
 static int
@@ -167,6 +175,35 @@ Test(kineto, activation_checkpoint_replay_once_per_block_per_step)
     am_rank_free(&r);
 }
 
+/* Without phase spans (the text report: only the JSON lists them) the
+ * analysis keeps none, and every figure is the same as with them. */
+Test(kineto, without_phase_spans_same_figures_no_spans_kept)
+{
+    const char *path = fixture("hta/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz");
+    am_rank a, b;
+    analyse_spans(path, &a, 1);
+    analyse_spans(path, &b, 0);
+    cr_assert_eq(a.niters, b.niters);
+    size_t spans = 0;
+    for (size_t i = 0; i < a.niters; i++) {
+        spans += a.iters[i].nphases;
+        cr_expect_eq(b.iters[i].nphases, 0, "iteration %zu kept spans", i);
+        for (int l = 0; l < AM_NLEVELS; l++)
+            cr_expect_eq(a.iters[i].peak[l], b.iters[i].peak[l]);
+    }
+    cr_assert_gt(spans, 0, "the fixture has phase spans");
+    for (int l = 0; l < AM_NLEVELS; l++) {
+        cr_expect_eq(a.peak[l].known, b.peak[l].known);
+        cr_expect_eq(a.peak[l].bytes, b.peak[l].bytes);
+        cr_expect_eq(a.peak[l].time_ns, b.peak[l].time_ns);
+        cr_expect_eq(a.peak[l].ngroups, b.peak[l].ngroups);
+        cr_expect_eq(a.peak[l].iteration, b.peak[l].iteration);
+        cr_expect_eq(a.peak[l].phase, b.peak[l].phase);
+    }
+    am_rank_free(&a);
+    am_rank_free(&b);
+}
+
 /* hta/rank-0: >= 95% of each explicitly labelled interval carries the
  * phase its label says. The labels are read through the importer itself. */
 Test(kineto, explicit_labels_match_phases)
@@ -195,7 +232,7 @@ Test(kineto, explicit_labels_match_phases)
     cr_assert_eq(nl, 15, "5 steps x forward/backward/optimizer labels");
     am_rank r;
     memset(&r, 0, sizeof r);
-    am_opts o = {-1};
+    am_opts o = {.iteration = -1, .phase_spans = 1};
     cr_assert_eq(am_analyze(s, &o, &r, err, sizeof err), 0, "%s", err);
     cr_expect_eq(r.niters, 5);
     cr_expect(!r.peak[AM_L_TENSOR].known, "no memory events: peak null");

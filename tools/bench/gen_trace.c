@@ -8,9 +8,11 @@
  * core_attention alloc, mlp > linear_fc1 alloc; backward on pt_autograd_0
  * with an fc1 replay per layer and the frees; an Optimizer.step range.
  * Names are interned (STRING records). Chunks are sealed; the file is
- * closed. The last iteration allocates one more 64 MiB buffer: the peak is
- * at the end of the trace (worst case for the replay pass). Prints the
- * number of records written. */
+ * closed. The very last record allocates one more buffer, larger than any
+ * iteration's transient working set, so the device peak is the last record
+ * of the trace (worst case for the replay pass, which reads up to the peak).
+ * The generator tracks live bytes itself and exits 1 if that does not hold.
+ * Prints the number of records written and the peak (bytes, time). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,8 @@ typedef struct cbuf {
 static FILE *g_out;
 static uint32_t g_chunks;
 static uint64_t g_t = 1000, g_records;
+/* Live bytes as the analyzer's device level sees them, and their maximum. */
+static uint64_t g_live, g_max_live, g_max_t;
 static cbuf g_c[2];
 
 static void
@@ -114,11 +118,17 @@ alloc(int th, uint64_t ptr, uint64_t size)
     r.api = RS_API_cudaMalloc;
     r.device = 0;
     put(th, &r, sizeof r, NULL, 0, RS_REC_ALLOC, 0);
+    g_live += size;
+    if (g_live > g_max_live) {
+        g_max_live = g_live;
+        g_max_t = g_t - 1;
+    }
 }
 
 static void
-release(int th, uint64_t ptr)
+release(int th, uint64_t ptr, uint64_t size)
 {
+    g_live -= size;
     rs_rec_free r = {0};
     r.ptr = ptr;
     r.api = RS_API_cudaFree;
@@ -183,14 +193,9 @@ main(int argc, char **argv)
             push(1, S_FC1);
             alloc(1, 0x700000000ull, 2 << 20);
             pop(1);
-            release(1, 0x700000000ull);
-            release(1, act + (uint64_t)l * 0x200000 + 0x100000);
-            release(1, act + (uint64_t)l * 0x200000);
-        }
-        if (g_records >= events) {
-            /* last iteration: one more buffer, so the peak is at the very end
-             * and the replay pass has to read the whole trace (worst case) */
-            alloc(0, 0x900000000ull, 64ull << 20);
+            release(1, 0x700000000ull, 2 << 20);
+            release(1, act + (uint64_t)l * 0x200000 + 0x100000, 2 << 20);
+            release(1, act + (uint64_t)l * 0x200000, 1 << 20);
         }
         push(0, S_OPT);
         if (iter == 0)
@@ -198,6 +203,14 @@ main(int argc, char **argv)
                 alloc(0, 0x300000000ull + (uint64_t)i * 0x10000, 8192);
         pop(0);
         iter++;
+    }
+    /* The last record: a buffer 1 MiB above the largest transient working
+     * set seen, so the peak is here and the replay pass reads everything. */
+    uint64_t last = g_max_live - g_live + (1u << 20);
+    alloc(0, 0x900000000ull, last);
+    if (g_max_t != g_t - 1) {
+        fprintf(stderr, "gen_trace: the peak is not the last record\n");
+        return 1;
     }
     flush_chunk(&g_c[0]);
     flush_chunk(&g_c[1]);
@@ -219,7 +232,7 @@ main(int argc, char **argv)
     h.rank_source = RS_RANK_TORCHRUN;
     h.restart_count = -1;
     h.device = 0;
-    h.mono_start_ns = 1000;
+    h.mono_start_ns = 1000; /* g_t's first value */
     h.close_ns = g_t;
     snprintf(h.host, sizeof h.host, "bench");
     snprintf(h.shim_version, sizeof h.shim_version, "gen_trace");
@@ -231,6 +244,8 @@ main(int argc, char **argv)
         perror("gen_trace: header");
         return 1;
     }
-    printf("%" PRIu64 " records, %d iterations, %u chunks\n", g_records, iter, g_chunks);
+    printf("%" PRIu64 " records, %d iterations, %u chunks, peak %" PRIu64 " bytes at t=%" PRIu64
+           " ns after the start (the last record)\n",
+           g_records, iter, g_chunks, g_max_live, g_max_t - 1000);
     return 0;
 }
