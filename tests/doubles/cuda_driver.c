@@ -26,7 +26,10 @@
  * MOCK_CUDA_FAIL applies to the ABI names ("cuMemCreate@2=2").
  */
 #include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -200,7 +203,75 @@ cuDeviceGet(CUdevice *device, int ordinal)
     return CUDA_SUCCESS;
 }
 
+EXPORT CUresult CUDAAPI
+cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    CHECK_FAIL("cuDeviceGetAttribute");
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!mock_valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pi = mock_device_attr((int)attrib, dev);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult CUDAAPI
+cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    CHECK_FAIL("cuDeviceGetUuid_v2");
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!mock_valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct cudaDeviceProp p;
+    mock_device_props(dev, &p);
+    memcpy(uuid->bytes, p.uuid.bytes, sizeof uuid->bytes);
+    return CUDA_SUCCESS;
+}
+
+/* Error names: "CUDA_ERROR_<n>" for every code (the caller only prints them). */
+EXPORT CUresult CUDAAPI
+cuGetErrorName(CUresult error, const char **pStr)
+{
+    static __thread char buf[48];
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (error == CUDA_SUCCESS)
+        *pStr = "CUDA_SUCCESS";
+    else {
+        snprintf(buf, sizeof buf, "CUDA_ERROR_%d", (int)error);
+        *pStr = buf;
+    }
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult CUDAAPI
+cuGetErrorString(CUresult error, const char **pStr)
+{
+    static __thread char buf[64];
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(buf, sizeof buf, "mock driver error %d", (int)error);
+    *pStr = error == CUDA_SUCCESS ? "no error" : buf;
+    return CUDA_SUCCESS;
+}
+
 /* ---- contexts ---- */
+
+EXPORT CUresult CUDAAPI
+cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    CHECK_FAIL("cuDevicePrimaryCtxGetState");
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!mock_valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_lock);
+    *active = g_ctx_made[dev];
+    pthread_mutex_unlock(&g_lock);
+    *flags = 0;
+    return CUDA_SUCCESS;
+}
 
 EXPORT CUresult CUDAAPI
 cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -515,6 +586,11 @@ static const proc procs[] = {
     { "cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2, NULL },
     { "cuGetProcAddress", 11030, (void *)cuGetProcAddress, NULL },
     { "cuDevicePrimaryCtxRetain", 7000, (void *)cuDevicePrimaryCtxRetain, NULL },
+    { "cuDevicePrimaryCtxGetState", 7000, (void *)cuDevicePrimaryCtxGetState, NULL },
+    { "cuDeviceGetAttribute", 2000, (void *)cuDeviceGetAttribute, NULL },
+    { "cuDeviceGetUuid", 11040, (void *)cuDeviceGetUuid_v2, NULL },
+    { "cuGetErrorName", 6000, (void *)cuGetErrorName, NULL },
+    { "cuGetErrorString", 6000, (void *)cuGetErrorString, NULL },
     { "cuCtxSetCurrent", 4000, (void *)cuCtxSetCurrent, NULL },
     { "cuCtxGetCurrent", 4000, (void *)cuCtxGetCurrent, NULL },
     { "cuCtxGetDevice", 2000, (void *)cuCtxGetDevice, NULL },
@@ -532,6 +608,31 @@ static const proc procs[] = {
     { "cuMemUnmap", 10020, (void *)cuMemUnmap, NULL },
     { "cuMemSetAccess", 10020, (void *)cuMemSetAccess, NULL },
 };
+
+/* A base name the table does not list: this library's own export of it,
+ * newest ABI suffix first (name_v3, name_v2, name), so that everything the
+ * library exports -- the fake GPU's generated stubs included -- is reachable
+ * by entry point as by dlsym. NULL when it exports none of them. */
+static void *
+exported(const char *base)
+{
+    static void *self;
+    Dl_info info;
+    if (!self && dladdr((void *)exported, &info) && info.dli_fname)
+        self = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (!self)
+        return NULL;
+    static const char *const suffixes[] = { "_v3", "_v2", "" };
+    char name[256];
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        if (snprintf(name, sizeof name, "%s%s", base, suffixes[i]) >= (int)sizeof name)
+            return NULL;
+        void *fn = dlsym(self, name);
+        if (fn)
+            return fn;
+    }
+    return NULL;
+}
 
 EXPORT CUresult CUDAAPI
 cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
@@ -552,6 +653,11 @@ cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t 
             continue;
         int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
         *pfn = ptsz && procs[i].fn_ptsz ? procs[i].fn_ptsz : procs[i].fn;
+        if (symbolStatus)
+            *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    if (!found && (*pfn = exported(symbol)) != NULL) {
         if (symbolStatus)
             *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
         return CUDA_SUCCESS;

@@ -91,6 +91,10 @@ MOCK_HIDDEN int mock_release(uint64_t ptr, unsigned kind_mask, mock_alloc_info *
 /* Bytes on a device: the context (when created) plus live DEVICE and ASYNC. */
 MOCK_HIDDEN uint64_t mock_device_used(int dev);
 
+/* Device properties (mock_props.c; constants, no state): an H100 SXM5 with
+ * MOCK_CUDA_CAPACITY bytes. `props` is a struct cudaDeviceProp *. */
+MOCK_HIDDEN void mock_device_props(int dev, void *props);
+MOCK_HIDDEN int mock_device_attr(int attr, int dev);
 /* Memory pools: the default pool of each device (fixed fake handles). */
 MOCK_HIDDEN uint64_t mock_default_pool(int dev);
 MOCK_HIDDEN int mock_pool_device(uint64_t pool);           /* -1 unknown handle */
