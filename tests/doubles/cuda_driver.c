@@ -8,10 +8,13 @@
  * the stream-ordered calls. Every function is also exported under its ABI
  * name, for dlsym (NCCL's static cudart, older PyTorch).
  *
- * State (its own, not shared with the mock libcudart; same MOCK_CUDA_*
- * variables through mock_state.c): per device a capacity, a context
- * counted from the first call on the device, and the live bytes of
- * cuMemAlloc/cuMemAllocAsync blocks and cuMemCreate handles.
+ * State: the device memory state of mock_state.c (capacity, a context
+ * counted from the first call on the device, live bytes), charged with the
+ * live bytes of cuMemAlloc/cuMemAllocAsync blocks and cuMemCreate handles.
+ * The mock libcudart and this library each compile their own copy of it
+ * (separate capacities, as megasim's doubles always had); the fake GPU
+ * (fake_gpu/) builds one copy into this library and its libcudart uses it:
+ * one device memory state for runtime and driver, as on a GPU.
  *
  *   cuMemAlloc/cuMemAllocAsync on device d: 0x600000000000 + (d << 40) up,
  *                       512-aligned, never reused
@@ -60,8 +63,6 @@ static drv_entry g_vas[DRV_MAX_ENTRIES];      /* cuMemAddressReserve */
 static drv_entry g_maps[DRV_MAX_ENTRIES];     /* cuMemMap */
 static uint64_t g_next_alloc[MOCK_MAX_DEVICES];
 static uint64_t g_next_va[MOCK_MAX_DEVICES];
-static uint64_t g_live[MOCK_MAX_DEVICES];
-static int g_ctx_made[MOCK_MAX_DEVICES];
 static uint64_t g_next_handle = DRV_HANDLE_BASE + 1;
 static int g_initialized;
 
@@ -99,22 +100,12 @@ slot(drv_entry *t)
     return NULL;
 }
 
-static uint64_t
-used_locked(int dev)
-{
-    return (g_ctx_made[dev] ? mock_context_bytes() : 0) + g_live[dev];
-}
-
-/* Reserves size bytes of device memory on dev (caller holds g_lock). */
+/* Reserves size bytes of device memory on dev in the device memory state
+ * (mock_state.c: the context from the first call, capacity checks). */
 static CUresult
 charge_locked(int dev, uint64_t size)
 {
-    g_ctx_made[dev] = 1;
-    uint64_t used = used_locked(dev), cap = mock_capacity();
-    if (used > cap || size > cap - used)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    g_live[dev] += size;
-    return CUDA_SUCCESS;
+    return mock_charge(dev, size) == MOCK_OK ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 static CUresult
@@ -152,7 +143,7 @@ dev_free(CUdeviceptr p)
     pthread_mutex_lock(&g_lock);
     drv_entry *e = find(g_allocs, (uint64_t)p);
     if (e) {
-        g_live[e->dev] -= e->size;
+        mock_uncharge(e->dev, e->size);
         e->key = 0;
     }
     pthread_mutex_unlock(&g_lock);
@@ -266,9 +257,7 @@ cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
         return CUDA_ERROR_INVALID_VALUE;
     if (!mock_valid_device(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&g_lock);
-    *active = g_ctx_made[dev];
-    pthread_mutex_unlock(&g_lock);
+    *active = mock_device_touched(dev);
     *flags = 0;
     return CUDA_SUCCESS;
 }
@@ -281,9 +270,7 @@ cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!mock_valid_device(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&g_lock);
-    g_ctx_made[dev] = 1;
-    pthread_mutex_unlock(&g_lock);
+    mock_touch_device(dev);
     *pctx = (CUcontext)(uintptr_t)(DRV_CTX_BASE + (uint64_t)dev * DRV_CTX_STRIDE);
     return CUDA_SUCCESS;
 }
@@ -396,10 +383,8 @@ cuMemGetInfo_v2(size_t *free, size_t *total)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (!free || !total)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&g_lock);
-    g_ctx_made[d] = 1;
-    uint64_t used = used_locked(d), cap = mock_capacity();
-    pthread_mutex_unlock(&g_lock);
+    mock_touch_device(d);
+    uint64_t used = mock_device_used(d), cap = mock_capacity();
     *total = (size_t)cap;
     *free = (size_t)(used > cap ? 0 : cap - used);
     return CUDA_SUCCESS;
@@ -495,7 +480,7 @@ cuMemRelease(CUmemGenericAllocationHandle handle)
     pthread_mutex_lock(&g_lock);
     drv_entry *e = find(g_handles, (uint64_t)handle);
     if (e) {
-        g_live[e->dev] -= e->size;
+        mock_uncharge(e->dev, e->size);
         e->key = 0;
     }
     pthread_mutex_unlock(&g_lock);

@@ -51,11 +51,19 @@ ok &= check(p.multi_processor_count == 132, f'SMs {p.multi_processor_count}')
 ok &= check(p.total_memory == cap, f'total_memory {p.total_memory} == MOCK_CUDA_CAPACITY {cap}')
 # The caching allocator rounds a 4-byte tensor to a 512-byte block in a
 # 2 MiB segment (its small-allocation pool), so the device's used memory is
-# the context plus that one cudaMalloc.
+# the context plus that segment: one cudaMalloc, or with expandable segments
+# cuMemCreate'd pages, which cudaMemGetInfo must see too (one device memory
+# state for the fake runtime and driver).
+expandable = 'expandable_segments:True' in os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')
 ok &= check(torch.cuda.memory_allocated() == 512, f'memory_allocated {torch.cuda.memory_allocated()} == 512')
 ok &= check(torch.cuda.memory_reserved() == 2 * MiB, f'memory_reserved {torch.cuda.memory_reserved()} == 2 MiB')
+y = torch.empty(300 * MiB, dtype=torch.uint8, device='cuda')
+res = torch.cuda.memory_reserved()
 free, total = torch.cuda.mem_get_info()
-ok &= check((free, total) == (cap - ctx - 2 * MiB, cap), f'mem_get_info ({free}, {total}) == capacity - context - 2 MiB')
+ok &= check(res >= 302 * MiB, f'memory_reserved {res} holds the 300 MiB tensor (expandable: {expandable})')
+ok &= check((free, total) == (cap - ctx - res, cap),
+            f'mem_get_info ({free}, {total}) == capacity - context - reserved ({cap - ctx - res})')
+del y
 
 libs = mapped_cuda_libs()
 for need in ('libcudart.so.13', 'libcuda.so.1', 'libcublas.so.13', 'libcublasLt.so.13', 'libnccl.so.2'):

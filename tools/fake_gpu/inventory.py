@@ -221,12 +221,21 @@ def collect(torch_dir, cuda_lib):
     return objs, per_obj, symbols, dl, exports, unowned, entry
 
 
-def write_tsv(fh, symbols):
-    """lib<TAB>symbol<TAB>version<TAB>kind<TAB>users, sorted."""
+def write_tsv(fh, symbols, entry):
+    """lib<TAB>symbol<TAB>version<TAB>kind<TAB>users, sorted.
+
+    kind is the ELF symbol type (FUNC), or ENTRY for a driver entry point
+    found only as a string (the fake libcuda.so.1 must export it too, for
+    cuGetProcAddress to hand out).
+    """
+    rows = {lib: dict(syms) for lib, syms in symbols.items()}
+    drv = rows.setdefault('libcuda.so.1', {})
+    for name, users in entry.items():
+        drv.setdefault(name, [None, users, 'ENTRY'])
     fh.write('# lib\tsymbol\tversion\tkind\tused_by\n')
-    for lib in sorted(symbols):
-        for name in sorted(symbols[lib]):
-            ver, users, kind = symbols[lib][name]
+    for lib in sorted(rows):
+        for name in sorted(rows[lib]):
+            ver, users, kind = rows[lib][name]
             fh.write(f'{lib}\t{name}\t{ver or "-"}\t{kind}\t{",".join(sorted(users))}\n')
 
 
@@ -284,7 +293,7 @@ def main():
             write_md(fh, a.torch_dir, a.cuda_lib, inv, header)
     if a.tsv:
         with open(a.tsv, 'w') as fh:
-            write_tsv(fh, inv[2])
+            write_tsv(fh, inv[2], inv[6])
     if not a.md and not a.tsv:
         write_md(sys.stdout, a.torch_dir, a.cuda_lib, inv, header)
     return 0
