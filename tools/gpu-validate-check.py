@@ -128,6 +128,20 @@ def check_mode(t, mode, out, binary, dry, fake=False):
         t.add(mode, "tensor peak = max_memory_allocated",
               "PASS" if close(tensor, mx, tol) else "FAIL", fmt(tensor), fmt(mx),
               "PyTorch's allocator report hook (block sizes)" + (", exact (fake GPU)" if fake else ""))
+        # Per iteration: the trace's tensor-level peak of ProfilerStep#K
+        # against max_memory_allocated() restarted at that iteration's start.
+        want = c.get("iteration_max_memory_allocated")
+        if want is None:
+            t.add(mode, "per-iteration peaks = the workload's", "SKIP", "-", "-",
+                  "the workload recorded no per-iteration peaks")
+        else:
+            got = {it.get("iteration"): (it.get("peak_bytes") or {}).get("tensor")
+                   for it in r.get("iterations", [])}
+            bad = [k for k, v in enumerate(want) if not close(got.get(k), v, tol)]
+            t.add(mode, "per-iteration peaks = the workload's", "FAIL" if bad else "PASS",
+                  " ".join(fmt(got.get(k)).split()[0] for k in range(len(want))),
+                  " ".join(str(v) for v in want),
+                  "iterations %s differ" % bad if bad else "ProfilerStep# iterations")
         rs = c.get("max_memory_reserved")
         ok = device is not None and rs is not None and rs <= device <= rs + max(MIB << 10, rs // 20)
         t.add(mode, "device peak >= max_memory_reserved (+ memory outside PyTorch)",

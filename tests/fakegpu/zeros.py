@@ -65,6 +65,13 @@ ok &= check((free, total) == (cap - ctx - res, cap),
             f'mem_get_info ({free}, {total}) == capacity - context - reserved ({cap - ctx - res})')
 del y
 
+# A load-only stub is loaded, never used: a call says so and fails with the
+# library's "not supported" status (cuFFT: CUFFT_NOT_SUPPORTED = 16).
+import ctypes
+cufft = ctypes.CDLL('libcufft.so.12')
+plan = ctypes.c_int(0)
+ok &= check(cufft.cufftCreate(ctypes.byref(plan)) == 16, 'a load-only stub (cufftCreate) returns CUFFT_NOT_SUPPORTED')
+
 libs = mapped_cuda_libs()
 for need in ('libcudart.so.13', 'libcuda.so.1', 'libcublas.so.13', 'libcublasLt.so.13', 'libnccl.so.2'):
     ok &= check(need in libs, f'{need} is mapped')
