@@ -72,6 +72,46 @@ def level_peak(rank, level):
     return None
 
 
+def dump_lines(build_dir, run_dir):
+    """recomp-dump's lines of every trace in run_dir (empty when it cannot run)."""
+    dump = os.path.join(build_dir, "tools", "recomp-dump")
+    lines = []
+    for f in sorted(glob.glob(os.path.join(run_dir, "*.rstrace"))):
+        p = subprocess.run([dump, f], capture_output=True, text=True)
+        lines += p.stdout.splitlines()
+    return lines
+
+
+def field(line, key):
+    """The value of key=value in a recomp-dump line, quotes removed, or None."""
+    for tok in line.split():
+        if tok.startswith(key + "="):
+            return tok[len(key) + 1:].strip('"')
+    return None
+
+
+def check_real_paths(t, mode, lines):
+    """Native/expandable: PyTorch's own report hook and autograd thread.
+
+    The tensor events (TENSOR records) were reported from inside
+    libc10_cuda.so's allocator through c10's reportMemoryUsageToProfiler, and
+    the checkpointed layers' forward ranges were pushed again on a thread
+    other than the main one (the autograd engine's: recompute replays).
+    """
+    pid = next((field(l, "pid") for l in lines if l.startswith("header host=")), None)
+    tensors = [l for l in lines if l.startswith("TENSOR ")]
+    from_c10 = [l for l in tensors if (field(l, "caller_lib") or "").startswith("libc10_cuda.so")]
+    t.add(mode, "tensor events through PyTorch's report hook",
+          "PASS" if tensors and len(from_c10) == len(tensors) else "FAIL",
+          "%d of %d from libc10_cuda.so" % (len(from_c10), len(tensors)), "all, > 0")
+    replays = {field(l, "tid") for l in lines
+               if l.startswith("NVTX_PUSH ") and "TransformerLayer" in (field(l, "name") or "")
+               and field(l, "tid") != pid}
+    t.add(mode, "layer forwards replayed on another thread",
+          "PASS" if replays else "FAIL", "tids " + ",".join(sorted(replays)) if replays else "none",
+          "autograd thread (not pid %s)" % pid)
+
+
 def check_mode(t, mode, out, binary, dry, fake=False):
     cpath = os.path.join(out, "counters-%s.json" % mode)
     rc_path = os.path.join(out, "rc-%s" % mode)
@@ -142,6 +182,8 @@ def check_mode(t, mode, out, binary, dry, fake=False):
                   " ".join(fmt(got.get(k)).split()[0] for k in range(len(want))),
                   " ".join(str(v) for v in want),
                   "iterations %s differ" % bad if bad else "ProfilerStep# iterations")
+        if not dry:
+            check_real_paths(t, mode, dump_lines(os.path.dirname(os.path.dirname(binary)), runs[-1]))
         rs = c.get("max_memory_reserved")
         ok = device is not None and rs is not None and rs <= device <= rs + max(MIB << 10, rs // 20)
         t.add(mode, "device peak >= max_memory_reserved (+ memory outside PyTorch)",
