@@ -155,6 +155,15 @@ def check_mode(t, mode, out, binary, dry, fake=False):
         ok = got is not None and got in (req, rounded)
         t.add(mode, "OOM recorded with its size", "PASS" if ok else "FAIL", fmt(got),
               fmt(rounded), c.get("oom_message", "")[:80])
+        # Exact, when the workload had PyTorch's OOM observer: the bytes the
+        # caching allocator asked for, not the rounded message.
+        obs = c.get("oom_observer_bytes")
+        if obs is None:
+            t.add(mode, "OOM size = PyTorch's OOM observer", "SKIP", fmt(got), "-",
+                  "no observer record")
+        else:
+            t.add(mode, "OOM size = PyTorch's OOM observer", "PASS" if got == obs else "FAIL",
+                  fmt(got), fmt(obs), "torch._C._cuda_attach_out_of_memory_observer")
         return
 
     tensor = level_peak(r, "tensor")

@@ -163,10 +163,18 @@ def main():
         free, total = torch.cuda.mem_get_info()
         request = total * 2
         counters["oom_request_bytes"] = request
+        # PyTorch's own record of the failed allocation: the OOM observer gets
+        # the bytes the caching allocator asked the device for.
+        seen = []
+        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach:
+            attach(lambda device, alloc, device_allocated, device_free: seen.append(int(alloc)))
         try:
             torch.empty(request, dtype=torch.uint8, device=dev)
         except torch.OutOfMemoryError as e:
             counters["oom_message"] = str(e).splitlines()[0]
+            if seen:
+                counters["oom_observer_bytes"] = seen[0]
             json.dump(counters, open(os.path.join(a.out, f"counters-{a.mode}.json"), "w"),
                       indent=1)
             print(f"train.py: OOM as intended: {counters['oom_message']}", file=sys.stderr)
