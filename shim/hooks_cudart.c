@@ -84,22 +84,31 @@ learn_device(void)
     rs_learn_device(&getdev, "cudaGetDevice", RS_LIB_CUDART);
 }
 
-/* Rate-limited cudaMemGetInfo after a successful memory call. */
-static void
-maybe_sample(void)
+/* Whether a memory sample is due now, and if so claimed by the caller:
+ * at most one per RECOMPSHIM_MEMINFO_MS over all threads and all APIs, the
+ * first of a file at once (it gives the capacity). Called right after a
+ * successful device memory call of the runtime or the driver (record.h). */
+int
+rs_meminfo_due(void)
 {
     uint64_t every = g_rs_cfg.meminfo_interval_ns;
     if (!every)
-        return;
+        return 0;
     /* The allocation record just written took the time: reuse it (clock
      * reads are a fifth of the shim's cost on some VMs). */
     uint64_t now = t_rs.last_ns ? t_rs.last_ns : rs_now_ns();
     uint64_t last = atomic_load_explicit(&g_last_sample_ns, memory_order_relaxed);
     rs_file_header *h = rs_writer_header();
-    /* The first sample of a file is due at once: it gives the capacity. */
     if (now - last < every && !(h && !h->device_capacity))
-        return;
-    if (!atomic_compare_exchange_strong(&g_last_sample_ns, &last, now))
+        return 0;
+    return atomic_compare_exchange_strong(&g_last_sample_ns, &last, now);
+}
+
+/* Rate-limited cudaMemGetInfo after a successful memory call. */
+static void
+maybe_sample(void)
+{
+    if (!rs_meminfo_due())
         return;
     __typeof__(&cudaMemGetInfo) real = RS_REAL(cudaMemGetInfo);
     if (!real)

@@ -109,6 +109,42 @@ alloc_failed(uint16_t api, uint64_t size, uint64_t caller, CUresult rc)
     rs_record_oom(api, RS_MEM_DEVICE, size, caller, (int)rc, f, t, ms);
 }
 
+/* After a successful driver allocation: the rate-limited memory sample
+ * (rs_meminfo_due). Without it a job whose device memory comes only from
+ * the driver (PyTorch's expandable segments allocate with cuMemCreate,
+ * never cudaMalloc) has no capacity or context in its trace. Taken like the
+ * runtime hooks' samples, with cudaMemGetInfo (the runtime is loaded in
+ * every PyTorch process), else with libcuda's cuMemGetInfo_v2. */
+static void *_Atomic g_meminfo_sym;   /* cudaMemGetInfo or cuMemGetInfo_v2 */
+static _Atomic int g_meminfo_is_runtime;
+
+static void
+driver_sample(int dev)
+{
+    void *q = atomic_load_explicit(&g_meminfo_sym, memory_order_acquire);
+    if (!q) {
+        int rt = 1;
+        q = rs_resolve_sym("cudaMemGetInfo", RS_LIB_CUDART);
+        if (!q) {
+            rt = 0;
+            q = real_of(D_MEMINFO);
+            if (!q)
+                q = rs_resolve_sym("cuMemGetInfo_v2", RS_LIB_CUDA);
+        }
+        if (!q)
+            return;
+        atomic_store_explicit(&g_meminfo_is_runtime, rt, memory_order_relaxed);
+        atomic_store_explicit(&g_meminfo_sym, q, memory_order_release);
+    }
+    if (!rs_meminfo_due())
+        return;
+    size_t f = 0, t = 0;
+    int rc = atomic_load_explicit(&g_meminfo_is_runtime, memory_order_relaxed)
+                 ? (int)((__typeof__(&cudaMemGetInfo))q)(&f, &t)
+                 : (int)((fn_meminfo)q)(&f, &t);
+    rs_record_meminfo(RS_MEMINFO_SAMPLE, f, t, dev, rc);
+}
+
 #define PASS_THROUGH() (t_rs.guard || !rs_enabled())
 
 static CUresult
@@ -122,10 +158,11 @@ w_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     CUresult rc = real(dptr, bytesize);
     if (rs_trace_open()) {
         learn_device();
-        if (rc == CUDA_SUCCESS)
+        if (rc == CUDA_SUCCESS) {
             rs_record_alloc(RS_API_cuMemAlloc_v2, RS_MEM_DEVICE, dptr ? (uint64_t)*dptr : 0,
                             bytesize, 0, caller, 0);
-        else
+            driver_sample(t_rs.device);
+        } else
             alloc_failed(RS_API_cuMemAlloc_v2, bytesize, caller, rc);
     }
     t_rs.guard--;
@@ -211,6 +248,8 @@ w_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllo
         /* Out of physical memory is the expandable-segments OOM. */
         if (rc == CUDA_ERROR_OUT_OF_MEMORY)
             alloc_failed(RS_API_cuMemCreate, size, caller, rc);
+        else if (rc == CUDA_SUCCESS)
+            driver_sample(dev >= 0 ? dev : t_rs.device);
     }
     t_rs.guard--;
     return rc;

@@ -74,6 +74,10 @@ RS_HIDDEN void rs_record_oom(uint16_t api, uint8_t mem, uint64_t size, uint64_t 
                              int meminfo_status);
 RS_HIDDEN void rs_record_meminfo(uint32_t reason, uint64_t free_bytes, uint64_t total_bytes,
                                  int device, int status);
+/* 1 when a rate-limited memory sample (RS_MEMINFO_SAMPLE) is due and now
+ * claimed by the caller, which takes it with its own API's memory query;
+ * hooks call it only after a successful device allocation (hooks_cudart.c). */
+RS_HIDDEN int rs_meminfo_due(void);
 RS_HIDDEN void rs_record_set_device(int device, int status);
 RS_HIDDEN void rs_record_pool_attr(uint64_t pool, uint32_t attr, uint64_t value, int status);
 /* Driver virtual-memory call (kind RS_REC_VMM_* / RS_REC_VA_*), see

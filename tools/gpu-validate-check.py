@@ -5,7 +5,9 @@
 
 OUTDIR is what tools/gpu-validate.sh left: traces/MODE/<run>/*.rstrace,
 counters-MODE.json (PyTorch's view, written by the workload), rc-MODE,
-snapshot-MODE.pickle (native and expandable on a real GPU). Runs
+snapshot-MODE.pickle (native and expandable on a real GPU), and the marker
+dry-run (megasim) or fake-gpu (real PyTorch on the test doubles: exact
+tensor-level oracles; NCCL's memory is a real-GPU-only check). Runs
 recomp-analyze --json on each mode's traces and prints a PASS/FAIL/SKIP table
 (Markdown). The oracles, per mode, are in docs/validation/README.md. Exit 0
 when nothing failed, 1 otherwise, 2 when OUTDIR is unusable.
@@ -70,7 +72,47 @@ def level_peak(rank, level):
     return None
 
 
-def check_mode(t, mode, out, binary, dry):
+def dump_lines(build_dir, run_dir):
+    """recomp-dump's lines of every trace in run_dir (empty when it cannot run)."""
+    dump = os.path.join(build_dir, "tools", "recomp-dump")
+    lines = []
+    for f in sorted(glob.glob(os.path.join(run_dir, "*.rstrace"))):
+        p = subprocess.run([dump, f], capture_output=True, text=True)
+        lines += p.stdout.splitlines()
+    return lines
+
+
+def field(line, key):
+    """The value of key=value in a recomp-dump line, quotes removed, or None."""
+    for tok in line.split():
+        if tok.startswith(key + "="):
+            return tok[len(key) + 1:].strip('"')
+    return None
+
+
+def check_real_paths(t, mode, lines):
+    """Native/expandable: PyTorch's own report hook and autograd thread.
+
+    The tensor events (TENSOR records) were reported from inside
+    libc10_cuda.so's allocator through c10's reportMemoryUsageToProfiler, and
+    the checkpointed layers' forward ranges were pushed again on a thread
+    other than the main one (the autograd engine's: recompute replays).
+    """
+    pid = next((field(l, "pid") for l in lines if l.startswith("header host=")), None)
+    tensors = [l for l in lines if l.startswith("TENSOR ")]
+    from_c10 = [l for l in tensors if (field(l, "caller_lib") or "").startswith("libc10_cuda.so")]
+    t.add(mode, "tensor events through PyTorch's report hook",
+          "PASS" if tensors and len(from_c10) == len(tensors) else "FAIL",
+          "%d of %d from libc10_cuda.so" % (len(from_c10), len(tensors)), "all, > 0")
+    replays = {field(l, "tid") for l in lines
+               if l.startswith("NVTX_PUSH ") and "TransformerLayer" in (field(l, "name") or "")
+               and field(l, "tid") != pid}
+    t.add(mode, "layer forwards replayed on another thread",
+          "PASS" if replays else "FAIL", "tids " + ",".join(sorted(replays)) if replays else "none",
+          "autograd thread (not pid %s)" % pid)
+
+
+def check_mode(t, mode, out, binary, dry, fake=False):
     cpath = os.path.join(out, "counters-%s.json" % mode)
     rc_path = os.path.join(out, "rc-%s" % mode)
     rc = int(open(rc_path).read().strip()) if os.path.exists(rc_path) else None
@@ -113,15 +155,44 @@ def check_mode(t, mode, out, binary, dry):
         ok = got is not None and got in (req, rounded)
         t.add(mode, "OOM recorded with its size", "PASS" if ok else "FAIL", fmt(got),
               fmt(rounded), c.get("oom_message", "")[:80])
+        # Exact, when the workload had PyTorch's OOM observer: the bytes the
+        # caching allocator asked for, not the rounded message.
+        obs = c.get("oom_observer_bytes")
+        if obs is None:
+            t.add(mode, "OOM size = PyTorch's OOM observer", "SKIP", fmt(got), "-",
+                  "no observer record")
+        else:
+            t.add(mode, "OOM size = PyTorch's OOM observer", "PASS" if got == obs else "FAIL",
+                  fmt(got), fmt(obs), "torch._C._cuda_attach_out_of_memory_observer")
         return
 
     tensor = level_peak(r, "tensor")
     device = level_peak(r, "device")
+    # On the fake GPU nothing but PyTorch's allocator touches memory (no
+    # hardware, no real NCCL) and every event completes at once: the tensor
+    # level must match exactly, not within the real GPU's 1%.
+    tol = 0.0 if fake else 0.01
     if mode in ("native", "expandable"):
         mx = c.get("max_memory_allocated")
         t.add(mode, "tensor peak = max_memory_allocated",
-              "PASS" if close(tensor, mx, 0.01) else "FAIL", fmt(tensor), fmt(mx),
-              "PyTorch's allocator report hook (block sizes)")
+              "PASS" if close(tensor, mx, tol) else "FAIL", fmt(tensor), fmt(mx),
+              "PyTorch's allocator report hook (block sizes)" + (", exact (fake GPU)" if fake else ""))
+        # Per iteration: the trace's tensor-level peak of ProfilerStep#K
+        # against max_memory_allocated() restarted at that iteration's start.
+        want = c.get("iteration_max_memory_allocated")
+        if want is None:
+            t.add(mode, "per-iteration peaks = the workload's", "SKIP", "-", "-",
+                  "the workload recorded no per-iteration peaks")
+        else:
+            got = {it.get("iteration"): (it.get("peak_bytes") or {}).get("tensor")
+                   for it in r.get("iterations", [])}
+            bad = [k for k, v in enumerate(want) if not close(got.get(k), v, tol)]
+            t.add(mode, "per-iteration peaks = the workload's", "FAIL" if bad else "PASS",
+                  " ".join(fmt(got.get(k)).split()[0] for k in range(len(want))),
+                  " ".join(str(v) for v in want),
+                  "iterations %s differ" % bad if bad else "ProfilerStep# iterations")
+        if not dry:
+            check_real_paths(t, mode, dump_lines(os.path.dirname(os.path.dirname(binary)), runs[-1]))
         rs = c.get("max_memory_reserved")
         ok = device is not None and rs is not None and rs <= device <= rs + max(MIB << 10, rs // 20)
         t.add(mode, "device peak >= max_memory_reserved (+ memory outside PyTorch)",
@@ -129,10 +200,17 @@ def check_mode(t, mode, out, binary, dry):
         snap = os.path.join(out, "snapshot-%s.pickle" % mode)
         if os.path.exists(snap):
             sdoc, serr = analyze(binary, snap)
-            sp = level_peak(sdoc["ranks"][0], "tensor") if sdoc and sdoc.get("ranks") else None
+            srank = sdoc["ranks"][0] if sdoc and sdoc.get("ranks") else {}
+            sp = level_peak(srank, "tensor") if srank else None
             t.add(mode, "tensor peak = memory-history snapshot's",
-                  "PASS" if close(tensor, sp, 0.01) else "FAIL", fmt(tensor), fmt(sp),
+                  "PASS" if close(tensor, sp, tol) else "FAIL", fmt(tensor), fmt(sp),
                   serr or "snapshot imported by recomp-analyze")
+            # The same run seen twice: the peak falls in the same iteration.
+            ti = (r.get("peak") or {}).get("iteration")
+            si = (srank.get("peak") or {}).get("iteration")
+            t.add(mode, "peak iteration = memory-history snapshot's",
+                  "PASS" if srank and ti == si else "FAIL", ti, si,
+                  serr or "trace: ProfilerStep# markers; snapshot: forward/backward/optimizer cycle")
         else:
             t.add(mode, "tensor peak = memory-history snapshot's", "SKIP", fmt(tensor), "-",
                   "no snapshot (dry run)" if dry else "snapshot missing")
@@ -166,8 +244,12 @@ def check_mode(t, mode, out, binary, dry):
     by_lib = ((r.get("device_peak") or {}).get("by_library") or
               (r.get("peak") or {}).get("by_library") or {})
     nccl = by_lib.get("nccl")
-    t.add(mode, "NCCL memory attributed", "PASS" if nccl else "FAIL", fmt(nccl), "> 0",
-          "NCCL's cuMem buffers through the driver entry points")
+    if fake and not nccl:
+        t.add(mode, "NCCL memory attributed", "SKIP", fmt(nccl), "> 0",
+              "the fake GPU's NCCL (tests/doubles/nccl_mock.c) allocates no buffers: real GPU only")
+    else:
+        t.add(mode, "NCCL memory attributed", "PASS" if nccl else "FAIL", fmt(nccl), "> 0",
+              "NCCL's cuMem buffers through the driver entry points")
 
 
 def main():
@@ -186,9 +268,10 @@ def main():
               % (binary, a.build_dir, a.build_dir), file=sys.stderr)
         return 2
     dry = a.dry or os.path.exists(os.path.join(a.outdir, "dry-run"))
+    fake = os.path.exists(os.path.join(a.outdir, "fake-gpu"))
     t = Table()
     for m in MODES:
-        check_mode(t, m, a.outdir, binary, dry)
+        check_mode(t, m, a.outdir, binary, dry, fake)
     md = t.markdown()
     print(md)
     if a.markdown:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-validate.sh: the shim on real PyTorch training, every allocator mode.
 #
-#   tools/gpu-validate.sh [--dry-run] [OUTDIR]
+#   tools/gpu-validate.sh [--dry-run | --fake] [OUTDIR]
 #
 # On a GPU machine (CUDA, PyTorch and nvcc preinstalled; no network, no apt;
 # maybe no meson, JSON library or criterion): builds only the shim, runs
@@ -16,10 +16,18 @@
 # --dry-run: the same steps here, against the test doubles, with megasim
 # standing in for the PyTorch loop, then the check -- so CI keeps the script
 # working without a GPU.
+#
+# --fake: the real PyTorch workload here, on the fake GPU: the pinned wheel
+# (tools/fake_gpu/install-torch.sh, into build/torch-cache; exit 77 = SKIP when
+# PyPI is out of reach, unless RECOMPSHIM_REQUIRE_TORCH=1) with the test
+# doubles' CUDA libraries first on LD_LIBRARY_PATH (tests/doubles/fake_gpu),
+# then the check. docs/validation/README.md says what this proves.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-dry=0
+dry=0 fake=0
 if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
+if [ "${1:-}" = "--fake" ]; then fake=1; shift; fi
+local_build=$((dry || fake))
 out="$(mkdir -p "${1:-$PWD/gpu-validate-out}" && cd "${1:-$PWD/gpu-validate-out}" && pwd)"
 log() { printf 'gpu-validate: %s\n' "$*" | tee -a "$out/validate.log" >&2; }
 : > "$out/validate.log"
@@ -38,11 +46,11 @@ if [ ! -d "$cuda/include/nvtx3" ]; then
 fi
 bdir="$out/build-shim"
 shim="$bdir/shim/librecompshim.so"
-if [ "$dry" = 1 ] && [ -n "${RS_BUILD_DIR:-}" ]; then
+if [ "$local_build" = 1 ] && [ -n "${RS_BUILD_DIR:-}" ]; then
     # Inside `meson test`: the build directory is already built.
     bdir="$RS_BUILD_DIR"
     shim="$bdir/shim/librecompshim.so"
-elif [ "$dry" = 1 ]; then
+elif [ "$local_build" = 1 ]; then
     # Here the project builds as usual (doubles, megasim, analyzer).
     eval "$("$root/tools/bootstrap.sh")" || exit 2
     bdir="$root/build"
@@ -67,8 +75,19 @@ else
         { log "cc build of the shim failed (see validate.log)"; exit 2; }
 fi
 log "shim: $shim"
+fake_env=()
+if [ "$fake" = 1 ]; then
+    site="$("$root/tools/fake_gpu/install-torch.sh" "${RECOMPSHIM_TORCH_CACHE:-$root/build/torch-cache}")"
+    rc=$?
+    [ $rc = 0 ] || { log "no pinned PyTorch (install-torch.sh exit $rc)"; exit $rc; }
+    fake_dir="$bdir/tests/doubles/fake_gpu"
+    [ -f "$fake_dir/libcudart.so.13" ] || { log "fake GPU not built: $fake_dir"; exit 2; }
+    fake_env=(LD_LIBRARY_PATH="$fake_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+              PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONWARNINGS=ignore::UserWarning)
+    log "fake GPU: $fake_dir, PyTorch from $site"
+fi
 if [ "$dry" = 0 ]; then
-    if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    if ! env "${fake_env[@]}" "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
             >>"$out/validate.log" 2>&1; then
         log "no usable PyTorch with CUDA here ($py): run this on the GPU machine, or use --dry-run"
         exit 2
@@ -103,8 +122,8 @@ run_mode() {
              "$root/tools/gpu_validate/train.py" --mode "$mode" --out "$out")
     fi
     log "run $mode: ${env_extra[*]:-} ${cmd[*]}"
-    env "${env_extra[@]}" RECOMPSHIM_OUT="$tdir" LD_PRELOAD="$shim" \
-        timeout 120 "${cmd[@]}" >"$out/run-$mode.log" 2>&1
+    env "${fake_env[@]}" "${env_extra[@]}" RECOMPSHIM_OUT="$tdir" LD_PRELOAD="$shim" \
+        timeout 300 "${cmd[@]}" >"$out/run-$mode.log" 2>&1
     local rc=$?
     echo "$rc" > "$out/rc-$mode"
     log "run $mode: exit $rc"
@@ -115,7 +134,12 @@ for m in "${modes[@]}"; do
     [ -f "$out/counters-$m.json" ] || { log "run $m left no counters-$m.json (see run-$m.log)"; missing=1; }
 done
 
-# ---- the check (here when dry; on the build machine after a real run) ----
+# ---- the check (here when dry or fake; on the build machine after a real run) ----
+if [ "$fake" = 1 ]; then
+    touch "$out/fake-gpu"
+    "$py" "$root/tools/gpu-validate-check.py" --build-dir "$bdir" --markdown "$out/validation.md" "$out"
+    exit $?
+fi
 if [ "$dry" = 1 ]; then
     touch "$out/dry-run"
     "$py" "$root/tools/gpu-validate-check.py" --build-dir "$bdir" --markdown "$out/validation.md" "$out"

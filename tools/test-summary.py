@@ -62,6 +62,8 @@ def main(path):
             if not ok and f + c == 0:
                 failed += 1  # the binary itself failed (timeout, crash after synthesis)
         elif t.get("result") == "SKIP":
+            why = [l for l in out.splitlines() if "SKIP" in l]
+            print(f"SKIP {t.get('name')}: {why[-1] if why else 'no reason given'}")
             continue
         elif ok:
             passed += 1

@@ -351,7 +351,8 @@ round512(uint64_t x)
  * rounded up to 512 B, unless the caching allocator did not split the free
  * block it came from (CUDACachingAllocator's should_split: a block of the
  * small pool, <= 1 MiB, keeps a rest < 512 B; one of the large pool a rest
- * <= 1 MiB), when it is that whole free block. Frees merge with free
+ * <= 1 MiB; under expandable segments every pool splits a rest of 512 B or
+ * more), when it is that whole free block. Frees merge with free
  * neighbours, so the free block runs from the allocation (always at its
  * start) to the next live block or the end of the segment. */
 typedef struct u64vec {
@@ -363,6 +364,7 @@ typedef struct layout {
     u64vec live;              /* start addresses of live blocks */
     u64vec seg;               /* segment bases */
     uint64_t *segsz;          /* parallel to seg.v: segment sizes */
+    int expandable;           /* expandable segments (process-wide in PyTorch) */
 } layout;
 
 /* the first index whose value is > x */
@@ -458,7 +460,10 @@ layout_block(const layout *l, uint64_t addr, uint64_t r, int *known)
         return r;
     *known = 1;
     uint64_t rest = end - addr - r;
-    int unsplit = r <= ((uint64_t)1 << 20) ? rest < 512 : rest <= ((uint64_t)1 << 20);
+    /* should_split: the small pool and every pool under expandable segments
+     * split a rest of 512 B or more; the large pool only a rest > 1 MiB */
+    int unsplit = r <= ((uint64_t)1 << 20) || l->expandable ? rest < 512
+                                                             : rest <= ((uint64_t)1 << 20);
     return unsplit ? end - addr : r;
 }
 
@@ -728,6 +733,9 @@ index_segments(bld *b)
         }
         if (pk_int(pk_get(sg, "device"), &d) && d != b->dev)
             continue;
+        const pk_val *xp = pk_get(sg, "is_expandable");
+        if (xp && xp->type == PK_BOOL && xp->u.i)
+            b->lay.expandable = 1;
         if (seen_put(&b->endseg, (uint64_t)addr, (uint32_t)i, 1) < 0 ||
             layout_segment(&b->lay, (uint64_t)addr, (uint64_t)tsz) < 0)
             return B_OOM;
@@ -776,6 +784,8 @@ index_trace(bld *b)
                 seen_put(&b->last, (uint64_t)addr, (uint32_t)i, 1) < 0)
                 return B_OOM;
         } else if (!strncmp(a, "segment_", 8)) {
+            if (!strcmp(a, "segment_map") || !strcmp(a, "segment_unmap"))
+                b->lay.expandable = 1; /* only expandable segments map and unmap */
             int64_t ssz = 0;
             uint32_t had;
             pk_int(pk_get(e, "size"), &ssz);

@@ -8,10 +8,13 @@
  * the stream-ordered calls. Every function is also exported under its ABI
  * name, for dlsym (NCCL's static cudart, older PyTorch).
  *
- * State (its own, not shared with the mock libcudart; same MOCK_CUDA_*
- * variables through mock_state.c): per device a capacity, a context
- * counted from the first call on the device, and the live bytes of
- * cuMemAlloc/cuMemAllocAsync blocks and cuMemCreate handles.
+ * State: the device memory state of mock_state.c (capacity, a context
+ * counted from the first call on the device, live bytes), charged with the
+ * live bytes of cuMemAlloc/cuMemAllocAsync blocks and cuMemCreate handles.
+ * The mock libcudart and this library each compile their own copy of it
+ * (separate capacities, as megasim's doubles always had); the fake GPU
+ * (fake_gpu/) builds one copy into this library and its libcudart uses it:
+ * one device memory state for runtime and driver, as on a GPU.
  *
  *   cuMemAlloc/cuMemAllocAsync on device d: 0x600000000000 + (d << 40) up,
  *                       512-aligned, never reused
@@ -26,7 +29,10 @@
  * MOCK_CUDA_FAIL applies to the ABI names ("cuMemCreate@2=2").
  */
 #include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -57,8 +63,6 @@ static drv_entry g_vas[DRV_MAX_ENTRIES];      /* cuMemAddressReserve */
 static drv_entry g_maps[DRV_MAX_ENTRIES];     /* cuMemMap */
 static uint64_t g_next_alloc[MOCK_MAX_DEVICES];
 static uint64_t g_next_va[MOCK_MAX_DEVICES];
-static uint64_t g_live[MOCK_MAX_DEVICES];
-static int g_ctx_made[MOCK_MAX_DEVICES];
 static uint64_t g_next_handle = DRV_HANDLE_BASE + 1;
 static int g_initialized;
 
@@ -96,22 +100,12 @@ slot(drv_entry *t)
     return NULL;
 }
 
-static uint64_t
-used_locked(int dev)
-{
-    return (g_ctx_made[dev] ? mock_context_bytes() : 0) + g_live[dev];
-}
-
-/* Reserves size bytes of device memory on dev (caller holds g_lock). */
+/* Reserves size bytes of device memory on dev in the device memory state
+ * (mock_state.c: the context from the first call, capacity checks). */
 static CUresult
 charge_locked(int dev, uint64_t size)
 {
-    g_ctx_made[dev] = 1;
-    uint64_t used = used_locked(dev), cap = mock_capacity();
-    if (used > cap || size > cap - used)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    g_live[dev] += size;
-    return CUDA_SUCCESS;
+    return mock_charge(dev, size) == MOCK_OK ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 static CUresult
@@ -149,7 +143,7 @@ dev_free(CUdeviceptr p)
     pthread_mutex_lock(&g_lock);
     drv_entry *e = find(g_allocs, (uint64_t)p);
     if (e) {
-        g_live[e->dev] -= e->size;
+        mock_uncharge(e->dev, e->size);
         e->key = 0;
     }
     pthread_mutex_unlock(&g_lock);
@@ -200,7 +194,73 @@ cuDeviceGet(CUdevice *device, int ordinal)
     return CUDA_SUCCESS;
 }
 
+EXPORT CUresult CUDAAPI
+cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    CHECK_FAIL("cuDeviceGetAttribute");
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!mock_valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pi = mock_device_attr((int)attrib, dev);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult CUDAAPI
+cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    CHECK_FAIL("cuDeviceGetUuid_v2");
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!mock_valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct cudaDeviceProp p;
+    mock_device_props(dev, &p);
+    memcpy(uuid->bytes, p.uuid.bytes, sizeof uuid->bytes);
+    return CUDA_SUCCESS;
+}
+
+/* Error names: "CUDA_ERROR_<n>" for every code (the caller only prints them). */
+EXPORT CUresult CUDAAPI
+cuGetErrorName(CUresult error, const char **pStr)
+{
+    static __thread char buf[48];
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (error == CUDA_SUCCESS)
+        *pStr = "CUDA_SUCCESS";
+    else {
+        snprintf(buf, sizeof buf, "CUDA_ERROR_%d", (int)error);
+        *pStr = buf;
+    }
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult CUDAAPI
+cuGetErrorString(CUresult error, const char **pStr)
+{
+    static __thread char buf[64];
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(buf, sizeof buf, "mock driver error %d", (int)error);
+    *pStr = error == CUDA_SUCCESS ? "no error" : buf;
+    return CUDA_SUCCESS;
+}
+
 /* ---- contexts ---- */
+
+EXPORT CUresult CUDAAPI
+cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    CHECK_FAIL("cuDevicePrimaryCtxGetState");
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!mock_valid_device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *active = mock_device_touched(dev);
+    *flags = 0;
+    return CUDA_SUCCESS;
+}
 
 EXPORT CUresult CUDAAPI
 cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -210,9 +270,7 @@ cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!mock_valid_device(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&g_lock);
-    g_ctx_made[dev] = 1;
-    pthread_mutex_unlock(&g_lock);
+    mock_touch_device(dev);
     *pctx = (CUcontext)(uintptr_t)(DRV_CTX_BASE + (uint64_t)dev * DRV_CTX_STRIDE);
     return CUDA_SUCCESS;
 }
@@ -325,10 +383,8 @@ cuMemGetInfo_v2(size_t *free, size_t *total)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (!free || !total)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&g_lock);
-    g_ctx_made[d] = 1;
-    uint64_t used = used_locked(d), cap = mock_capacity();
-    pthread_mutex_unlock(&g_lock);
+    mock_touch_device(d);
+    uint64_t used = mock_device_used(d), cap = mock_capacity();
     *total = (size_t)cap;
     *free = (size_t)(used > cap ? 0 : cap - used);
     return CUDA_SUCCESS;
@@ -424,7 +480,7 @@ cuMemRelease(CUmemGenericAllocationHandle handle)
     pthread_mutex_lock(&g_lock);
     drv_entry *e = find(g_handles, (uint64_t)handle);
     if (e) {
-        g_live[e->dev] -= e->size;
+        mock_uncharge(e->dev, e->size);
         e->key = 0;
     }
     pthread_mutex_unlock(&g_lock);
@@ -515,6 +571,11 @@ static const proc procs[] = {
     { "cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2, NULL },
     { "cuGetProcAddress", 11030, (void *)cuGetProcAddress, NULL },
     { "cuDevicePrimaryCtxRetain", 7000, (void *)cuDevicePrimaryCtxRetain, NULL },
+    { "cuDevicePrimaryCtxGetState", 7000, (void *)cuDevicePrimaryCtxGetState, NULL },
+    { "cuDeviceGetAttribute", 2000, (void *)cuDeviceGetAttribute, NULL },
+    { "cuDeviceGetUuid", 11040, (void *)cuDeviceGetUuid_v2, NULL },
+    { "cuGetErrorName", 6000, (void *)cuGetErrorName, NULL },
+    { "cuGetErrorString", 6000, (void *)cuGetErrorString, NULL },
     { "cuCtxSetCurrent", 4000, (void *)cuCtxSetCurrent, NULL },
     { "cuCtxGetCurrent", 4000, (void *)cuCtxGetCurrent, NULL },
     { "cuCtxGetDevice", 2000, (void *)cuCtxGetDevice, NULL },
@@ -532,6 +593,31 @@ static const proc procs[] = {
     { "cuMemUnmap", 10020, (void *)cuMemUnmap, NULL },
     { "cuMemSetAccess", 10020, (void *)cuMemSetAccess, NULL },
 };
+
+/* A base name the table does not list: this library's own export of it,
+ * newest ABI suffix first (name_v3, name_v2, name), so that everything the
+ * library exports -- the fake GPU's generated stubs included -- is reachable
+ * by entry point as by dlsym. NULL when it exports none of them. */
+static void *
+exported(const char *base)
+{
+    static void *self;
+    Dl_info info;
+    if (!self && dladdr((void *)exported, &info) && info.dli_fname)
+        self = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (!self)
+        return NULL;
+    static const char *const suffixes[] = { "_v3", "_v2", "" };
+    char name[256];
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        if (snprintf(name, sizeof name, "%s%s", base, suffixes[i]) >= (int)sizeof name)
+            return NULL;
+        void *fn = dlsym(self, name);
+        if (fn)
+            return fn;
+    }
+    return NULL;
+}
 
 EXPORT CUresult CUDAAPI
 cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
@@ -552,6 +638,11 @@ cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t 
             continue;
         int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
         *pfn = ptsz && procs[i].fn_ptsz ? procs[i].fn_ptsz : procs[i].fn;
+        if (symbolStatus)
+            *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    if (!found && (*pfn = exported(symbol)) != NULL) {
         if (symbolStatus)
             *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
         return CUDA_SUCCESS;

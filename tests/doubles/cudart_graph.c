@@ -230,3 +230,18 @@ cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
     CHECK_FAIL("cudaGraphLaunch_ptsz");
     return launch(graphExec);
 }
+
+/* The calling thread's stream-capture interaction mode (starts global). */
+static __thread enum cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
+
+cudaError_t CUDARTAPI
+cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+{
+    CHECK_FAIL("cudaThreadExchangeStreamCaptureMode");
+    if (!mode || (unsigned)*mode > cudaStreamCaptureModeRelaxed)
+        return (cudaError_t)mock_set_error(MOCK_ERR_INVALID_VALUE);
+    enum cudaStreamCaptureMode old = t_capture_mode;
+    t_capture_mode = *mode;
+    *mode = old;
+    return cudaSuccess;
+}

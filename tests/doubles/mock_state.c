@@ -282,6 +282,45 @@ out:
 }
 
 int
+mock_charge(int dev, uint64_t size)
+{
+    if (!mock_valid_device(dev))
+        return MOCK_ERR_INVALID_DEVICE;
+    int rc = MOCK_OK;
+    pthread_mutex_lock(&g_lock);
+    mock_device *d = &g_dev[dev];
+    d->ctx = 1;
+    uint64_t used = g_ctx_bytes + d->live;
+    if (used > g_capacity || size > g_capacity - used)
+        rc = MOCK_ERR_MEMORY_ALLOCATION;
+    else
+        d->live += size;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+void
+mock_uncharge(int dev, uint64_t size)
+{
+    if (!mock_valid_device(dev))
+        return;
+    pthread_mutex_lock(&g_lock);
+    g_dev[dev].live -= size < g_dev[dev].live ? size : g_dev[dev].live;
+    pthread_mutex_unlock(&g_lock);
+}
+
+int
+mock_device_touched(int dev)
+{
+    if (!mock_valid_device(dev))
+        return 0;
+    pthread_mutex_lock(&g_lock);
+    int t = g_dev[dev].ctx;
+    pthread_mutex_unlock(&g_lock);
+    return t;
+}
+
+int
 mock_host_alloc(uint64_t size, int kind, void **out)
 {
     init();

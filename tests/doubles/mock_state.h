@@ -34,7 +34,15 @@
 #define MOCK_RUNTIME_VERSION 13000
 #define MOCK_DRIVER_VERSION  13000
 
+/* The state's functions are private to the library that compiles
+ * mock_state.c, except in the fake GPU (MOCK_STATE_EXPORT): there libcuda.so.1
+ * exports them and libcudart.so.13 calls them, so runtime and driver share
+ * one device memory state. */
+#ifdef MOCK_STATE_EXPORT
+#define MOCK_HIDDEN __attribute__((visibility("default")))
+#else
 #define MOCK_HIDDEN __attribute__((visibility("hidden")))
+#endif
 
 /* Error codes (cudaError_t values; kept numeric so driver/NCCL mocks can map them). */
 enum {
@@ -81,6 +89,14 @@ MOCK_HIDDEN void mock_touch_device(int dev);
  * MOCK_ERR_MEMORY_ALLOCATION with nothing allocated when it does not fit.
  * size 0 gives address 0 and success. */
 MOCK_HIDDEN int mock_dev_alloc(int dev, uint64_t size, int kind, uint64_t *out);
+/* Device memory without an address from this state (the driver's
+ * cuMemAlloc blocks and cuMemCreate handles): counted like DEVICE bytes, the
+ * context created; MOCK_ERR_MEMORY_ALLOCATION over capacity (nothing
+ * counted). Uncharging more than is live leaves 0. */
+MOCK_HIDDEN int mock_charge(int dev, uint64_t size);
+MOCK_HIDDEN void mock_uncharge(int dev, uint64_t size);
+/* 1 once the device's context exists (its first call). */
+MOCK_HIDDEN int mock_device_touched(int dev);
 /* Host-side allocation (kind MANAGED or HOST): real memory, registered. */
 MOCK_HIDDEN int mock_host_alloc(uint64_t size, int kind, void **out);
 /* Removes `ptr` if it is live and its kind is in `kind_mask` (1 << kind);
@@ -91,6 +107,10 @@ MOCK_HIDDEN int mock_release(uint64_t ptr, unsigned kind_mask, mock_alloc_info *
 /* Bytes on a device: the context (when created) plus live DEVICE and ASYNC. */
 MOCK_HIDDEN uint64_t mock_device_used(int dev);
 
+/* Device properties (mock_props.c; constants, no state): an H100 SXM5 with
+ * MOCK_CUDA_CAPACITY bytes. `props` is a struct cudaDeviceProp *. */
+MOCK_HIDDEN void mock_device_props(int dev, void *props);
+MOCK_HIDDEN int mock_device_attr(int attr, int dev);
 /* Memory pools: the default pool of each device (fixed fake handles). */
 MOCK_HIDDEN uint64_t mock_default_pool(int dev);
 MOCK_HIDDEN int mock_pool_device(uint64_t pool);           /* -1 unknown handle */

@@ -128,6 +128,50 @@ ncclCommAbort(ncclComm_t comm)
     return ncclCommDestroy(comm);
 }
 
+/* No communication, so no asynchronous error ever: ProcessGroupNCCL's
+ * watchdog polls this. */
+EXPORT ncclResult_t
+ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+{
+    if (!comm || !asyncError)
+        return ncclInvalidArgument;
+    *asyncError = ncclSuccess;
+    return ncclSuccess;
+}
+
+EXPORT const char *
+ncclGetLastError(ncclComm_t comm)
+{
+    (void)comm;
+    return "";
+}
+
+/* Nothing in flight: finalizing completes at once. */
+EXPORT ncclResult_t
+ncclCommFinalize(ncclComm_t comm)
+{
+    return comm ? ncclSuccess : ncclInvalidArgument;
+}
+
+/* Pre-multiplied sums (ProcessGroupNCCL's averaging): a new op number after
+ * the built-in ones (ncclNumOps), destroyed without state. */
+EXPORT ncclResult_t
+ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                         ncclScalarResidence_t residence, ncclComm_t comm)
+{
+    (void)datatype, (void)residence;
+    if (!op || !scalar || !comm)
+        return ncclInvalidArgument;
+    *op = (ncclRedOp_t)ncclNumOps;
+    return ncclSuccess;
+}
+
+EXPORT ncclResult_t
+ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
+{
+    return comm && (int)op >= (int)ncclNumOps ? ncclSuccess : ncclInvalidArgument;
+}
+
 EXPORT ncclResult_t
 ncclCommCount(const ncclComm_t comm, int *count)
 {

@@ -69,6 +69,29 @@ Test(driver, expandable_segments_by_version)
     done(&c, &r, &d);
 }
 
+Test(driver, expandable_segments_sample_memory)
+{
+    /* A job whose device memory comes only from cuMemCreate (PyTorch's
+     * expandable segments; found by the first real PyTorch run on the fake
+     * GPU, issue 13) still gets its memory sample: the first successful
+     * cuMemCreate is followed by one MEMINFO sample taken, like the runtime
+     * hooks' samples, with cudaMemGetInfo, which p_driver itself never
+     * calls. Its answer is the mock runtime's (80 GiB, a 512 MiB context):
+     * megasim's mock runtime and driver keep separate memory states
+     * (tests/doubles/README.md), so the 20 MiB handle is not in it. */
+    it_ctx c;
+    it_run r;
+    it_dump d;
+    run_mode(&c, &r, &d, "vmm", DRV_ENV("RECOMPSHIM_MEMINFO_MS=1000000"));
+    /* One sample (the first of the file is due at once, the next not for
+     * 1000 s), right after the first handle: (it_select leaves samples out,
+     * so they are counted here.) */
+    cr_expect_eq(it_count_fields(&d, "MEMINFO reason=sample"), 1);
+    cr_expect_eq(it_count_fields(&d, "MEMINFO reason=sample dev=0 free=85362475008 total=85899345920 status=0"), 1,
+                 "the sample after the first cuMemCreate: the runtime's capacity - context");
+    done(&c, &r, &d);
+}
+
 Test(driver, async_and_linear_by_runtime_getters)
 {
     /* cuMemAllocAsync/FreeAsync by the default and per-thread flags, the

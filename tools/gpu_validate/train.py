@@ -6,9 +6,10 @@ Run by tools/gpu-validate.sh under LD_PRELOAD=librecompshim.so with torchrun
 PyTorch's own view of memory -- the oracles the shim's trace is checked
 against (docs/validation/README.md) -- to OUT/counters-MODE.json:
 
-  native, expandable  max_memory_allocated / max_memory_reserved, the
-                      allocator's stats, and a memory-history snapshot of
-                      the loop (OUT/snapshot-MODE.pickle, for our importer)
+  native, expandable  max_memory_allocated (of the loop and of each
+                      iteration) / max_memory_reserved, the allocator's
+                      stats, and a memory-history snapshot of the loop
+                      (OUT/snapshot-MODE.pickle, for our importer)
   async               memory_stats() (pool attributes) and
                       max_memory_allocated where the backend supports it
   nocache             the peak of live tensor bytes, counted here by a
@@ -162,10 +163,18 @@ def main():
         free, total = torch.cuda.mem_get_info()
         request = total * 2
         counters["oom_request_bytes"] = request
+        # PyTorch's own record of the failed allocation: the OOM observer gets
+        # the bytes the caching allocator asked the device for.
+        seen = []
+        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach:
+            attach(lambda device, alloc, device_allocated, device_free: seen.append(int(alloc)))
         try:
             torch.empty(request, dtype=torch.uint8, device=dev)
         except torch.OutOfMemoryError as e:
             counters["oom_message"] = str(e).splitlines()[0]
+            if seen:
+                counters["oom_observer_bytes"] = seen[0]
             json.dump(counters, open(os.path.join(a.out, f"counters-{a.mode}.json"), "w"),
                       indent=1)
             print(f"train.py: OOM as intended: {counters['oom_message']}", file=sys.stderr)
@@ -184,7 +193,11 @@ def main():
         for p in model.parameters():
             live.track(p)
         live.__enter__()
+    iter_peaks = []
     for it in range(a.iterations):
+        # Each iteration's own peak (the analyzer's per-iteration peaks are
+        # checked against it): the counter restarts at the iteration's start.
+        torch.cuda.reset_peak_memory_stats()
         nvtx.range_push(f"ProfilerStep#{it}")
         tokens = torch.randint(0, 32000, (a.batch, a.seq), device=dev)
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -197,11 +210,15 @@ def main():
         nvtx.range_pop()
         opt.zero_grad(set_to_none=True)
         nvtx.range_pop()
+        iter_peaks.append(torch.cuda.max_memory_allocated())
     torch.cuda.synchronize()
     if live:
         live.__exit__(None, None, None)
         counters["live_tensor_peak_bytes"] = live.peak
-    counters["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+    # The loop's peak: the largest iteration peak (the counter was restarted
+    # at each iteration's start, and nothing allocates between iterations).
+    counters["max_memory_allocated"] = max(iter_peaks + [torch.cuda.max_memory_allocated()])
+    counters["iteration_max_memory_allocated"] = iter_peaks
     counters["max_memory_reserved"] = torch.cuda.max_memory_reserved()
     counters["memory_stats"] = {k: v for k, v in torch.cuda.memory_stats().items()
                                 if isinstance(v, (int, float))}
