@@ -66,6 +66,8 @@ SCENARIOS = {
     "main": (MAIN, None, []),
     "main-full-block-2": (MAIN + ["--recompute-granularity", "full", "--recompute-method",
                                   "block", "--recompute-num-layers", "2"], None, []),
+    "main-full-block-3": (MAIN + ["--recompute-granularity", "full", "--recompute-method",
+                                  "block", "--recompute-num-layers", "3"], None, []),
     "main-selective-mlp": (MAIN + ["--recompute-granularity", "selective",
                                    "--recompute-modules", "mlp"], None, []),
     "acc-llama3-8b": (SMALL["llama3-8b"] + PROFILE, None, []),
@@ -107,6 +109,12 @@ SCENARIOS = {
     "retention-control": (SMALLJOB + ["--global-batch-size", "8", "--recompute-granularity",
                                       "selective", "--recompute-modules", "mlp"] + PROFILE,
                           24, []),
+}
+
+# matched comparisons (recomp-analyze compare CONTROL CANDIDATE...) of the
+# scenarios above: name -> [control, candidates...]
+COMPARISONS = {
+    "compare-main": ["main", "main-full-block-3", "main-full-block-2", "main-selective-mlp"],
 }
 
 # real traces recorded by others (RECOMP_FIXTURES: the fixtures folder beside

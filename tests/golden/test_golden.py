@@ -51,7 +51,8 @@ def ok(cond, name, detail=""):
 # what differs between two runs of the same simulated job, or between two
 # checkouts of the repository
 RUN_MASKS = [
-    (re.compile(r"(?:/[^\s,()\"']*/)?[^\s/,()\"']*-a\d+/+"), "<rundir>/"),
+    (re.compile(r"(?:/[^\s,()\"']*/)?[^\s/,()\"']*-a\d+(/+|(?=[\s,()\"':]|$))", re.M),
+     lambda m: "<rundir>/" if m.group(1) else "<rundir>"),
     (re.compile(r"run_id=\S+"), "run_id=<run>"),
     (re.compile(r"rank(\d+)-[^\s/\"]+-\d+\.rstrace"), r"rank\1-<host>-<pid>.rstrace"),
     (re.compile(r"host [^\s,]+, pid \d+"), "host <host>, pid <pid>"),
@@ -95,7 +96,13 @@ def mask_json(v, masks, run):
 
 
 def analyze(target, extra, as_json):
-    args = [ANALYZE] + (["--json"] if as_json else []) + list(extra) + [target]
+    """recomp-analyze on one target, or `compare` on a list of run directories"""
+    targets = ["compare"] + list(target) if isinstance(target, list) else [target]
+    if isinstance(target, list):
+        args = [ANALYZE] + targets[:1] + (["--json"] if as_json else []) + list(extra) + \
+            targets[1:]
+    else:
+        args = [ANALYZE] + (["--json"] if as_json else []) + list(extra) + [target]
     p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return p.returncode, p.stdout, p.stderr
 
@@ -132,8 +139,11 @@ def compare(name, kind, got):
     return ok(got == want, "%s %s identical" % (name, kind), diff[:6000])
 
 
-def run_scenario(name, flags, capacity, extra):
+def run_scenario(name, flags, capacity, extra, keep):
+    """megasim's job under the shim, its reports compared; the run directory
+    is returned (and its folder kept for the caller to remove) when keep"""
     out = tempfile.mkdtemp(prefix="golden.")
+    kept = None
     try:
         # cudaMemGetInfo samples are rate-limited by wall time: one an hour
         # leaves the capacity sample, megasim's own calls and the OOMs, the
@@ -153,8 +163,12 @@ def run_scenario(name, flags, capacity, extra):
         text, js = report(runs[0], extra, RUN_MASKS, True)
         compare(name, "txt", "job exit %d\n%s" % (p.returncode, text))
         compare(name, "json", js)
+        if keep:
+            kept = runs[0]
     finally:
-        shutil.rmtree(out, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(out, ignore_errors=True)
+    return kept
 
 
 def fixture_name(rel):
@@ -162,9 +176,23 @@ def fixture_name(rel):
 
 
 def main():
+    wanted = {r for c in scenarios.COMPARISONS.values() for r in c}
+    runs = {}
     for name, (flags, capacity, extra) in scenarios.SCENARIOS.items():
-        if not ONLY or name in ONLY:
-            run_scenario(name, flags, capacity, extra)
+        if not ONLY or name in ONLY or name in wanted:
+            runs[name] = run_scenario(name, flags, capacity, extra, name in wanted)
+    # matched comparisons of those runs (recomp-analyze compare CONTROL CANDIDATE...)
+    for name, members in scenarios.COMPARISONS.items():
+        if ONLY and name not in ONLY:
+            continue
+        dirs = [runs.get(m) for m in members]
+        if ok(all(dirs), "%s: its runs exist" % name):
+            text, js = report(dirs, [], RUN_MASKS, True)
+            compare(name, "txt", text)
+            compare(name, "json", js)
+    for d in runs.values():
+        if d:
+            shutil.rmtree(os.path.dirname(d), ignore_errors=True)
     have = FIXTURES and os.path.isdir(FIXTURES)
     if not have:
         print("# SKIP real fixtures: %s not found (it sits beside the source tree in a "
