@@ -263,6 +263,8 @@ int adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errl
 void adv_verdict_free(adv_verdict *v);
 
 /* internals shared by the advisor's files */
+/* Append a finding (code, subtype, rank or -1, evidence from fmt) to v;
+ * silently dropped when out of memory (advisor_findings.c). */
 void adv_finding_add(adv_verdict *v, const char *code, const char *subtype, int rank,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 int adv_triage(am_job *j, adv_trace *tr, adv_verdict *v);
