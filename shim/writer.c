@@ -637,18 +637,39 @@ rs_writer_after_failed_exec(void)
         writer_reset();
 }
 
+/* The shim's one lock order, outermost first. A thread may take a lock
+ * only while it holds none ranked at or below it (docs/reliability.md):
+ *   1 g_w.open_mu         file creation (rs_trace_open; writes the startup
+ *                         records, replays the intern table: takes 3, 4, 5)
+ *   2 NVTX registry lock  domains and registered strings (interns: 3)
+ *   3 intern table lock   a new string (writes its record: 4, 5, 6)
+ *   4 module list lock    MODULE records at chunk claims (claims: 5)
+ *   5 g_w.fd_mu           reopening a trace descriptor the job closed
+ *   6 NVTX stack pool     a thread's range stack (leaf)
+ * fork() runs the prepare handler below, which takes all six in this
+ * order, so a fork never waits for a lock while holding one ranked below
+ * it (the deadlock of #11: prepare took 3 then 1 while rs_trace_open held
+ * 1 and waited for 3). The child holds them all: it re-initialises them,
+ * the parent releases them. */
 static void
 atfork_prepare(void)
 {
-    rs_intern_atfork_prepare();
     pthread_mutex_lock(&g_w.open_mu);
+    rs_nvtx_atfork_prepare();
+    rs_intern_atfork_prepare();
+    rs_modules_atfork_prepare();
+    pthread_mutex_lock(&g_w.fd_mu);
+    rs_nvtx_atfork_prepare_leaf();
 }
 
 static void
 atfork_parent(void)
 {
-    pthread_mutex_unlock(&g_w.open_mu);
+    rs_nvtx_atfork_parent();
+    pthread_mutex_unlock(&g_w.fd_mu);
+    rs_modules_atfork_parent();
     rs_intern_atfork_parent();
+    pthread_mutex_unlock(&g_w.open_mu);
 }
 
 /* The child gets a fresh writer: no file until it touches CUDA itself.
@@ -660,6 +681,7 @@ atfork_child(void)
     pthread_mutex_init(&g_w.fd_mu, NULL);
     rs_intern_atfork_child();
     rs_modules_atfork_child();
+    rs_nvtx_atfork_child();
     if (rs_writer_state() == RS_W_OPEN)
         writer_reset();
     atomic_fetch_add(&g_w.gen, 1);
