@@ -97,7 +97,8 @@ maybe_sample(void)
     uint64_t last = atomic_load_explicit(&g_last_sample_ns, memory_order_relaxed);
     rs_file_header *h = rs_writer_header();
     /* The first sample of a file is due at once: it gives the capacity. */
-    if (now - last < every && !(h && !h->device_capacity))
+    if (now - last < every &&
+        !(h && !__atomic_load_n(&h->device_capacity, __ATOMIC_RELAXED)))
         return;
     if (!atomic_compare_exchange_strong(&g_last_sample_ns, &last, now))
         return;
