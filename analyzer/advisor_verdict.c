@@ -23,6 +23,7 @@
 
 #include "advisor.h"
 #include "report.h"
+#include "grow.h"
 
 void adv_trace_debug(const adv_trace *t);
 
@@ -680,7 +681,7 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
     }
     /* the verdict */
     if (v->ncands > 1)
-        qsort(v->cands, v->ncands, sizeof *v->cands, cand_cost_cmp);
+        am_sort(v->cands, v->ncands, sizeof *v->cands, cand_cost_cmp);
     /* the least replay cost that fits; a setting holding a label judged
      * ineffective only when nothing else fits */
     int pick = -1;

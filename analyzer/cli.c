@@ -17,6 +17,7 @@
 #include "advisor.h"
 #include "analysis.h"
 #include "report.h"
+#include "grow.h"
 
 typedef struct paths {
     char **v;
@@ -100,7 +101,7 @@ scan_dir(const char *dir, paths *out, int depth)
         }
     }
     closedir(d);
-    qsort(local.v, local.n, sizeof *local.v, cmp_str);
+    am_sort(local.v, local.n, sizeof *local.v, cmp_str);
     int rc = 0;
     for (size_t i = 0; i < local.n; i++) {
         struct stat st, lst;
@@ -375,7 +376,7 @@ main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    qsort(job.ranks, job.nranks, sizeof *job.ranks, rank_cmp);
+    am_sort(job.ranks, job.nranks, sizeof *job.ranks, rank_cmp);
     /* --iteration K must name an iteration every analysed rank has */
     if (iteration >= 0) {
         int missing = 0;

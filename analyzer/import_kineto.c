@@ -385,7 +385,7 @@ flush_run(pstate *p)
     kin *k = p->k;
     if (!p->nbuf)
         return 0;
-    qsort(p->buf, p->nbuf, sizeof *p->buf, rec_cmp);
+    am_sort(p->buf, p->nbuf, sizeof *p->buf, rec_cmp);
     run *r = realloc(k->runs, (k->nruns + 1) * sizeof *r);
     if (!r)
         return -1;

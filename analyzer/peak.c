@@ -23,6 +23,7 @@
 #include "analysis.h"
 #include "live.h"
 #include "timeline.h"
+#include "grow.h"
 
 /* A copy of a live set at a peak event (pass 2). */
 typedef struct snapshot {
@@ -215,7 +216,7 @@ group_entries(const am_rank *r, const live_ent *const *ents, size_t n, am_group 
         g[i] = (am_group){ents[i]->phase, ents[i]->boundary,
                           report_layer(r, ents[i]->boundary, ents[i]->layer),
                           r->by_site ? ents[i]->site : 0, ents[i]->size, 1};
-    qsort(g, n, sizeof *g, group_key_cmp);
+    am_sort(g, n, sizeof *g, group_key_cmp);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (k && group_key_cmp(&g[k - 1], &g[i]) == 0) {
@@ -225,7 +226,7 @@ group_entries(const am_rank *r, const live_ent *const *ents, size_t n, am_group 
             g[k++] = g[i];
         }
     }
-    qsort(g, k, sizeof *g, group_bytes_cmp);
+    am_sort(g, k, sizeof *g, group_bytes_cmp);
     *out = g;
     *nout = k;
     return 0;
@@ -402,7 +403,7 @@ take_snapshots(sweep *s)
         if (!sn->ents)
             continue;
         LIVE_FOREACH(l, e) sn->ents[sn->n++] = *e;
-        qsort(sn->ents, sn->n, sizeof *sn->ents, ent_seq_cmp);
+        am_sort(sn->ents, sn->n, sizeof *sn->ents, ent_seq_cmp);
     }
 }
 

@@ -27,6 +27,7 @@
 #include "catalog.h"
 #include "model.h"
 #include "trace_reader.h"
+#include "grow.h"
 
 typedef struct mod_range {
     uint64_t lo, hi;
@@ -456,7 +457,7 @@ load_modules(native *n)
         n->mods[i].lib = (uint8_t)am_catalog_lib(mi->path, mi->path_len);
     }
     n->nmods = nm;
-    qsort(n->mods, nm, sizeof *n->mods, mod_cmp);
+    am_sort(n->mods, nm, sizeof *n->mods, mod_cmp);
     return 0;
 }
 

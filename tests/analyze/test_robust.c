@@ -19,7 +19,7 @@ path_in(const char *dir, const char *name)
 {
     char *p = malloc(strlen(dir) + strlen(name) + 2);
     sprintf(p, "%s/%s", dir, name);
-    return p;
+    return ab_keep(p);
 }
 
 static yajl_val
