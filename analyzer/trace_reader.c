@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "grow.h"
+
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "recompshim traces are little-endian and this reader reads them in place"
 #endif
@@ -317,11 +319,12 @@ fits(uint32_t size, uint32_t fixed, uint64_t a, uint64_t b)
     return (uint64_t)fixed + a + b <= (uint64_t)size;
 }
 
-/* Validate the record at byte `pos` of chunk `c` (record `idx` there).
- * On success stores it in *out and returns 0; else sets r->err, -1. */
-static int
-check_record(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx,
-             const rs_record_header **out)
+/* Step 1 of check_record: the record's frame. Its header fits the
+ * chunk's used bytes; its size is non-zero, 8-aligned, within the used
+ * bytes and at least its kind's fixed size; its kind is known. Returns the
+ * header, or NULL with r->err set (naming the offset). */
+static const rs_record_header *
+check_frame(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx)
 {
     uint64_t off = c->offset + sizeof(rs_chunk_header) + pos;
     uint32_t left = c->used - pos;
@@ -329,37 +332,47 @@ check_record(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx,
         rec_err(r, off, c, idx, 0,
                 "record header (16 bytes) overruns the chunk's used bytes (%" PRIu32 " left)",
                 left);
-        return -1;
+        return NULL;
     }
     const rs_record_header *h = (const rs_record_header *)(const void *)(r->base + off);
     uint32_t kind = h->kind, size = h->size;
     if (size == 0) {
         rec_err(r, off, c, idx, kind, "record size 0");
-        return -1;
+        return NULL;
     }
     if (size % RS_RECORD_ALIGN) {
         rec_err(r, off, c, idx, kind, "record size %" PRIu32 " is not a multiple of 8", size);
-        return -1;
+        return NULL;
     }
     uint32_t fixed = rs_kind_fixed_size(kind);
     if (!fixed) {
         rec_err(r, off, c, idx, kind,
                 "unknown record kind %" PRIu32 " (format %u.%u knows kinds 1..%zu)", kind,
                 RS_TRACE_VERSION_MAJOR, RS_TRACE_VERSION_MINOR, NELEM(k_kind_names) - 1);
-        return -1;
+        return NULL;
     }
     if (size > left) {
         rec_err(r, off, c, idx, kind,
                 "record size %" PRIu32 " overruns the chunk's used bytes (%" PRIu32 " left)",
                 size, left);
-        return -1;
+        return NULL;
     }
     if (size < fixed) {
         rec_err(r, off, c, idx, kind,
                 "record size %" PRIu32 " is smaller than the fixed size %" PRIu32, size, fixed);
-        return -1;
+        return NULL;
     }
+    return h;
+}
 
+/* Step 2 of check_record: the fields of a framed record at file offset
+ * `off`, one case per record kind (codes in range, inner lengths within
+ * the record). 0 valid, -1 with r->err set (naming the field's offset). */
+static int
+check_fields(rs_reader *r, const rd_chunk *c, uint64_t off, uint32_t idx,
+             const rs_record_header *h)
+{
+    uint32_t kind = h->kind, size = h->size, fixed = rs_kind_fixed_size(kind);
     const void *p = h;
     switch ((enum rs_record_kind)kind) {
     case RS_REC_ALLOC: {
@@ -546,6 +559,19 @@ check_record(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx,
     case RS_REC_POOL_ATTR:
         break;
     }
+    return 0;
+}
+
+/* Validate the record at byte `pos` of chunk `c` (record `idx` there): its
+ * frame, then its fields. On success stores it in *out and returns 0; else
+ * sets r->err (naming the file offset of the damage) and returns -1. */
+static int
+check_record(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx,
+             const rs_record_header **out)
+{
+    const rs_record_header *h = check_frame(r, c, pos, idx);
+    if (!h || check_fields(r, c, c->offset + sizeof(rs_chunk_header) + pos, idx, h) != 0)
+        return -1;
     *out = h;
     return 0;
 }
@@ -578,7 +604,7 @@ static void
 sort_defs(rd_defs *d)
 {
     if (d->n > 1)
-        qsort(d->v, d->n, sizeof *d->v, cmp_def);
+        am_sort(d->v, d->n, sizeof *d->v, cmp_def);
 }
 
 /* The last definition (in sort order) with `key`, or NULL. */
@@ -676,6 +702,40 @@ cmp_mod(const void *a, const void *b, void *ctx)
 /* ---- open ---- */
 
 /* Check the file header; fills r->hdr. 0 ok, -1 with r->err set. */
+/* The header's checksum (format 1.2 on): the fields written at creation
+ * must be what the shim wrote. Older traces have none: a warning says their
+ * header is not verified. 0 ok, -1 with r->err set. */
+static int
+check_header_checksum(rs_reader *r)
+{
+    const rs_file_header *h = &r->hdr;
+    if (h->version_minor < RS_TRACE_MINOR_HEADER_CHECKSUM && h->header_checksum) {
+        /* older writers left these bytes zero (the header page's unused tail) */
+        set_err(r, offsetof(rs_file_header, version_minor),
+                "format %u.%u header with a header checksum (written from %u.%u on): "
+                "the version field is damaged", h->version_major, h->version_minor,
+                RS_TRACE_VERSION_MAJOR, RS_TRACE_MINOR_HEADER_CHECKSUM);
+        return -1;
+    }
+    if (h->version_minor < RS_TRACE_MINOR_HEADER_CHECKSUM) {
+        /* a warning lost to out of memory loses only the note */
+        (void)add_warning(r, "format %u.%u: written before header checksums (%u.%u), its "
+                             "header fields are not verified", h->version_major,
+                          h->version_minor, RS_TRACE_VERSION_MAJOR,
+                          RS_TRACE_MINOR_HEADER_CHECKSUM);
+        return 0;
+    }
+    uint64_t want = rs_header_checksum(h);
+    if (h->header_checksum != want) {
+        set_err(r, offsetof(rs_file_header, header_checksum),
+                "header checksum mismatch (stored 0x%016" PRIx64 ", computed 0x%016" PRIx64
+                " over bytes 0..%zu): a header field written at creation is damaged",
+                h->header_checksum, want, sizeof(rs_file_header) - 1);
+        return -1;
+    }
+    return 0;
+}
+
 static int
 check_header(rs_reader *r)
 {
@@ -763,7 +823,7 @@ check_header(rs_reader *r)
                 h->chunks_published, h->chunk_size, need, r->size);
         return -1;
     }
-    return 0;
+    return check_header_checksum(r);
 }
 
 /* Check chunk k's header; 1 = valid chunk stored in *c, 0 = unclaimed

@@ -613,7 +613,12 @@ init_header(const char *run_dir)
     atomic_store(&g_w.limit_hit, 0);
     rs_header_fill(g_w.hdr, run_dir);
     g_w.hdr->reserved_chunks = (uint32_t)tail;
-    /* Magic last: a reader never sees a half-written header as valid. */
+    /* The checksum covers the magic as it will read. Magic last: a reader
+     * never sees a half-written header as valid. */
+    rs_file_header sum;
+    memcpy(&sum, g_w.hdr, sizeof sum);
+    memcpy(sum.magic, RS_TRACE_MAGIC, RS_TRACE_MAGIC_LEN);
+    g_w.hdr->header_checksum = rs_header_checksum(&sum);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     memcpy(g_w.hdr->magic, RS_TRACE_MAGIC, RS_TRACE_MAGIC_LEN);
 }
