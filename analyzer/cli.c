@@ -149,6 +149,8 @@ usage(FILE *f)
             "  --config FILE   the job's Megatron config (TransformerConfig field names,\n"
             "                  YAML or JSON) when its settings are not on the command line\n"
             "  --no-advice     skip the recompute advisor\n"
+            "  --salvage       read every chunk of a damaged native trace that checks out,\n"
+            "                  skip the rest; the rank is marked COVERAGE: INCOMPLETE\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
             "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank\n");
 }
@@ -217,7 +219,8 @@ main(int argc, char **argv)
         {"iteration", required_argument, 0, 'i'}, {"top", required_argument, 0, 't'},
         {"help", no_argument, 0, 'h'},          {"budget", required_argument, 0, 'B'},
         {"headroom", required_argument, 0, 'H'}, {"config", required_argument, 0, 'C'},
-        {"no-advice", no_argument, 0, 'N'},     {0, 0, 0, 0},
+        {"no-advice", no_argument, 0, 'N'},     {"salvage", no_argument, 0, 'S'},
+        {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "jr:i:t:h", lo, NULL)) != -1) {
@@ -257,6 +260,9 @@ main(int argc, char **argv)
             break;
         case 'N':
             advice = 0;
+            break;
+        case 'S':
+            am_source_set_salvage(1);
             break;
         case 'h':
             usage(stdout);

@@ -170,6 +170,8 @@ typedef struct am_meta {
     int window_never_opened;  /* the source says the window never opened */
     int window_opened, window_closed;
     uint64_t window_open_ns, window_close_ns; /* first open, last close */
+    uint32_t salvaged_chunks; /* --salvage: damaged chunks skipped */
+    uint64_t salvage_lost_bytes; /* their record bytes */
 } am_meta;
 
 /* ---- the source interface ---- */
@@ -210,6 +212,10 @@ const am_importer *am_sniff(const char *path);
 /* Open `path` with the importer that recognises it. 0 ok; -1 with a line
  * in err (unknown format: says what the file is not). */
 int am_source_open(const char *path, am_source **out, char *err, size_t errlen);
+/* --salvage: native traces are opened with RS_READ_SALVAGE (damaged chunks
+ * skipped, am_meta.salvaged_chunks counts them). Off by default. */
+void am_source_set_salvage(int on);
+int am_source_salvage(void);
 
 /* Stream helpers (dispatch through ops). */
 static inline int am_next(am_source *s, am_event *ev) { return s->ops->next(s, ev); }

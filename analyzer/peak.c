@@ -679,8 +679,9 @@ coverage(am_rank *r, const am_meta *m)
     am_coverage *c = &r->coverage;
     c->capped = m->limit_hit;
     c->windowed = m->window_kind != 0;
-    c->complete = !c->capped && !c->windowed;
+    c->complete = !c->capped && !c->windowed && !m->salvaged_chunks;
     c->status = c->complete ? "complete"
+                : m->salvaged_chunks       ? "salvaged"
                 : c->capped && c->windowed ? "capped_windowed"
                 : c->capped                ? "capped"
                                            : "windowed";
@@ -695,11 +696,19 @@ coverage(am_rank *r, const am_meta *m)
              "start%s", m->closed ? " to its exit" : " to its last published record");
         return;
     }
+    if (m->salvaged_chunks) {
+        SUM("salvaged: %" PRIu32 " damaged chunk(s) skipped", m->salvaged_chunks);
+        MEAN("--salvage skipped %" PRIu32 " damaged chunk(s) (about %" PRIu64 " bytes of "
+             "records, the warnings name each one's offset and damage): their threads' "
+             "events in those spans are missing, so allocations may look unfreed or frees "
+             "unmatched, and peaks, phases and the advisor's figures describe only what was "
+             "read. ", m->salvaged_chunks, m->salvage_lost_bytes);
+    }
     if (c->capped) {
         if (m->limit_ns)
-            SUM("capped at %.3f s", (double)m->limit_ns / 1e9);
+            SUM("%scapped at %.3f s", k ? ", " : "", (double)m->limit_ns / 1e9);
         else
-            SUM("capped (time unknown)");
+            SUM("%scapped (time unknown)", k ? ", " : "");
         MEAN("RECOMPSHIM_MAX_BYTES=%" PRIu64 " stopped recording", m->max_bytes);
         if (m->limit_ns)
             MEAN(" at %.3f s", (double)m->limit_ns / 1e9);

@@ -39,6 +39,20 @@ am_sniff(const char *path)
     return NULL;
 }
 
+static int g_salvage;
+
+void
+am_source_set_salvage(int on)
+{
+    g_salvage = on;
+}
+
+int
+am_source_salvage(void)
+{
+    return g_salvage;
+}
+
 int
 am_source_open(const char *path, am_source **out, char *err, size_t errlen)
 {

@@ -239,6 +239,12 @@ struct rs_reader {
     char **warnings;
     size_t nwarnings;
     char err[640];
+
+    int salvage;              /* RS_READ_SALVAGE: skip damaged chunks */
+    uint32_t skipped_chunks;  /* chunks skipped by salvage */
+    uint64_t lost_bytes;      /* their record bytes (as their headers claim) */
+    uint32_t unsealed_chunks; /* read without a checksum (a killed process's last) */
+    uint64_t unsealed_records;
 };
 
 /* Grow *v (elements of `elem` bytes) to hold n+1; 0 ok, -1 out of memory. */
@@ -915,6 +921,26 @@ scan_chunk(rs_reader *r, const rd_chunk *c, uint32_t record_count)
     return 0;
 }
 
+/* --salvage: chunk k did not check out (r->err says where and why). Skip
+ * it, note what is lost, and clear the error. 0, or -1 out of memory. */
+static int
+salvage_skip(rs_reader *r, uint32_t k)
+{
+    const rs_file_header *fh = &r->hdr;
+    uint64_t off = (uint64_t)fh->header_size + (uint64_t)k * fh->chunk_size;
+    uint32_t used, payload = fh->chunk_size - (uint32_t)sizeof(rs_chunk_header);
+    memcpy(&used, r->base + off + offsetof(rs_chunk_header, used), 4);
+    if (used > payload)
+        used = payload;
+    r->skipped_chunks++;
+    r->lost_bytes += used;
+    char why[640];
+    snprintf(why, sizeof why, "%s", r->err);
+    r->err[0] = '\0';
+    return add_warning(r, "salvage: skipped chunk %" PRIu32 " (%" PRIu32
+                          " bytes of records): %s", k, used, why);
+}
+
 static int
 load(rs_reader *r)
 {
@@ -942,22 +968,40 @@ load(rs_reader *r)
     for (uint32_t k = 0; k < h->chunks_published; k++) {
         rd_chunk c;
         int rc = check_chunk(r, k, &c);
-        if (rc < 0)
-            return -1;
         if (rc == 0) {
             if (!unclaimed++)
                 first_unclaimed = (uint64_t)h->header_size + (uint64_t)k * h->chunk_size;
             continue;
         }
-        uint32_t record_count;
-        memcpy(&record_count, r->base + c.offset + offsetof(rs_chunk_header, record_count), 4);
-        if (scan_chunk(r, &c, record_count))
-            return -1;
+        if (rc > 0) {
+            uint32_t record_count;
+            memcpy(&record_count, r->base + c.offset + offsetof(rs_chunk_header, record_count),
+                   4);
+            uint64_t before = r->nrecords;
+            rc = scan_chunk(r, &c, record_count) ? -1 : 1;
+            if (rc > 0 && !(c.flags & RS_CHUNK_SEALED)) {
+                r->unsealed_chunks++;
+                r->unsealed_records += r->nrecords - before;
+            }
+        }
+        if (rc < 0) {
+            if (!r->salvage || salvage_skip(r, k) < 0)
+                return -1;
+            continue;
+        }
         r->chunks[r->nchunks++] = c;
     }
     if (unclaimed)
         add_warning(r, "offset %" PRIu64 ": %" PRIu32 " chunk(s) claimed but not initialised "
                        "(magic 0): skipped", first_unclaimed, unclaimed);
+    if (r->unsealed_chunks)
+        add_warning(r, "%" PRIu32 " unsealed chunk(s) (no checksum: a killed process's last "
+                       "chunks): their %" PRIu64 " record(s) were each checked for kind, size "
+                       "and field ranges, not against a checksum",
+                    r->unsealed_chunks, r->unsealed_records);
+    if (r->skipped_chunks)
+        add_warning(r, "INCOMPLETE (--salvage): %" PRIu32 " damaged chunk(s) skipped, about %"
+                       PRIu64 " bytes of records lost", r->skipped_chunks, r->lost_bytes);
 
     sort_defs(&r->strings);
     sort_defs(&r->domains);
@@ -1020,6 +1064,20 @@ finish_open(rs_reader *r, rs_reader **out, char *err, size_t errlen)
 int
 rs_reader_open(const char *path, rs_reader **out, char *err, size_t errlen)
 {
+    return rs_reader_open_flags(path, 0, out, err, errlen);
+}
+
+void
+rs_reader_salvaged(const rs_reader *r, uint32_t *chunks, uint64_t *bytes)
+{
+    *chunks = r->skipped_chunks;
+    *bytes = r->lost_bytes;
+}
+
+int
+rs_reader_open_flags(const char *path, unsigned flags, rs_reader **out, char *err,
+                     size_t errlen)
+{
     char line[640];
     *out = NULL;
     rs_reader *r = new_reader(path);
@@ -1027,6 +1085,7 @@ rs_reader_open(const char *path, rs_reader **out, char *err, size_t errlen)
         put_err(err, errlen, "out of memory");
         return RS_READ_ESYS;
     }
+    r->salvage = (flags & RS_READ_SALVAGE) != 0;
     /* O_NONBLOCK: a FIFO must not block the open; fstat rejects it below */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;

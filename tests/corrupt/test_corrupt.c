@@ -488,3 +488,27 @@ Test(corrupt, older_minor_without_checksum_read_with_note)
     rs_reader_close(r);
     tb_free(b.t);
 }
+
+/* #11: records of an unsealed chunk (a killed process's last) are each
+ * validated, and their number is stated; a damaged one is named by offset. */
+Test(corrupt, unsealed_chunk_records_counted_and_checked)
+{
+    base b = build_base();
+    rs_chunk_header *ch = tb_chunk_header(b.t, 0);
+    ch->flags &= ~RS_CHUNK_SEALED;
+    ch->checksum = 0;
+    ch->checksum_len = 0;
+    b.len = tb_finish(b.t, 0);
+    rs_reader *r;
+    char err[640];
+    cr_assert_eq(rs_reader_open_mem(b.t->buf, b.len, "u", &r, err, sizeof err), 0, "%s", err);
+    int stated = 0;
+    for (size_t i = 0; i < rs_reader_warning_count(r); i++)
+        stated |= strstr(rs_reader_warning(r, i), "1 unsealed chunk(s)") &&
+                  strstr(rs_reader_warning(r, i), "their 9 record(s) were each checked");
+    cr_expect(stated, "the unsealed chunk's records are not counted in a warning");
+    rs_reader_close(r);
+    /* a kind out of range inside it: named by the record's offset */
+    set16(&b, b.alloc + offsetof(rs_record_header, kind), 999);
+    expect_corrupt(&b, b.len, b.alloc, "unknown record kind 999");
+}
