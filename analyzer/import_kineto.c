@@ -48,6 +48,7 @@
 /* Longest JSON string accepted (bytes): far above any event name or
  * argument torch.profiler writes. */
 #define KINETO_MAX_STRING (16 << 20)
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "catalog.h"
@@ -1401,11 +1402,16 @@ kin_open(const char *path, am_source **out, char *err, size_t errlen)
     yajl_config(p->h, yajl_allow_comments, 0);
     enum { ZB = 1 << 16 };
     int in_str = 0, esc = 0;
-    uint64_t str_len = 0;
+    uint64_t str_len = 0, inflated = 0;
+    struct stat fst;
+    am_import_limit lim;
+    am_import_limit_init(&lim, stat(path, &fst) == 0 ? (uint64_t)fst.st_size : 0);
     zbuf = malloc(ZB);
     if (!zbuf)
         goto oom;
     for (;;) {
+        if (am_import_limit_check(&lim, path, inflated, p->chunk_off, err, errlen) < 0)
+            goto fail;
         int got = gzread(g, zbuf, ZB);
         if (got < 0) {
             int zerr;
@@ -1424,6 +1430,7 @@ kin_open(const char *path, am_source **out, char *err, size_t errlen)
             }
             break;
         }
+        inflated += (uint64_t)got;
         /* yajl re-lexes a token that spans its input buffers from the
          * token's start, so one huge string costs time quadratic in its
          * length (a 2 MB gzip can hold GiBs of one string): refuse strings

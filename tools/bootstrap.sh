@@ -21,6 +21,8 @@ have_pc yajl || need+=(libyajl-dev)
 have_pc criterion || need+=(libcriterion-dev)
 have_pc libunwind || need+=(libunwind-dev)
 [ -f /usr/include/uthash.h ] || need+=(uthash-dev)
+# the fuzz tier (tools/fuzz.sh) builds its targets with clang's libFuzzer
+[ "${RS_NEED_CLANG:-0}" = 1 ] && ! have_cmd clang && need+=(clang)
 
 if [ ${#need[@]} -gt 0 ]; then
     say "installing: ${need[*]}"
