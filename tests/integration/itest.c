@@ -100,7 +100,12 @@ it_spawn(it_ctx *c, it_run *r, const char *outdir, const char *const *argv, cons
     char san[3][1024];
     for (size_t i = 0; i < 3; i++) {
         const char *v = getenv(san_vars[i]);
-        if (v && snprintf(san[i], sizeof san[i], "%s=%s", san_vars[i], v) < (int)sizeof san[i])
+        size_t k = strlen(san_vars[i]);
+        int own = 0; /* a test's own setting replaces the inherited one */
+        for (size_t j = 0; env && env[j]; j++)
+            own |= !strncmp(env[j], san_vars[i], k) && env[j][k] == '=';
+        if (v && !own &&
+            snprintf(san[i], sizeof san[i], "%s=%s", san_vars[i], v) < (int)sizeof san[i])
             envp[ne++] = san[i];
     }
     if (outdir) {

@@ -31,7 +31,15 @@ stress_once(int run)
     it_ctx c;
     it_run r;
     it_init(&c);
-    it_run_prog(&c, &r, c.out, IT_ARGV(IT_PROG("p_stress")), NULL);
+    /* Under the sanitizer tier: LeakSanitizer's exit-time check in a child
+     * forked from a multi-threaded process cannot stop the parent's threads
+     * ("Running thread ... was not suspended") and can hang (1 run in 40
+     * seen): leak checking off for this program only; ASan and UBSan stay. */
+    char asan[1200] = "RS_UNUSED=1";
+    const char *ao = getenv("ASAN_OPTIONS");
+    if (ao)
+        snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s:detect_leaks=0", ao);
+    it_run_prog(&c, &r, c.out, IT_ARGV(IT_PROG("p_stress")), IT_ENV(asan));
     cr_assert(r.exited && r.code == 0, "run %d: exit %d signal %d (SIGALRM 14 = a hang)\n%s%s",
               run, r.code, r.sig, r.out, r.err);
     cr_assert(strstr(r.out, "done") != NULL, "run %d: %s", run, r.out);
