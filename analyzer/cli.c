@@ -24,6 +24,7 @@
 #include "compare.h"
 #include "gates.h"
 #include "report.h"
+#include "grow.h"
 
 typedef struct paths {
     char **v;
@@ -107,7 +108,7 @@ scan_dir(const char *dir, paths *out, int depth)
         }
     }
     closedir(d);
-    qsort(local.v, local.n, sizeof *local.v, cmp_str);
+    am_sort(local.v, local.n, sizeof *local.v, cmp_str);
     int rc = 0;
     for (size_t i = 0; i < local.n; i++) {
         struct stat st, lst;
@@ -172,6 +173,8 @@ usage(FILE *f)
             "                  the output is the same for every N)\n"
             "  -h, --help      this text on stdout\n"
             "  --version       the project version, the trace format and JSON schema versions\n"
+            "  --salvage       read every chunk of a damaged native trace that checks out,\n"
+            "                  skip the rest; the rank is marked COVERAGE: INCOMPLETE\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
             "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank,\n"
             "      3 a --fail-on gate failed (one summary line on stderr)\n");
@@ -236,6 +239,7 @@ parse_args(int argc, char **argv, cli *o)
         {"html", required_argument, 0, 'W'},    {"perfetto", required_argument, 0, 'P'},
         {"jobs", required_argument, 0, 'J'},
         {"version", no_argument, 0, 'V'},
+        {"salvage", no_argument, 0, 'S'},
         {0, 0, 0, 0},
     };
     char err[256];
@@ -303,6 +307,9 @@ parse_args(int argc, char **argv, cli *o)
                 fprintf(stderr, "recomp-analyze: --fail-on: %s\n", err);
                 return 1;
             }
+            break;
+        case 'S':
+            am_source_set_salvage(1);
             break;
         case 'h':
             usage(stdout);
@@ -602,7 +609,7 @@ sorted:
                 r->files.n);
         return 1;
     }
-    qsort(j->ranks, j->nranks, sizeof *j->ranks, rank_cmp);
+    am_sort(j->ranks, j->nranks, sizeof *j->ranks, rank_cmp);
     return 0;
 }
 

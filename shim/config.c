@@ -88,7 +88,8 @@ rs_sanitize_name(char *dst, size_t cap, const char *src)
         return;
     for (; src && src[i] && i + 1 < cap; i++) {
         unsigned char c = (unsigned char)src[i];
-        dst[i] = (isalnum(c) || c == '.' || c == '_' || c == '-') ? (char)c : '_';
+        int keep = isalnum(c) || c == '_' || c == '-' || (c == '.' && i > 0);
+        dst[i] = keep ? (char)c : '_';
     }
     dst[i] = '\0';
 }
@@ -132,6 +133,9 @@ set_STR(const char *name, const char *v, const char *dflt)
 {
     const char *val = v ? v : dflt;
     if (!strcmp(name, "RECOMPSHIM_OUT")) {
+        /* A longer path is refused at file creation (one stderr line),
+         * never cut to a different directory. */
+        g_rs_cfg.out_dir_len = strlen(*val ? val : dflt);
         snprintf(g_rs_cfg.out_dir, sizeof g_rs_cfg.out_dir, "%s", *val ? val : dflt);
     } else if (!strcmp(name, "RECOMPSHIM_WINDOW")) {
         if (*val && rs_parse_window(val, &g_rs_cfg.window_kind, &g_rs_cfg.window_a,

@@ -9,6 +9,7 @@
 
 typedef struct rs_config {
     char out_dir[PATH_MAX];      /* RECOMPSHIM_OUT */
+    size_t out_dir_len;          /* its full length: >= PATH_MAX is refused */
     int disable;                 /* RECOMPSHIM_DISABLE */
     uint64_t max_bytes;          /* RECOMPSHIM_MAX_BYTES, 0 = unlimited */
     uint32_t window_kind;        /* enum rs_window_kind */
@@ -47,7 +48,9 @@ RS_HIDDEN int rs_parse_size(const char *s, uint64_t *out);
 RS_HIDDEN int rs_parse_window(const char *s, uint32_t *kind, uint64_t *a, uint64_t *b);
 
 /* Copy `src` to `dst` (size `cap`) keeping only [A-Za-z0-9._-]; other
- * bytes become '_'. Used for every name derived from the environment. */
+ * bytes become '_', and so does a leading '.': the result is always one
+ * path component that stays where it is put (never ".", "..", a hidden
+ * name or a '/'). Used for every name derived from the environment. */
 RS_HIDDEN void rs_sanitize_name(char *dst, size_t cap, const char *src);
 
 #endif

@@ -327,6 +327,18 @@ rs_modules_refresh(void)
 }
 
 void
+rs_modules_atfork_prepare(void)
+{
+    pthread_mutex_lock(&g_mod.mu);
+}
+
+void
+rs_modules_atfork_parent(void)
+{
+    pthread_mutex_unlock(&g_mod.mu);
+}
+
+void
 rs_modules_atfork_child(void)
 {
     pthread_mutex_init(&g_mod.mu, NULL);

@@ -99,7 +99,8 @@ rs_meminfo_due(void)
     uint64_t now = t_rs.last_ns ? t_rs.last_ns : rs_now_ns();
     uint64_t last = atomic_load_explicit(&g_last_sample_ns, memory_order_relaxed);
     rs_file_header *h = rs_writer_header();
-    if (now - last < every && !(h && !h->device_capacity))
+    if (now - last < every &&
+        !(h && !__atomic_load_n(&h->device_capacity, __ATOMIC_RELAXED)))
         return 0;
     return atomic_compare_exchange_strong(&g_last_sample_ns, &last, now);
 }

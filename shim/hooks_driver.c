@@ -507,7 +507,11 @@ RS_HIDDEN void *rs_real_dlsym;
 RS_HIDDEN void *rs_resolve_real_dlsym(void);
 RS_HIDDEN void *rs_dlsym_handle(void *handle, const char *name);
 
-void *
+/* Sanitizer runtimes (ASan, TSan) call dlsym(RTLD_NEXT, ...) from their
+ * own start-up, before they can run instrumented code: the first such call
+ * lands here through the trampoline, so this function is built without
+ * sanitizer instrumentation and touches nothing else of the shim's. */
+__attribute__((no_sanitize("address", "thread", "undefined"))) void *
 rs_resolve_real_dlsym(void)
 {
     void *p = __atomic_load_n(&rs_real_dlsym, __ATOMIC_ACQUIRE);

@@ -209,10 +209,30 @@ stack_release(void *p)
     pthread_mutex_unlock(&g_pool_lock);
 }
 
-/* A fork child has only the forking thread: make sure a pool lock held by
- * another thread at fork time does not stay locked forever. */
-static void
-stack_atfork_child(void)
+/* Fork: the writer's handlers (writer.c) take every shim lock in the one
+ * lock order; the registry lock is rank 2, the pool lock rank 6 (a leaf).
+ * A fork child has only the forking thread: it re-initialises both. */
+void
+rs_nvtx_atfork_prepare(void)
+{
+    pthread_mutex_lock(&g_reg_lock);
+}
+
+void
+rs_nvtx_atfork_prepare_leaf(void)
+{
+    pthread_mutex_lock(&g_pool_lock);
+}
+
+void
+rs_nvtx_atfork_parent(void)
+{
+    pthread_mutex_unlock(&g_pool_lock);
+    pthread_mutex_unlock(&g_reg_lock);
+}
+
+void
+rs_nvtx_atfork_child(void)
 {
     pthread_mutex_init(&g_pool_lock, NULL);
     pthread_mutex_init(&g_reg_lock, NULL);
@@ -222,7 +242,6 @@ static void
 stack_once(void)
 {
     g_stack_key_ok = pthread_key_create(&g_stack_key, stack_release) == 0;
-    pthread_atfork(NULL, NULL, stack_atfork_child);
 }
 
 /* The calling thread's stack, taking one from the pool at first use;
@@ -1050,7 +1069,7 @@ rs_nvtx_setup_env(void)
     Dl_info info;
     const char *cur = getenv(var);
 
-    /* Key and atfork handler now, while the process is single-threaded. */
+    /* The key now, while the process is single-threaded. */
     pthread_once(&g_stack_once, stack_once);
 
     memset(&info, 0, sizeof info);

@@ -209,8 +209,11 @@ rs_record_meminfo(uint32_t reason, uint64_t free_bytes, uint64_t total_bytes, in
                   int status)
 {
     rs_file_header *h = rs_writer_header();
-    if (h && status == 0 && total_bytes && !h->device_capacity)
-        h->device_capacity = total_bytes;
+    uint64_t unset = 0;
+    /* Threads sample concurrently: the first capacity seen stays. */
+    if (h && status == 0 && total_bytes)
+        __atomic_compare_exchange_n(&h->device_capacity, &unset, total_bytes, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     if (status == 0)
         note_device(device);
     if (reason != RS_MEMINFO_OOM && !rs_recording())

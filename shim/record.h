@@ -139,6 +139,14 @@ RS_HIDDEN void rs_nvtx_replay_definitions(void);
  * NVTX ranges this thread pushed before the file existed, as NVTX_PUSH
  * records with RS_NVTX_PRE_TRACE in aux. */
 RS_HIDDEN void rs_nvtx_thread_attach(void);
+/* Called by the writer's fork handlers, which take every shim lock in the
+ * one lock order (writer.c, docs/reliability.md): the NVTX registry lock
+ * (rank 2) in prepare, the stack pool lock (rank 6) in prepare_leaf;
+ * released in parent, re-initialised in child. */
+RS_HIDDEN void rs_nvtx_atfork_prepare(void);
+RS_HIDDEN void rs_nvtx_atfork_prepare_leaf(void);
+RS_HIDDEN void rs_nvtx_atfork_parent(void);
+RS_HIDDEN void rs_nvtx_atfork_child(void);
 
 /* Called from the shim's constructor: set NVTX_INJECTION64_PATH to the
  * shim's own absolute path unless set; an inherited value resolving to the

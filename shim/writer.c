@@ -197,6 +197,7 @@ thread_exit(void *arg)
 }
 
 static void write_limit_record(void);
+static void init_header(const char *run_dir);
 
 /* The trace file's descriptor, checked: a job may close every descriptor
  * (daemons, closefrom) and reuse the number for its own file. The shim must
@@ -484,11 +485,37 @@ refuse_dir(const char *dir, const char *why)
     rs_disable(msg, 0);
 }
 
-/* Create the run directory and the trace file; map the header. */
+/* Refuse (one stderr line, the job runs untraced) an output path that
+ * does not fit: RECOMPSHIM_OUT longer than a path may be, or the whole
+ * trace path (with room for an exec's "-x<n>" suffix). Never cut it: a cut
+ * path is a different directory. Returns 1 when refused. */
 static int
-create_file(void)
+path_refused(const char *out, const char *run_dir, const char *file)
 {
-    const char *out = g_rs_cfg.out_dir;
+    char msg[160];
+    if (g_rs_cfg.out_dir_len >= sizeof g_rs_cfg.out_dir) {
+        snprintf(msg, sizeof msg, "RECOMPSHIM_OUT is %zu bytes, longer than a path may be (%d)",
+                 g_rs_cfg.out_dir_len, PATH_MAX - 1);
+        rs_disable(msg, ENAMETOOLONG);
+        return 1;
+    }
+    size_t total = strlen(out) + 1 + strlen(run_dir) + 1 + strlen(file) + sizeof "-x99";
+    if (total >= PATH_MAX) {
+        snprintf(msg, sizeof msg,
+                 "the trace path under RECOMPSHIM_OUT would be %zu bytes, longer than a path "
+                 "may be (%d)", total, PATH_MAX - 1);
+        rs_disable(msg, ENAMETOOLONG);
+        return 1;
+    }
+    return 0;
+}
+
+/* Create RECOMPSHIM_OUT (when missing) and the run directory in it, both
+ * checked (ours, not writable by others). Returns the run directory's
+ * descriptor, or -1 with the shim disabled. */
+static int
+open_run_dir(const char *out, const char *run_dir)
+{
     int err = mkdir_parents(out);
     if (err) {
         char msg[PATH_MAX + 64];
@@ -514,8 +541,6 @@ create_file(void)
         close(dfd);
         return -1;
     }
-    char run_dir[128], file[256];
-    rs_trace_names(run_dir, sizeof run_dir, file, sizeof file);
     if (mkdirat(dfd, run_dir, 0700) != 0 && errno != EEXIST) {
         rs_disable("cannot create the run directory", errno);
         close(dfd);
@@ -536,36 +561,82 @@ create_file(void)
         close(rfd);
         return -1;
     }
-    /* The name is taken when this pid already wrote a trace in this run:
-     * the process exec'ed (same pid, new program). Number the next one. */
-    int fd = openat(rfd, file, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
+    return rfd;
+}
+
+/* Give the finished file (under the hidden name tmp) its trace name, never
+ * replacing a file: the name is taken when this pid already wrote a trace
+ * in this run (the process exec'ed: same pid, new program), then the next
+ * "-x<n>" is tried. Updates file; returns 0 or an errno. */
+static int
+publish_name(int rfd, const char *tmp, char *file, size_t cap)
+{
     char base[256];
     snprintf(base, sizeof base, "%.*s", (int)(strlen(file) - strlen(".rstrace")), file);
-    for (int n = 1; fd < 0 && errno == EEXIST && n < 100; n++) {
-        snprintf(file, sizeof file, "%.240s-x%d.rstrace", base, n);
-        fd = openat(rfd, file, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
+    for (int n = 0; n < 100; n++) {
+        if (n)
+            snprintf(file, cap, "%.240s-x%d.rstrace", base, n);
+        if (renameat2(rfd, tmp, rfd, file, RENAME_NOREPLACE) == 0)
+            return 0;
+        if (errno == EEXIST)
+            continue;
+        if (errno != EINVAL && errno != ENOSYS)
+            return errno;
+        /* no RENAME_NOREPLACE on this file system: link, then unlink */
+        if (linkat(rfd, tmp, rfd, file, 0) == 0) {
+            unlinkat(rfd, tmp, 0);
+            return 0;
+        }
+        if (errno != EEXIST)
+            return errno;
+    }
+    return EEXIST;
+}
+
+/* Create the trace file in the run directory: under a hidden temporary
+ * name (".<file>.part", not a trace name) until the header is complete,
+ * then renamed, so a kill during creation leaves no file that looks like a
+ * damaged trace. Fills g_w.fd, g_w.hdr, g_w.path. Returns 0 or -1 (the
+ * shim disabled, nothing left behind but a .part file after a kill). */
+static int
+create_trace(int rfd, const char *out, const char *run_dir, char *file, size_t cap)
+{
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, ".%s.part", file);
+    int fd = openat(rfd, tmp, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        /* left by a process with this pid killed while creating its trace */
+        unlinkat(rfd, tmp, 0);
+        fd = openat(rfd, tmp, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
     }
     if (fd < 0) {
         rs_disable("cannot create the trace file", errno);
-        close(rfd);
         return -1;
     }
-    snprintf(g_w.path, sizeof g_w.path, "%s/%s/%s", out, run_dir, file);
     int rc = posix_fallocate(fd, 0, RS_HEADER_SIZE);
     void *h = rc == 0 ? mmap(NULL, RS_HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                       : MAP_FAILED;
     if (h == MAP_FAILED) {
         int e = rc ? rc : errno;
-        /* leave no empty, unreadable trace behind */
-        unlinkat(rfd, file, 0);
-        close(rfd);
+        unlinkat(rfd, tmp, 0);
         close(fd);
         rs_disable(e == ENOSPC ? "cannot create the trace header: the disk is full"
                                : "cannot map the trace header",
                    e);
         return -1;
     }
-    close(rfd);
+    g_w.hdr = h;
+    init_header(run_dir);
+    int err = publish_name(rfd, tmp, file, cap);
+    if (err) {
+        unlinkat(rfd, tmp, 0);
+        munmap(h, RS_HEADER_SIZE);
+        g_w.hdr = NULL;
+        close(fd);
+        rs_disable("cannot name the trace file", err);
+        return -1;
+    }
+    snprintf(g_w.path, sizeof g_w.path, "%s/%s/%s", out, run_dir, file);
     struct stat fst;
     if (fstat(fd, &fst) == 0) {
         g_w.dev = fst.st_dev;
@@ -577,10 +648,15 @@ create_file(void)
         fd = hi;
     }
     g_w.fd = fd;
-    g_w.hdr = h;
-    /* The file stays within RECOMPSHIM_MAX_BYTES (whole chunks; at least
-     * the header and two chunks, 516 KiB): events fill all but the reserved
-     * tail. */
+    return 0;
+}
+
+/* Fill the mapped header (g_w.hdr) and the chunk limits. The file stays
+ * within RECOMPSHIM_MAX_BYTES (whole chunks; at least the header and two
+ * chunks, 516 KiB): events fill all but the reserved tail. */
+static void
+init_header(const char *run_dir)
+{
     uint64_t max_chunks = UINT32_MAX - 1, tail = 0;
     if (g_rs_cfg.max_bytes) {
         uint64_t n = g_rs_cfg.max_bytes > RS_HEADER_SIZE
@@ -601,10 +677,31 @@ create_file(void)
     atomic_store(&g_w.limit_hit, 0);
     rs_header_fill(g_w.hdr, run_dir);
     g_w.hdr->reserved_chunks = (uint32_t)tail;
-    /* Magic last: a reader never sees a half-written header as valid. */
+    /* The checksum covers the magic as it will read. Magic last: a reader
+     * never sees a half-written header as valid. */
+    rs_file_header sum;
+    memcpy(&sum, g_w.hdr, sizeof sum);
+    memcpy(sum.magic, RS_TRACE_MAGIC, RS_TRACE_MAGIC_LEN);
+    g_w.hdr->header_checksum = rs_header_checksum(&sum);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     memcpy(g_w.hdr->magic, RS_TRACE_MAGIC, RS_TRACE_MAGIC_LEN);
-    return 0;
+}
+
+/* Create the run directory and the trace file; map the header. */
+static int
+create_file(void)
+{
+    const char *out = g_rs_cfg.out_dir;
+    char run_dir[128], file[256];
+    rs_trace_names(run_dir, sizeof run_dir, file, sizeof file);
+    if (path_refused(out, run_dir, file))
+        return -1;
+    int rfd = open_run_dir(out, run_dir);
+    if (rfd < 0)
+        return -1;
+    int rc = create_trace(rfd, out, run_dir, file, sizeof file);
+    close(rfd);
+    return rc;
 }
 
 int
@@ -701,18 +798,39 @@ rs_writer_after_failed_exec(void)
         writer_reset();
 }
 
+/* The shim's one lock order, outermost first. A thread may take a lock
+ * only while it holds none ranked at or below it (docs/reliability.md):
+ *   1 g_w.open_mu         file creation (rs_trace_open; writes the startup
+ *                         records, replays the intern table: takes 3, 4, 5)
+ *   2 NVTX registry lock  domains and registered strings (interns: 3)
+ *   3 intern table lock   a new string (writes its record: 4, 5, 6)
+ *   4 module list lock    MODULE records at chunk claims (claims: 5)
+ *   5 g_w.fd_mu           reopening a trace descriptor the job closed
+ *   6 NVTX stack pool     a thread's range stack (leaf)
+ * fork() runs the prepare handler below, which takes all six in this
+ * order, so a fork never waits for a lock while holding one ranked below
+ * it (the deadlock of #11: prepare took 3 then 1 while rs_trace_open held
+ * 1 and waited for 3). The child holds them all: it re-initialises them,
+ * the parent releases them. */
 static void
 atfork_prepare(void)
 {
-    rs_intern_atfork_prepare();
     pthread_mutex_lock(&g_w.open_mu);
+    rs_nvtx_atfork_prepare();
+    rs_intern_atfork_prepare();
+    rs_modules_atfork_prepare();
+    pthread_mutex_lock(&g_w.fd_mu);
+    rs_nvtx_atfork_prepare_leaf();
 }
 
 static void
 atfork_parent(void)
 {
-    pthread_mutex_unlock(&g_w.open_mu);
+    rs_nvtx_atfork_parent();
+    pthread_mutex_unlock(&g_w.fd_mu);
+    rs_modules_atfork_parent();
     rs_intern_atfork_parent();
+    pthread_mutex_unlock(&g_w.open_mu);
 }
 
 /* The child gets a fresh writer: no file until it touches CUDA itself.
@@ -724,6 +842,7 @@ atfork_child(void)
     pthread_mutex_init(&g_w.fd_mu, NULL);
     rs_intern_atfork_child();
     rs_modules_atfork_child();
+    rs_nvtx_atfork_child();
     if (rs_writer_state() == RS_W_OPEN)
         writer_reset();
     atomic_fetch_add(&g_w.gen, 1);

@@ -65,6 +65,8 @@ RS_HIDDEN void rs_header_write_startup_records(void);
  * at OOM and at exit; dl_iterate_phdr takes only the loader's list lock,
  * never the lock held while constructors run. */
 RS_HIDDEN void rs_modules_refresh(void);
+RS_HIDDEN void rs_modules_atfork_prepare(void);
+RS_HIDDEN void rs_modules_atfork_parent(void);
 RS_HIDDEN void rs_modules_atfork_child(void);
 /* Provided by header.c: the run directory name and the file name. */
 RS_HIDDEN void rs_trace_names(char *run_dir, size_t run_cap, char *file, size_t file_cap);

@@ -23,6 +23,8 @@ have_pc libunwind || need+=(libunwind-dev)
 have_pc libdw || need+=(libdw-dev)
 have_cmd groff || need+=(groff-base)
 [ -f /usr/include/uthash.h ] || need+=(uthash-dev)
+# the fuzz tier (tools/fuzz.sh) builds its targets with clang's libFuzzer
+[ "${RS_NEED_CLANG:-0}" = 1 ] && ! have_cmd clang && need+=(clang)
 
 if [ ${#need[@]} -gt 0 ]; then
     say "installing: ${need[*]}"

@@ -122,7 +122,7 @@ run_mode() {
              "$root/tools/gpu_validate/train.py" --mode "$mode" --out "$out")
     fi
     log "run $mode: ${env_extra[*]:-} ${cmd[*]}"
-    env "${fake_env[@]}" "${env_extra[@]}" RECOMPSHIM_OUT="$tdir" LD_PRELOAD="$shim" \
+    env "${fake_env[@]}" "${env_extra[@]}" RECOMPSHIM_OUT="$tdir" LD_PRELOAD="${RS_SANITIZER_RUNTIME:+$RS_SANITIZER_RUNTIME }$shim" \
         timeout 300 "${cmd[@]}" >"$out/run-$mode.log" 2>&1
     local rc=$?
     echo "$rc" > "$out/rc-$mode"

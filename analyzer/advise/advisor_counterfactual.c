@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "advisor.h"
+#include "grow.h"
 
 enum { C_T = 1, C_O, C_I, C_D };
 
@@ -476,7 +477,7 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
     if ((s->labels || s->full_method) && build_units(&c, cfg, s) < 0)
         goto out;
     if (c.nin > 1)
-        qsort(c.in, c.nin, sizeof *c.in, ins_cmp);
+        am_sort(c.in, c.nin, sizeof *c.in, ins_cmp);
 
     /* projection window: the last complete iteration, or the last iteration
      * when no optimizer step happened */
@@ -562,7 +563,7 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
                         xe[nxe++] = (xev){xr->f_anchor, xr->f_seq, xr->id, 0, 0};
                 }
                 if (nxe > 1)
-                    qsort(xe, nxe, sizeof *xe, xev_cmp);
+                    am_sort(xe, nxe, sizeof *xe, xev_cmp);
             }
             size_t ei = 0;
             for (uint32_t q = u->b; q < u->e; q++) {
@@ -1029,7 +1030,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
         x->npre = npre;
     }
     if (nu > 1)
-        qsort(u, nu, sizeof *u, uu_cmp);
+        am_sort(u, nu, sizeof *u, uu_cmp);
     *units = (int)nu;
     /* backward-thread allocations in order */
     size_t nbal = 0;
@@ -1196,7 +1197,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
         xr[r].f_anchor = NP(xr[r].f_anchor);
     }
     if (nxr > 1)
-        qsort(xr, nxr, sizeof *xr, xr_cmp);
+        am_sort(xr, nxr, sizeof *xr, xr_cmp);
     {
         uint64_t sum = 0, mx = 0;
         for (size_t r = 0; r < nxr; r++) {

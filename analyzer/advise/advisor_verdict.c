@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "advisor.h"
+#include "grow.h"
 
 void adv_trace_debug(const adv_trace *t);
 
@@ -993,7 +994,7 @@ run_choose(run_state *st)
 {
     adv_verdict *v = st->v;
     if (v->ncands > 1)
-        qsort(v->cands, v->ncands, sizeof *v->cands, cand_cost_cmp);
+        am_sort(v->cands, v->ncands, sizeof *v->cands, cand_cost_cmp);
     /* clear fits first, then settings that fit only without the error bound
      * (marginal, said so); each without an ineffective label first */
     st->pick = -1;

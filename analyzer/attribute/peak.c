@@ -23,6 +23,7 @@
 #include "analysis.h"
 #include "live.h"
 #include "timeline.h"
+#include "grow.h"
 
 /* A copy of a live set at a peak event (pass 2). */
 typedef struct snapshot {
@@ -215,7 +216,7 @@ group_entries(const am_rank *r, const live_ent *const *ents, size_t n, am_group 
         g[i] = (am_group){ents[i]->phase, ents[i]->boundary,
                           report_layer(r, ents[i]->boundary, ents[i]->layer),
                           r->by_site ? ents[i]->site : 0, ents[i]->size, 1};
-    qsort(g, n, sizeof *g, group_key_cmp);
+    am_sort(g, n, sizeof *g, group_key_cmp);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (k && group_key_cmp(&g[k - 1], &g[i]) == 0) {
@@ -225,7 +226,7 @@ group_entries(const am_rank *r, const live_ent *const *ents, size_t n, am_group 
             g[k++] = g[i];
         }
     }
-    qsort(g, k, sizeof *g, group_bytes_cmp);
+    am_sort(g, k, sizeof *g, group_bytes_cmp);
     *out = g;
     *nout = k;
     return 0;
@@ -405,7 +406,7 @@ take_snapshots(sweep *s)
         if (!sn->ents)
             continue;
         LIVE_FOREACH(l, e) sn->ents[sn->n++] = *e;
-        qsort(sn->ents, sn->n, sizeof *sn->ents, ent_seq_cmp);
+        am_sort(sn->ents, sn->n, sizeof *sn->ents, ent_seq_cmp);
     }
 }
 
@@ -705,8 +706,9 @@ coverage(am_rank *r, const am_meta *m)
     am_coverage *c = &r->coverage;
     c->capped = m->limit_hit;
     c->windowed = m->window_kind != 0;
-    c->complete = !c->capped && !c->windowed;
+    c->complete = !c->capped && !c->windowed && !m->salvaged_chunks;
     c->status = c->complete ? "complete"
+                : m->salvaged_chunks       ? "salvaged"
                 : c->capped && c->windowed ? "capped_windowed"
                 : c->capped                ? "capped"
                                            : "windowed";
@@ -721,11 +723,19 @@ coverage(am_rank *r, const am_meta *m)
              "start%s", m->closed ? " to its exit" : " to its last published record");
         return;
     }
+    if (m->salvaged_chunks) {
+        SUM("salvaged: %" PRIu32 " damaged chunk(s) skipped", m->salvaged_chunks);
+        MEAN("--salvage skipped %" PRIu32 " damaged chunk(s) (about %" PRIu64 " bytes of "
+             "records, the warnings name each one's offset and damage): their threads' "
+             "events in those spans are missing, so allocations may look unfreed or frees "
+             "unmatched, and peaks, phases and the advisor's figures describe only what was "
+             "read. ", m->salvaged_chunks, m->salvage_lost_bytes);
+    }
     if (c->capped) {
         if (m->limit_ns)
-            SUM("capped at %.3f s", (double)m->limit_ns / 1e9);
+            SUM("%scapped at %.3f s", k ? ", " : "", (double)m->limit_ns / 1e9);
         else
-            SUM("capped (time unknown)");
+            SUM("%scapped (time unknown)", k ? ", " : "");
         MEAN("RECOMPSHIM_MAX_BYTES=%" PRIu64 " stopped recording", m->max_bytes);
         if (m->limit_ns)
             MEAN(" at %.3f s", (double)m->limit_ns / 1e9);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "analysis.h"
 #include "recomp/jobid.h"
 
@@ -92,7 +93,7 @@ am_job_check_concurrent(am_source *const *srcs, size_t n, char *err, size_t errn
     if (!v)
         return 0;
     memcpy(v, srcs, n * sizeof *v);
-    qsort(v, n, sizeof *v, cmp_start);
+    am_sort(v, n, sizeof *v, cmp_start);
     size_t last = 0; /* the source that reaches furthest so far */
     int rc = 0;
     for (size_t i = 1; i < n && !rc; i++) {

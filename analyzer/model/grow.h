@@ -1,4 +1,4 @@
-/* grow.h: the analyzer's one growable-array helper. */
+/* grow.h: the analyzer's one growable-array helper, and its one sort. */
 #ifndef RECOMP_ANALYZER_GROW_H
 #define RECOMP_ANALYZER_GROW_H
 
@@ -21,6 +21,16 @@ am_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first)
     *p = q;
     *cap = n;
     return 0;
+}
+
+/* qsort(base, n, elem, cmp) for any n: an empty array's base may be NULL,
+ * which qsort must not be given (C11 7.22.5: "pointer arguments ... shall
+ * have valid values" even when n is zero; UBSan's nonnull check). */
+static inline void
+am_sort(void *base, size_t n, size_t elem, int (*cmp)(const void *, const void *))
+{
+    if (n > 1)
+        qsort(base, n, elem, cmp);
 }
 
 #endif

@@ -174,6 +174,8 @@ typedef struct am_meta {
     int window_never_opened;  /* the source says the window never opened */
     int window_opened, window_closed;
     uint64_t window_open_ns, window_close_ns; /* first open, last close */
+    uint32_t salvaged_chunks; /* --salvage: damaged chunks skipped */
+    uint64_t salvage_lost_bytes; /* their record bytes */
 } am_meta;
 
 /* ---- the source interface ---- */
@@ -214,6 +216,26 @@ const am_importer *am_sniff(const char *path);
 /* Open `path` with the importer that recognises it. 0 ok; -1 with a line
  * in err (unknown format: says what the file is not). */
 int am_source_open(const char *path, am_source **out, char *err, size_t errlen);
+/* Import limits for compressed and slow inputs (docs/importers.md):
+ * decompressed bytes at most max(1 GiB, 200 x the file's size) and 64 GiB,
+ * and at most 1800 s of import time; RECOMP_IMPORT_MAX_BYTES (K/M/G
+ * suffixes) and RECOMP_IMPORT_MAX_SECONDS replace the defaults. The ratio:
+ * torch.profiler's JSON compresses 5-20x; a gzip bomb reaches 1000x. */
+typedef struct am_import_limit {
+    uint64_t max_bytes;       /* decompressed */
+    double max_seconds;
+    double start;             /* CLOCK_MONOTONIC seconds at am_import_limit_init */
+} am_import_limit;
+void am_import_limit_init(am_import_limit *l, uint64_t file_bytes);
+/* 0 while within the limits; else -1 and one line in err naming the file,
+ * the offset reached and the limit (and how to raise it). */
+int am_import_limit_check(const am_import_limit *l, const char *path, uint64_t decompressed,
+                          uint64_t offset, char *err, size_t errlen);
+
+/* --salvage: native traces are opened with RS_READ_SALVAGE (damaged chunks
+ * skipped, am_meta.salvaged_chunks counts them). Off by default. */
+void am_source_set_salvage(int on);
+int am_source_salvage(void);
 
 /* Stream helpers (dispatch through ops). */
 static inline int am_next(am_source *s, am_event *ev) { return s->ops->next(s, ev); }

@@ -48,6 +48,7 @@
 /* Longest JSON string accepted (bytes): far above any event name or
  * argument torch.profiler writes. */
 #define KINETO_MAX_STRING (16 << 20)
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "catalog.h"
@@ -385,7 +386,7 @@ flush_run(pstate *p)
     kin *k = p->k;
     if (!p->nbuf)
         return 0;
-    qsort(p->buf, p->nbuf, sizeof *p->buf, rec_cmp);
+    am_sort(p->buf, p->nbuf, sizeof *p->buf, rec_cmp);
     run *r = realloc(k->runs, (k->nruns + 1) * sizeof *r);
     if (!r)
         return -1;
@@ -1516,9 +1517,18 @@ parse_document(pstate *p, gzFile g)
     unsigned char *zbuf = malloc(ZB);
     strscan st = {0, 0, 0};
     int rc = STEP_OK, zerr;
+    uint64_t inflated = 0;
+    struct stat fst;
+    am_import_limit lim;
+    am_import_limit_init(&lim, stat(p->path, &fst) == 0 ? (uint64_t)fst.st_size : 0);
     if (!zbuf)
         return STEP_OOM;
     for (;;) {
+        if (am_import_limit_check(&lim, p->path, inflated, p->chunk_off, p->err,
+                                  p->errlen) < 0) {
+            rc = STEP_FAIL;
+            break;
+        }
         int got = gzread(g, zbuf, ZB);
         /* a truncated gzip member reads as a short file: gzread reports it
          * on the last read */
@@ -1531,6 +1541,7 @@ parse_document(pstate *p, gzFile g)
         }
         if (got == 0)
             break;
+        inflated += (uint64_t)got;
         if ((rc = check_strings(p, &st, zbuf, got)) != STEP_OK)
             break;
         yajl_status ys = yajl_parse(p->h, zbuf, (size_t)got);

@@ -2,9 +2,12 @@
  * recognises it. A new importer (PyTorch snapshot, Kineto) is one row in
  * g_importers. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "model.h"
 
@@ -37,6 +40,81 @@ am_sniff(const char *path)
         if (g_importers[i]->sniff(path, head, n))
             return g_importers[i];
     return NULL;
+}
+
+static double
+mono_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* "64G", "500M", "1048576": bytes; 0 when absent or malformed. */
+static uint64_t
+env_bytes(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    double x = strtod(v, &end);
+    double m = *end == 'K' || *end == 'k' ? 1024.0
+               : *end == 'M' || *end == 'm' ? 1048576.0
+               : *end == 'G' || *end == 'g' ? 1073741824.0
+                                            : 1.0;
+    return x > 0 ? (uint64_t)(x * m) : 0;
+}
+
+void
+am_import_limit_init(am_import_limit *l, uint64_t file_bytes)
+{
+    uint64_t ratio = file_bytes * 200u, floor = (uint64_t)1 << 30, top = (uint64_t)64 << 30;
+    l->max_bytes = ratio > floor ? ratio : floor;
+    if (l->max_bytes > top)
+        l->max_bytes = top;
+    uint64_t b = env_bytes("RECOMP_IMPORT_MAX_BYTES");
+    if (b)
+        l->max_bytes = b;
+    const char *s = getenv("RECOMP_IMPORT_MAX_SECONDS");
+    l->max_seconds = s && *s ? strtod(s, NULL) : 1800.0;
+    l->start = mono_seconds();
+}
+
+int
+am_import_limit_check(const am_import_limit *l, const char *path, uint64_t decompressed,
+                      uint64_t offset, char *err, size_t errlen)
+{
+    if (decompressed > l->max_bytes) {
+        snprintf(err, errlen,
+                 "%s: offset %" PRIu64 ": more than %" PRIu64 " bytes after decompression "
+                 "(the limit for this file; a gzip bomb?): refused; RECOMP_IMPORT_MAX_BYTES "
+                 "raises it", path, offset, l->max_bytes);
+        return -1;
+    }
+    double t = mono_seconds() - l->start;
+    if (t > l->max_seconds) {
+        snprintf(err, errlen,
+                 "%s: offset %" PRIu64 ": import stopped after %.0f s (limit %.0f s): "
+                 "refused; RECOMP_IMPORT_MAX_SECONDS raises it", path, offset, t,
+                 l->max_seconds);
+        return -1;
+    }
+    return 0;
+}
+
+static int g_salvage;
+
+void
+am_source_set_salvage(int on)
+{
+    g_salvage = on;
+}
+
+int
+am_source_salvage(void)
+{
+    return g_salvage;
 }
 
 int

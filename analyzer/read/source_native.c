@@ -29,6 +29,7 @@
 #include "model.h"
 #include "symbolize.h"
 #include "trace_reader.h"
+#include "grow.h"
 
 typedef struct mod_range {
     uint64_t lo, hi;
@@ -471,7 +472,7 @@ load_modules(native *n)
         n->mods[i].lib = (uint8_t)am_catalog_lib(mi->path, mi->path_len);
     }
     n->nmods = nm;
-    qsort(n->mods, nm, sizeof *n->mods, mod_cmp);
+    am_sort(n->mods, nm, sizeof *n->mods, mod_cmp);
     return 0;
 }
 
@@ -490,7 +491,8 @@ native_open(const char *path, am_source **out, char *err, size_t errlen)
     }
     s->ops = &native_ops;
     s->impl = n;
-    if (rs_reader_open(path, &n->r, err, errlen) != RS_READ_OK) {
+    if (rs_reader_open_flags(path, am_source_salvage() ? RS_READ_SALVAGE : 0, &n->r, err,
+                             errlen) != RS_READ_OK) {
         free(n);
         free(s);
         return -1;
@@ -498,7 +500,9 @@ native_open(const char *path, am_source **out, char *err, size_t errlen)
     const rs_file_header *h = rs_reader_header(n->r);
     am_meta *m = &s->meta;
     m->path = rs_reader_path(n->r);
-    m->format = h->version_minor >= 1 ? "recompshim trace v1.1" : "recompshim trace v1.0";
+    m->format = h->version_minor >= 2   ? "recompshim trace v1.2"
+                : h->version_minor >= 1 ? "recompshim trace v1.1"
+                                        : "recompshim trace v1.0";
     m->rank = h->rank;
     m->local_rank = h->local_rank;
     m->world_size = h->world_size;
@@ -528,6 +532,7 @@ native_open(const char *path, am_source **out, char *err, size_t errlen)
     m->window_kind = (int)h->window_kind;
     m->window_a = h->window_a;
     m->window_b = h->window_b;
+    rs_reader_salvaged(n->r, &m->salvaged_chunks, &m->salvage_lost_bytes);
     for (size_t i = 0; i < rs_reader_meta_count(n->r); i++) {
         uint32_t key, len;
         const char *v;

@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "grow.h"
+
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "recompshim traces are little-endian and this reader reads them in place"
 #endif
@@ -237,6 +239,12 @@ struct rs_reader {
     char **warnings;
     size_t nwarnings;
     char err[640];
+
+    int salvage;              /* RS_READ_SALVAGE: skip damaged chunks */
+    uint32_t skipped_chunks;  /* chunks skipped by salvage */
+    uint64_t lost_bytes;      /* their record bytes (as their headers claim) */
+    uint32_t unsealed_chunks; /* read without a checksum (a killed process's last) */
+    uint64_t unsealed_records;
 };
 
 /* Grow *v (elements of `elem` bytes) to hold n+1; 0 ok, -1 out of memory. */
@@ -317,11 +325,12 @@ fits(uint32_t size, uint32_t fixed, uint64_t a, uint64_t b)
     return (uint64_t)fixed + a + b <= (uint64_t)size;
 }
 
-/* Validate the record at byte `pos` of chunk `c` (record `idx` there).
- * On success stores it in *out and returns 0; else sets r->err, -1. */
-static int
-check_record(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx,
-             const rs_record_header **out)
+/* Step 1 of check_record: the record's frame. Its header fits the
+ * chunk's used bytes; its size is non-zero, 8-aligned, within the used
+ * bytes and at least its kind's fixed size; its kind is known. Returns the
+ * header, or NULL with r->err set (naming the offset). */
+static const rs_record_header *
+check_frame(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx)
 {
     uint64_t off = c->offset + sizeof(rs_chunk_header) + pos;
     uint32_t left = c->used - pos;
@@ -329,37 +338,47 @@ check_record(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx,
         rec_err(r, off, c, idx, 0,
                 "record header (16 bytes) overruns the chunk's used bytes (%" PRIu32 " left)",
                 left);
-        return -1;
+        return NULL;
     }
     const rs_record_header *h = (const rs_record_header *)(const void *)(r->base + off);
     uint32_t kind = h->kind, size = h->size;
     if (size == 0) {
         rec_err(r, off, c, idx, kind, "record size 0");
-        return -1;
+        return NULL;
     }
     if (size % RS_RECORD_ALIGN) {
         rec_err(r, off, c, idx, kind, "record size %" PRIu32 " is not a multiple of 8", size);
-        return -1;
+        return NULL;
     }
     uint32_t fixed = rs_kind_fixed_size(kind);
     if (!fixed) {
         rec_err(r, off, c, idx, kind,
                 "unknown record kind %" PRIu32 " (format %u.%u knows kinds 1..%zu)", kind,
                 RS_TRACE_VERSION_MAJOR, RS_TRACE_VERSION_MINOR, NELEM(k_kind_names) - 1);
-        return -1;
+        return NULL;
     }
     if (size > left) {
         rec_err(r, off, c, idx, kind,
                 "record size %" PRIu32 " overruns the chunk's used bytes (%" PRIu32 " left)",
                 size, left);
-        return -1;
+        return NULL;
     }
     if (size < fixed) {
         rec_err(r, off, c, idx, kind,
                 "record size %" PRIu32 " is smaller than the fixed size %" PRIu32, size, fixed);
-        return -1;
+        return NULL;
     }
+    return h;
+}
 
+/* Step 2 of check_record: the fields of a framed record at file offset
+ * `off`, one case per record kind (codes in range, inner lengths within
+ * the record). 0 valid, -1 with r->err set (naming the field's offset). */
+static int
+check_fields(rs_reader *r, const rd_chunk *c, uint64_t off, uint32_t idx,
+             const rs_record_header *h)
+{
+    uint32_t kind = h->kind, size = h->size, fixed = rs_kind_fixed_size(kind);
     const void *p = h;
     switch ((enum rs_record_kind)kind) {
     case RS_REC_ALLOC: {
@@ -546,6 +565,19 @@ check_record(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx,
     case RS_REC_POOL_ATTR:
         break;
     }
+    return 0;
+}
+
+/* Validate the record at byte `pos` of chunk `c` (record `idx` there): its
+ * frame, then its fields. On success stores it in *out and returns 0; else
+ * sets r->err (naming the file offset of the damage) and returns -1. */
+static int
+check_record(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx,
+             const rs_record_header **out)
+{
+    const rs_record_header *h = check_frame(r, c, pos, idx);
+    if (!h || check_fields(r, c, c->offset + sizeof(rs_chunk_header) + pos, idx, h) != 0)
+        return -1;
     *out = h;
     return 0;
 }
@@ -578,7 +610,7 @@ static void
 sort_defs(rd_defs *d)
 {
     if (d->n > 1)
-        qsort(d->v, d->n, sizeof *d->v, cmp_def);
+        am_sort(d->v, d->n, sizeof *d->v, cmp_def);
 }
 
 /* The last definition (in sort order) with `key`, or NULL. */
@@ -676,6 +708,40 @@ cmp_mod(const void *a, const void *b, void *ctx)
 /* ---- open ---- */
 
 /* Check the file header; fills r->hdr. 0 ok, -1 with r->err set. */
+/* The header's checksum (format 1.2 on): the fields written at creation
+ * must be what the shim wrote. Older traces have none: a warning says their
+ * header is not verified. 0 ok, -1 with r->err set. */
+static int
+check_header_checksum(rs_reader *r)
+{
+    const rs_file_header *h = &r->hdr;
+    if (h->version_minor < RS_TRACE_MINOR_HEADER_CHECKSUM && h->header_checksum) {
+        /* older writers left these bytes zero (the header page's unused tail) */
+        set_err(r, offsetof(rs_file_header, version_minor),
+                "format %u.%u header with a header checksum (written from %u.%u on): "
+                "the version field is damaged", h->version_major, h->version_minor,
+                RS_TRACE_VERSION_MAJOR, RS_TRACE_MINOR_HEADER_CHECKSUM);
+        return -1;
+    }
+    if (h->version_minor < RS_TRACE_MINOR_HEADER_CHECKSUM) {
+        /* a warning lost to out of memory loses only the note */
+        (void)add_warning(r, "format %u.%u: written before header checksums (%u.%u), its "
+                             "header fields are not verified", h->version_major,
+                          h->version_minor, RS_TRACE_VERSION_MAJOR,
+                          RS_TRACE_MINOR_HEADER_CHECKSUM);
+        return 0;
+    }
+    uint64_t want = rs_header_checksum(h);
+    if (h->header_checksum != want) {
+        set_err(r, offsetof(rs_file_header, header_checksum),
+                "header checksum mismatch (stored 0x%016" PRIx64 ", computed 0x%016" PRIx64
+                " over bytes 0..%zu): a header field written at creation is damaged",
+                h->header_checksum, want, sizeof(rs_file_header) - 1);
+        return -1;
+    }
+    return 0;
+}
+
 static int
 check_header(rs_reader *r)
 {
@@ -763,7 +829,7 @@ check_header(rs_reader *r)
                 h->chunks_published, h->chunk_size, need, r->size);
         return -1;
     }
-    return 0;
+    return check_header_checksum(r);
 }
 
 /* Check chunk k's header; 1 = valid chunk stored in *c, 0 = unclaimed
@@ -855,6 +921,26 @@ scan_chunk(rs_reader *r, const rd_chunk *c, uint32_t record_count)
     return 0;
 }
 
+/* --salvage: chunk k did not check out (r->err says where and why). Skip
+ * it, note what is lost, and clear the error. 0, or -1 out of memory. */
+static int
+salvage_skip(rs_reader *r, uint32_t k)
+{
+    const rs_file_header *fh = &r->hdr;
+    uint64_t off = (uint64_t)fh->header_size + (uint64_t)k * fh->chunk_size;
+    uint32_t used, payload = fh->chunk_size - (uint32_t)sizeof(rs_chunk_header);
+    memcpy(&used, r->base + off + offsetof(rs_chunk_header, used), 4);
+    if (used > payload)
+        used = payload;
+    r->skipped_chunks++;
+    r->lost_bytes += used;
+    char why[640];
+    snprintf(why, sizeof why, "%s", r->err);
+    r->err[0] = '\0';
+    return add_warning(r, "salvage: skipped chunk %" PRIu32 " (%" PRIu32
+                          " bytes of records): %s", k, used, why);
+}
+
 static int
 load(rs_reader *r)
 {
@@ -882,22 +968,40 @@ load(rs_reader *r)
     for (uint32_t k = 0; k < h->chunks_published; k++) {
         rd_chunk c;
         int rc = check_chunk(r, k, &c);
-        if (rc < 0)
-            return -1;
         if (rc == 0) {
             if (!unclaimed++)
                 first_unclaimed = (uint64_t)h->header_size + (uint64_t)k * h->chunk_size;
             continue;
         }
-        uint32_t record_count;
-        memcpy(&record_count, r->base + c.offset + offsetof(rs_chunk_header, record_count), 4);
-        if (scan_chunk(r, &c, record_count))
-            return -1;
+        if (rc > 0) {
+            uint32_t record_count;
+            memcpy(&record_count, r->base + c.offset + offsetof(rs_chunk_header, record_count),
+                   4);
+            uint64_t before = r->nrecords;
+            rc = scan_chunk(r, &c, record_count) ? -1 : 1;
+            if (rc > 0 && !(c.flags & RS_CHUNK_SEALED)) {
+                r->unsealed_chunks++;
+                r->unsealed_records += r->nrecords - before;
+            }
+        }
+        if (rc < 0) {
+            if (!r->salvage || salvage_skip(r, k) < 0)
+                return -1;
+            continue;
+        }
         r->chunks[r->nchunks++] = c;
     }
     if (unclaimed)
         add_warning(r, "offset %" PRIu64 ": %" PRIu32 " chunk(s) claimed but not initialised "
                        "(magic 0): skipped", first_unclaimed, unclaimed);
+    if (r->unsealed_chunks)
+        add_warning(r, "%" PRIu32 " unsealed chunk(s) (no checksum: a killed process's last "
+                       "chunks): their %" PRIu64 " record(s) were each checked for kind, size "
+                       "and field ranges, not against a checksum",
+                    r->unsealed_chunks, r->unsealed_records);
+    if (r->skipped_chunks)
+        add_warning(r, "INCOMPLETE (--salvage): %" PRIu32 " damaged chunk(s) skipped, about %"
+                       PRIu64 " bytes of records lost", r->skipped_chunks, r->lost_bytes);
 
     sort_defs(&r->strings);
     sort_defs(&r->domains);
@@ -960,6 +1064,20 @@ finish_open(rs_reader *r, rs_reader **out, char *err, size_t errlen)
 int
 rs_reader_open(const char *path, rs_reader **out, char *err, size_t errlen)
 {
+    return rs_reader_open_flags(path, 0, out, err, errlen);
+}
+
+void
+rs_reader_salvaged(const rs_reader *r, uint32_t *chunks, uint64_t *bytes)
+{
+    *chunks = r->skipped_chunks;
+    *bytes = r->lost_bytes;
+}
+
+int
+rs_reader_open_flags(const char *path, unsigned flags, rs_reader **out, char *err,
+                     size_t errlen)
+{
     char line[640];
     *out = NULL;
     rs_reader *r = new_reader(path);
@@ -967,6 +1085,7 @@ rs_reader_open(const char *path, rs_reader **out, char *err, size_t errlen)
         put_err(err, errlen, "out of memory");
         return RS_READ_ESYS;
     }
+    r->salvage = (flags & RS_READ_SALVAGE) != 0;
     /* O_NONBLOCK: a FIFO must not block the open; fstat rejects it below */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;

@@ -67,6 +67,19 @@ typedef struct rs_module_info {
  * being written is read up to what was published when it was opened. */
 int rs_reader_open(const char *path, rs_reader **out, char *err, size_t errlen);
 
+/* rs_reader_open with flags. RS_READ_SALVAGE: a chunk that does not check
+ * out (bad chunk header, checksum mismatch, a damaged record) is skipped
+ * instead of failing the file; each skip is a warning naming the chunk, its
+ * offset and the damage, and a last warning starting "INCOMPLETE" counts
+ * them (rs_reader_salvaged). Header damage still fails the file. */
+#define RS_READ_SALVAGE 0x1u
+int rs_reader_open_flags(const char *path, unsigned flags, rs_reader **out, char *err,
+                         size_t errlen);
+
+/* Chunks skipped by RS_READ_SALVAGE and the record bytes they held (as
+ * their headers claim, at most a chunk's payload each). */
+void rs_reader_salvaged(const rs_reader *r, uint32_t *chunks, uint64_t *bytes);
+
 /* Same as rs_reader_open over `len` bytes at `data`, reported as `name`
  * (for tests and fuzzing). The bytes must stay valid and unchanged until
  * rs_reader_close (they are copied only if not 8-byte aligned). */

@@ -4,6 +4,7 @@
  * others are the ranks that differ. */
 #include <stdlib.h>
 
+#include "grow.h"
 #include "report.h"
 
 static const am_job *g_job; /* qsort context (reporters are single-threaded) */
@@ -80,7 +81,7 @@ finish_group(const am_job *j, am_rank_group *g)
         }
     }
     g_job = j;
-    qsort(g->idx, g->n, sizeof *g->idx, cmp_rank);
+    am_sort(g->idx, g->n, sizeof *g->idx, cmp_rank);
 }
 
 long
@@ -97,7 +98,7 @@ am_rank_groups(const am_job *j, am_rank_group **out)
     for (size_t i = 0; i < j->nranks; i++)
         order[i] = i;
     g_job = j;
-    qsort(order, j->nranks, sizeof *order, cmp_idx);
+    am_sort(order, j->nranks, sizeof *order, cmp_idx);
     size_t ng = 0;
     for (size_t k = 0; k < j->nranks; k++) {
         size_t i = order[k];

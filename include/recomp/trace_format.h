@@ -27,12 +27,15 @@
 #ifndef RECOMP_TRACE_FORMAT_H
 #define RECOMP_TRACE_FORMAT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define RS_TRACE_MAGIC "RSTRACE1"         /* 8 bytes, no NUL in the file */
 #define RS_TRACE_MAGIC_LEN 8
 #define RS_TRACE_VERSION_MAJOR 1
-#define RS_TRACE_VERSION_MINOR 1
+#define RS_TRACE_VERSION_MINOR 2
+/* The first minor version whose header carries header_checksum. */
+#define RS_TRACE_MINOR_HEADER_CHECKSUM 2
 
 #define RS_HEADER_SIZE 4096u              /* bytes before chunk 0 */
 #define RS_CHUNK_SIZE (256u * 1024u)      /* bytes per chunk, header included */
@@ -111,10 +114,12 @@ typedef struct rs_file_header {
     char slurm_job_id[32];               /* SLURM_JOB_ID */
     char master[80];                     /* MASTER_ADDR:MASTER_PORT */
     char shim_version[32];
+    /* (1.2) rs_header_checksum(): the fields written once, at creation. */
+    uint64_t header_checksum;
 } rs_file_header;
 /* The rest of the first RS_HEADER_SIZE bytes is zero (room for minor versions). */
 
-_Static_assert(sizeof(rs_file_header) == 528, "file header fields (v1.0)");
+_Static_assert(sizeof(rs_file_header) == 536, "file header fields (v1.2)");
 _Static_assert(sizeof(rs_file_header) <= RS_HEADER_SIZE, "file header fits its page");
 
 #define RS_CHUNK_SEALED   0x1u   /* checksum covers checksum_len bytes */
@@ -512,6 +517,28 @@ rs_checksum(const void *data, uint64_t len)
         h *= 0x100000001b3ull;
     }
     return h;
+}
+
+/* The header checksum (format 1.2): rs_checksum over the whole
+ * rs_file_header with the fields a running writer still updates (flags,
+ * chunks_published, device, device_capacity, limit_hit_ns, dropped_records,
+ * close_ns) and header_checksum itself taken as zero. Written once, before
+ * the magic, so a reader can tell a damaged creation field (rank, pid,
+ * clocks, sizes, job identity) from a valid one. */
+static inline uint64_t
+rs_header_checksum(const rs_file_header *h)
+{
+    rs_file_header c;
+    __builtin_memcpy(&c, h, sizeof c);
+    c.flags = 0;
+    c.chunks_published = 0;
+    c.device = 0;
+    c.device_capacity = 0;
+    c.limit_hit_ns = 0;
+    c.dropped_records = 0;
+    c.close_ns = 0;
+    c.header_checksum = 0;
+    return rs_checksum(&c, sizeof c);
 }
 
 #endif

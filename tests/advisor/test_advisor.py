@@ -50,7 +50,9 @@ def ok(cond, name, detail=""):
 def run_megasim(flags, capacity_gib=None):
     """megasim under the shim; returns (run dir, exit status, tmp root)"""
     out = tempfile.mkdtemp(prefix="advtest.")
-    env = dict(os.environ, MEGASIM_LIB_DIR=LIBDIR, PYTHONPATH=PYDIR, LD_PRELOAD=SHIM,
+    # the sanitizer tier (tools/sanitize.sh) preloads its runtime first
+    preload = " ".join(p for p in (os.environ.get("RS_SANITIZER_RUNTIME"), SHIM) if p)
+    env = dict(os.environ, MEGASIM_LIB_DIR=LIBDIR, PYTHONPATH=PYDIR, LD_PRELOAD=preload,
                RECOMPSHIM_OUT=out)
     args = [sys.executable, "-m", "megasim"] + flags + ["--sim-quiet"]
     if capacity_gib:

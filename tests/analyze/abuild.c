@@ -246,12 +246,31 @@ ab_write(ab *a, const char *path, int closed)
     return len;
 }
 
+/* Paths a test uses until its process ends: kept reachable here, so
+ * LeakSanitizer (the sanitizer tier) does not count them as leaks. */
+static char **g_kept;
+static size_t g_nkept, g_capkept;
+
+char *
+ab_keep(char *p)
+{
+    if (g_nkept == g_capkept) {
+        size_t cap = g_capkept ? g_capkept * 2 : 64;
+        char **q = realloc(g_kept, cap * sizeof *q);
+        cr_assert(q != NULL);
+        g_kept = q;
+        g_capkept = cap;
+    }
+    g_kept[g_nkept++] = p;
+    return p;
+}
+
 char *
 ab_tmpdir(void)
 {
     char *p = strdup("/tmp/rs-analyze-XXXXXX");
     cr_assert(mkdtemp(p));
-    return p;
+    return ab_keep(p);
 }
 
 static char *

@@ -61,6 +61,8 @@ size_t ab_write(ab *a, const char *path, int closed);
 
 /* A fresh temp dir (malloc'd path). */
 char *ab_tmpdir(void);
+/* Keeps p (malloc'd) reachable until the test process ends; returns p. */
+char *ab_keep(char *p);
 
 /* Run recomp-analyze with args (NULL-terminated, without argv[0]); stdout
  * and stderr into *out / *err (malloc'd). Returns the exit status. */

@@ -20,7 +20,7 @@ tmpfile_path(const char *dir, const char *name)
 {
     char *p = malloc(strlen(dir) + strlen(name) + 2);
     sprintf(p, "%s/%s", dir, name);
-    return p;
+    return ab_keep(p);
 }
 
 /* One layer's forward on the main thread: attention core + fc1. */

@@ -19,7 +19,7 @@ path_in(const char *dir, const char *name)
 {
     char *p = malloc(strlen(dir) + strlen(name) + 2);
     sprintf(p, "%s/%s", dir, name);
-    return p;
+    return ab_keep(p);
 }
 
 static yajl_val
@@ -404,6 +404,56 @@ Test(robust, directory_links_are_not_followed_and_files_count_once)
     free(err);
     unlink(loop);
     unlink(hard);
+    unlink(f);
+    rmdir(dir);
+}
+
+/* #11: one flipped bit in a sealed chunk (the backward thread's) fails the
+ * file, naming the chunk's offset; --salvage reads every other chunk and
+ * marks the rank incomplete with what was lost. */
+Test(robust, salvage_skips_a_damaged_chunk_and_says_so)
+{
+    char *dir = ab_tmpdir(), *f = path_in(dir, "r0.rstrace");
+    ab *a = ab_new();
+    ab_alloc(a, AB_MAIN, 10, 0x100000, 1000);
+    ab_alloc(a, AB_MAIN, 20, 0x200000, 3000);
+    ab_free(a, AB_MAIN, 30, 0x200000);
+    ab_alloc(a, AB_BWD, 40, 0x300000, 5000);
+    ab_write(a, f, 1);
+    /* chunk 1 is the backward thread's: flip a bit of its first record */
+    FILE *fp = fopen(f, "r+b");
+    cr_assert(fp);
+    rs_file_header h;
+    cr_assert_eq(fread(&h, sizeof h, 1, fp), 1);
+    long c1 = (long)h.header_size + (long)h.chunk_size;
+    unsigned char byte;
+    cr_assert_eq(fseek(fp, c1 + (long)sizeof(rs_chunk_header) + 24, SEEK_SET), 0);
+    cr_assert_eq(fread(&byte, 1, 1, fp), 1);
+    byte ^= 0x10;
+    cr_assert_eq(fseek(fp, c1 + (long)sizeof(rs_chunk_header) + 24, SEEK_SET), 0);
+    cr_assert_eq(fwrite(&byte, 1, 1, fp), 1);
+    fclose(fp);
+
+    char *out, *err, want[64];
+    snprintf(want, sizeof want, "offset %ld: chunk 1: checksum mismatch", c1);
+    int rc = ab_run(AB_ARGS("--json", "--no-advice", f), &out, &err);
+    cr_expect_eq(rc, 2, "without --salvage: exit %d", rc);
+    cr_expect(strstr(err, want), "want '%s' in: %s", want, err);
+    free(out);
+    free(err);
+
+    rc = ab_run(AB_ARGS("--json", "--no-advice", "--salvage", f), &out, &err);
+    cr_assert_eq(rc, 0, "--salvage: exit %d: %s", rc, err);
+    yajl_val j = ab_json(out);
+    cr_assert(j, "%s", out);
+    cr_expect_str_eq(ab_str(j, "ranks[0].coverage.status"), "salvaged");
+    cr_expect_eq(ab_get(j, "ranks[0].coverage.complete")->type, yajl_t_false);
+    cr_expect(strstr(ab_str(j, "ranks[0].coverage.summary"), "1 damaged chunk(s) skipped"),
+              "%s", ab_str(j, "ranks[0].coverage.summary"));
+    cr_expect(strstr(err, "salvage: skipped chunk 1") && strstr(err, want), "stderr: %s", err);
+    yajl_tree_free(j);
+    free(out);
+    free(err);
     unlink(f);
     rmdir(dir);
 }

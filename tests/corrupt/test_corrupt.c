@@ -417,3 +417,98 @@ Test(corrupt, byte_flips_never_crash)
         }
     tb_free(b.t);
 }
+
+/* #11: a creation field changed to another valid value is caught by the
+ * header checksum (format 1.2), named at the checksum's offset. */
+Test(corrupt, header_creation_field_changed)
+{
+    base b = build_base();
+    tb_header(b.t)->rank = 3; /* valid, but not what was written */
+    expect_corrupt(&b, b.len, offsetof(rs_file_header, header_checksum),
+                   "header checksum mismatch");
+}
+
+/* The fields a running shim still updates are outside the checksum (each
+ * has its own check or is only informative). */
+static int
+mutable_byte(size_t i)
+{
+#define IN(f) (i >= offsetof(rs_file_header, f) && \
+               i < offsetof(rs_file_header, f) + sizeof(((rs_file_header *)0)->f))
+    return IN(flags) || IN(chunks_published) || IN(device) || IN(device_capacity) ||
+           IN(limit_hit_ns) || IN(dropped_records) || IN(close_ns);
+#undef IN
+}
+
+/* #11, property over every bit of the header: one flipped bit in a byte
+ * written at creation (magic, versions, sizes, identity, clocks, settings,
+ * the checksum itself) is never accepted: the reader refuses the file,
+ * naming an offset inside the header. */
+Test(corrupt, every_header_bit_flip_refused)
+{
+    base b = build_base();
+    size_t tried = 0, refused = 0;
+    for (size_t i = 0; i < sizeof(rs_file_header); i++) {
+        if (mutable_byte(i))
+            continue;
+        for (int bit = 0; bit < 8; bit++) {
+            b.t->buf[i] ^= (unsigned char)(1u << bit);
+            rs_reader *r = NULL;
+            char err[640];
+            int rc = rs_reader_open_mem(b.t->buf, b.len, "h", &r, err, sizeof err);
+            tried++;
+            uint64_t off = UINT64_MAX;
+            if (rc == RS_READ_EFORMAT && sscanf(err, "h: offset %" SCNu64 ":", &off) == 1 &&
+                off < sizeof(rs_file_header))
+                refused++;
+            else
+                cr_expect(0, "byte %zu bit %d: rc %d '%s'", i, bit, rc, rc ? err : "accepted");
+            rs_reader_close(r);
+            b.t->buf[i] ^= (unsigned char)(1u << bit);
+        }
+    }
+    cr_expect_eq(refused, tried, "%zu of %zu flips refused", refused, tried);
+    cr_log_info("header bit flips: %zu tried, %zu refused", tried, refused);
+    tb_free(b.t);
+}
+
+/* A format 1.1 trace (no header checksum) is still read, with a note. */
+Test(corrupt, older_minor_without_checksum_read_with_note)
+{
+    base b = build_base();
+    tb_header(b.t)->version_minor = RS_TRACE_MINOR_HEADER_CHECKSUM - 1;
+    tb_header(b.t)->header_checksum = 0;
+    rs_reader *r;
+    char err[640];
+    cr_assert_eq(rs_reader_open_mem(b.t->buf, b.len, "old", &r, err, sizeof err), 0, "%s", err);
+    int noted = 0;
+    for (size_t i = 0; i < rs_reader_warning_count(r); i++)
+        noted |= strstr(rs_reader_warning(r, i), "header fields are not verified") != NULL;
+    cr_expect(noted, "no note about the unverified header");
+    rs_reader_close(r);
+    tb_free(b.t);
+}
+
+/* #11: records of an unsealed chunk (a killed process's last) are each
+ * validated, and their number is stated; a damaged one is named by offset. */
+Test(corrupt, unsealed_chunk_records_counted_and_checked)
+{
+    base b = build_base();
+    rs_chunk_header *ch = tb_chunk_header(b.t, 0);
+    ch->flags &= ~RS_CHUNK_SEALED;
+    ch->checksum = 0;
+    ch->checksum_len = 0;
+    b.len = tb_finish(b.t, 0);
+    rs_reader *r;
+    char err[640];
+    cr_assert_eq(rs_reader_open_mem(b.t->buf, b.len, "u", &r, err, sizeof err), 0, "%s", err);
+    int stated = 0;
+    for (size_t i = 0; i < rs_reader_warning_count(r); i++)
+        stated |= strstr(rs_reader_warning(r, i), "1 unsealed chunk(s)") &&
+                  strstr(rs_reader_warning(r, i), "their 9 record(s) were each checked");
+    cr_expect(stated, "the unsealed chunk's records are not counted in a warning");
+    rs_reader_close(r);
+    /* a kind out of range inside it: named by the record's offset */
+    set16(&b, b.alloc + offsetof(rs_record_header, kind), 999);
+    expect_corrupt(&b, b.len, b.alloc, "unknown record kind 999");
+}

@@ -113,6 +113,22 @@ init(void)
     pthread_once(&g_once, init_once);
 }
 
+/* fork: the device table stays consistent in the child (a program that
+ * forks while other threads allocate, tests/integration/progs/p_stress.c).
+ * Registered by this library's constructor, which runs before the
+ * preloaded shim's: fork's prepare handlers run last-registered first, so
+ * g_lock is taken after the shim's locks, the order in which the shim
+ * calls into this runtime. */
+static void mock_atfork_prepare(void) { pthread_mutex_lock(&g_lock); }
+static void mock_atfork_parent(void) { pthread_mutex_unlock(&g_lock); }
+static void mock_atfork_child(void) { pthread_mutex_init(&g_lock, NULL); }
+
+__attribute__((constructor)) static void
+mock_register_atfork(void)
+{
+    pthread_atfork(mock_atfork_prepare, mock_atfork_parent, mock_atfork_child);
+}
+
 uint64_t mock_capacity(void) { init(); return g_capacity; }
 int mock_device_count(void) { init(); return g_ndev; }
 uint64_t mock_context_bytes(void) { init(); return g_ctx_bytes; }

@@ -25,5 +25,10 @@ mkdir -p "$work/corpus"
     "$a/peak.c" "$a/ranks.c" "$root/tests/fuzz/fuzz_import_$target.c" \
     -lyajl -lz -o "$work/fuzz_import_$target"
 cd "$work"
-exec ./fuzz_import_$target -max_total_time="$secs" -max_len=65536 -print_final_stats=1 \
+# Small inputs run fast and still reach every event kind; a dictionary of
+# the importer's keys (kineto.dict) lets mutations hit them.
+maxlen=${FUZZ_MAX_LEN:-8192}
+dict=
+[ -f "$root/tests/fuzz/$target.dict" ] && dict=-dict="$root/tests/fuzz/$target.dict"
+exec ./fuzz_import_$target -max_total_time="$secs" -max_len="$maxlen" $dict -print_final_stats=1 \
     "$work/corpus" "$root/tests/fuzz/corpus_import/$target"

@@ -18,7 +18,7 @@ cc=${CLANG:-clang}
 mkdir -p "$work/corpus"
 "$cc" -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined \
-    -I"$root/include" -I"$root/analyzer/read" \
+    -I"$root/include" -I"$root/analyzer/read" -I"$root/analyzer/model" \
     "$root/analyzer/read/trace_reader.c" "$root/tests/fuzz/fuzz_reader.c" \
     -o "$work/fuzz_reader"
 cd "$work"

@@ -783,3 +783,65 @@ Test(kineto, huge_string_refused_quickly)
         am_source_close(s);
     unlink(path);
 }
+
+/* z gets k bytes at src (flush: Z_NO_FLUSH or Z_FINISH) into out. */
+static void
+gz_feed(z_stream *z, const void *src, size_t k, int flush, unsigned char **out, size_t *cap,
+        size_t *len)
+{
+    z->next_in = (unsigned char *)src;
+    z->avail_in = (uInt)k;
+    do {
+        if (*cap - *len < 65536)
+            *out = realloc(*out, *cap *= 2);
+        z->next_out = *out + *len;
+        z->avail_out = (uInt)(*cap - *len);
+        deflate(z, flush);
+        *len = *cap - z->avail_out;
+    } while (z->avail_in || (flush == Z_FINISH && z->avail_out == 0));
+}
+
+/* A Kineto trace whose event list holds n bytes of JSON whitespace,
+ * gzip-compressed (about 1000:1). */
+static unsigned char *
+gzip_of_blanks(size_t n, size_t *out_len)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    cr_assert_eq(deflateInit2(&z, 9, Z_DEFLATED, 31, 9, Z_DEFAULT_STRATEGY), Z_OK);
+    size_t cap = 1 << 17, len = 0;
+    unsigned char *out = malloc(cap), in[65536];
+    memset(in, ' ', sizeof in);
+    static const char head[] = "{\"traceEvents\": [", tail[] = "]}";
+    gz_feed(&z, head, sizeof head - 1, Z_NO_FLUSH, &out, &cap, &len);
+    for (size_t done = 0; done < n; done += sizeof in)
+        gz_feed(&z, in, n - done < sizeof in ? n - done : sizeof in, Z_NO_FLUSH, &out, &cap,
+                &len);
+    gz_feed(&z, tail, sizeof tail - 1, Z_FINISH, &out, &cap, &len);
+    deflateEnd(&z);
+    *out_len = len;
+    return out;
+}
+
+/* #11: a gzip bomb is refused once it inflates past the limit, with the
+ * offset reached and the setting that raises it. */
+Test(damaged, gzip_bomb_refused_at_the_decompression_limit)
+{
+    size_t n;
+    unsigned char *gz = gzip_of_blanks((size_t)64 << 20, &n);
+    cr_assert(n < ((size_t)1 << 20), "compressed %zu bytes", n);
+    setenv("RECOMP_IMPORT_MAX_BYTES", "16M", 1);
+    expect_damaged("bomb.json.gz", gz, n, "more than 16777216 bytes after decompression");
+    free(gz);
+}
+
+/* #11: the import time limit stops an import with a clear error. */
+Test(damaged, import_time_limit)
+{
+    const char *path = fixture("hta/df_index_resolver.json.gz");
+    size_t n;
+    unsigned char *buf = read_all(path, &n);
+    setenv("RECOMP_IMPORT_MAX_SECONDS", "0", 1);
+    expect_damaged("slow.json.gz", buf, n, "import stopped after");
+    free(buf);
+}

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,21 +83,42 @@ it_spawn(it_ctx *c, it_run *r, const char *outdir, const char *const *argv, cons
     snprintf(r->err_path, sizeof r->err_path, "%s/run%d.err", c->io, k);
 
     const char *envp[64];
-    char pre[512], outv[512];
+    char pre[1024], own_pre[1024], outv[PATH_MAX + 512]; /* long outdirs are tested */
     size_t ne = 0;
     int own_preload = 0;
     for (size_t i = 0; env && env[i]; i++)
         own_preload |= !strncmp(env[i], "LD_PRELOAD=", 11);
     envp[ne++] = "PATH=/usr/local/bin:/usr/bin:/bin";
-    snprintf(pre, sizeof pre, "LD_PRELOAD=%s", RS_SHIM_PATH);
+    /* Under the sanitizer tier (tools/sanitize.sh) the runtime must be the
+     * first object loaded and its options must reach the program. */
+    const char *rt = getenv("RS_SANITIZER_RUNTIME");
+    rt = rt && *rt ? rt : NULL;
+    snprintf(pre, sizeof pre, "LD_PRELOAD=%s%s%s", rt ? rt : "", rt ? " " : "", RS_SHIM_PATH);
     if (!own_preload)
         envp[ne++] = pre;
+    static const char *const san_vars[] = {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"};
+    char san[3][1024];
+    for (size_t i = 0; i < 3; i++) {
+        const char *v = getenv(san_vars[i]);
+        size_t k = strlen(san_vars[i]);
+        int own = 0; /* a test's own setting replaces the inherited one */
+        for (size_t j = 0; env && env[j]; j++)
+            own |= !strncmp(env[j], san_vars[i], k) && env[j][k] == '=';
+        if (v && !own &&
+            snprintf(san[i], sizeof san[i], "%s=%s", san_vars[i], v) < (int)sizeof san[i])
+            envp[ne++] = san[i];
+    }
     if (outdir) {
         snprintf(outv, sizeof outv, "RECOMPSHIM_OUT=%s", outdir);
         envp[ne++] = outv;
     }
-    for (size_t i = 0; env && env[i] && ne < 63; i++)
+    for (size_t i = 0; env && env[i] && ne < 63; i++) {
         envp[ne++] = env[i];
+        if (rt && !strncmp(env[i], "LD_PRELOAD=", 11)) {
+            snprintf(own_pre, sizeof own_pre, "LD_PRELOAD=%s %s", rt, env[i] + 11);
+            envp[ne - 1] = own_pre;
+        }
+    }
     envp[ne] = NULL;
 
     fflush(NULL);

@@ -1,6 +1,8 @@
 /* test_outdir: RECOMPSHIM_OUT safety checks, run directories, file modes. */
 #include <criterion/criterion.h>
 #include <libgen.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,3 +134,91 @@ Test(outdir, trace_file_mode_0600)
     it_run_free(&r);
     it_fini(&c);
 }
+
+/* Traces found anywhere under dir (outside RECOMPSHIM_OUT too). */
+static size_t
+traces_under(const char *dir)
+{
+    char **paths;
+    size_t n = it_find_traces(dir, &paths);
+    it_free_paths(paths, n);
+    return n;
+}
+
+/* #11: a run name from the environment never leaves RECOMPSHIM_OUT. */
+Test(outdir, run_id_never_leaves_the_output_directory)
+{
+    static const char *const ids[] = {"..", ".", "../..", "../escape", "/", "/tmp", "a/../../b",
+                                      ".hidden", "..."};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+        it_ctx c;
+        it_run r;
+        it_init(&c);
+        char dir[400], env[64];
+        /* nested, so that an escape still lands under c.base */
+        snprintf(dir, sizeof dir, "%s/a/out", c.base);
+        snprintf(env, sizeof env, "RECOMPSHIM_RUN_ID=%s", ids[i]);
+        it_run_prog(&c, &r, dir, IT_ARGV(IT_PROG("p_basic")), IT_ENV(env));
+        cr_assert(r.exited && r.code == 0, "%s: exit %d\n%s", ids[i], r.code, r.err);
+        cr_expect_eq(traces_under(dir), 1, "%s: traces in RECOMPSHIM_OUT\n%s", ids[i], r.err);
+        cr_expect_eq(traces_under(c.base), 1, "%s: a trace outside RECOMPSHIM_OUT", ids[i]);
+        char **subs;
+        size_t ns = it_list_subdirs(dir, &subs);
+        cr_expect_eq(ns, 1, "%s: run directories %zu", ids[i], ns);
+        cr_expect(ns == 1 && subs[0][0] != '.', "%s: run directory %s", ids[i], ns ? subs[0] : "");
+        it_free_paths(subs, ns);
+        it_run_free(&r);
+        it_fini(&c);
+    }
+}
+
+/* #11: an output path that does not fit is refused with one stderr line
+ * (the job runs untraced), never cut to a different directory. */
+static void
+expect_long_refused(size_t len)
+{
+    it_ctx c;
+    it_init(&c);
+    char *dir = malloc(len + 1);
+    size_t n = (size_t)snprintf(dir, len + 1, "%s/", c.base);
+    while (n < len) {
+        size_t seg = len - n > 200 ? 200 : len - n;
+        memset(dir + n, 'd', seg);
+        n += seg;
+        if (n < len)
+            dir[n++] = '/';
+    }
+    dir[len] = '\0';
+    if (dir[len - 1] == '/')
+        dir[len - 1] = 'd';
+    expect_refused(&c, dir);
+    cr_expect_eq(it_count_files(c.base) - it_count_files(c.io), 0, "files written for %zu bytes",
+                 len);
+    cr_expect_eq(traces_under(c.base), 0);
+    free(dir);
+    it_fini(&c);
+}
+
+Test(outdir, output_path_longer_than_a_path_refused) { expect_long_refused(PATH_MAX + 300); }
+Test(outdir, trace_path_longer_than_a_path_refused) { expect_long_refused(PATH_MAX - 40); }
+
+/* #11: a kill while the trace file is being created (before its header is
+ * written; after, before it is named) leaves no *.rstrace file. */
+static void
+kill_during_creation(const char *point)
+{
+    it_ctx c;
+    it_run r;
+    it_init(&c);
+    char pre[600], at[64];
+    snprintf(pre, sizeof pre, "LD_PRELOAD=%s %s", RS_KILLHDR_PATH, RS_SHIM_PATH);
+    snprintf(at, sizeof at, "RS_KILL_AT=%s", point);
+    it_run_prog(&c, &r, c.out, IT_ARGV(IT_PROG("p_basic")), IT_ENV(pre, at));
+    cr_assert(r.signaled && r.sig == SIGKILL, "%s: not killed: exit %d\n%s", point, r.code, r.err);
+    cr_expect_eq(traces_under(c.out), 0, "%s: a trace file was left", point);
+    it_run_free(&r);
+    it_fini(&c);
+}
+
+Test(outdir, kill_before_the_header_leaves_no_trace_file) { kill_during_creation("fallocate"); }
+Test(outdir, kill_before_the_name_leaves_no_trace_file) { kill_during_creation("rename"); }

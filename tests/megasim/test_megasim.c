@@ -147,7 +147,11 @@ megasim(run *r, const char *env, ...)
         dup2(fd, 2);
         int nul = open("/dev/null", O_WRONLY);
         dup2(nul, 1);
-        setenv("LD_PRELOAD", MS_SHIM, 1);
+        /* The sanitizer tier (tools/sanitize.sh): its runtime first. */
+        const char *rt = getenv("RS_SANITIZER_RUNTIME");
+        char pre[1024];
+        snprintf(pre, sizeof pre, "%s%s%s", rt && *rt ? rt : "", rt && *rt ? " " : "", MS_SHIM);
+        setenv("LD_PRELOAD", pre, 1);
         setenv("RECOMPSHIM_OUT", out, 1);
         setenv("MEGASIM_LIB_DIR", MS_LIBDIR, 1);
         setenv("PYTHONPATH", MS_PYDIR, 1);

@@ -63,7 +63,17 @@ Test(config, names_from_environment_are_sanitized)
 {
     char out[16];
     rs_sanitize_name(out, sizeof out, "../etc/pass wd");
-    cr_assert_str_eq(out, ".._etc_pass_wd");
+    cr_assert_str_eq(out, "_._etc_pass_wd");
+    /* never a name that leaves the directory it is put in (#11) */
+    static const char *const escapes[] = {"..", ".", "/", "../..", "./", ".hidden", "/etc"};
+    for (size_t i = 0; i < sizeof escapes / sizeof *escapes; i++) {
+        rs_sanitize_name(out, sizeof out, escapes[i]);
+        cr_assert(out[0] != '.' && !strchr(out, '/') && out[0], "%s -> %s", escapes[i], out);
+    }
+    rs_sanitize_name(out, sizeof out, "..");
+    cr_assert_str_eq(out, "_.");
+    rs_sanitize_name(out, sizeof out, "run.1");
+    cr_assert_str_eq(out, "run.1");
     rs_sanitize_name(out, sizeof out, "abcdefghijklmnopqrstuvwxyz");
     cr_assert_str_eq(out, "abcdefghijklmno");
 }

@@ -32,6 +32,10 @@ void rs_nvtx_replay_definitions(void) {}
 void rs_nvtx_thread_attach(void) {}
 void rs_nvtx_setup_env(void) {}
 const char *rs_nvtx_foreign_path(void) { return NULL; }
+void rs_nvtx_atfork_prepare(void) {}
+void rs_nvtx_atfork_prepare_leaf(void) {}
+void rs_nvtx_atfork_parent(void) {}
+void rs_nvtx_atfork_child(void) {}
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23

@@ -124,6 +124,8 @@ tb_finish(tb_trace *t, int closed)
         h->flags |= RS_HDR_CLOSED;
     else
         h->flags &= ~RS_HDR_CLOSED;
+    if (h->version_minor >= RS_TRACE_MINOR_HEADER_CHECKSUM)
+        h->header_checksum = rs_header_checksum(h);
     return RS_HEADER_SIZE + (size_t)t->nchunks * t->chunk_size;
 }
 

@@ -236,6 +236,7 @@ main(int argc, char **argv)
     h.close_ns = g_t;
     snprintf(h.host, sizeof h.host, "bench");
     snprintf(h.shim_version, sizeof h.shim_version, "gen_trace");
+    h.header_checksum = rs_header_checksum(&h); /* format 1.2: the creation fields */
     unsigned char page[RS_HEADER_SIZE];
     memset(page, 0, sizeof page);
     memcpy(page, &h, sizeof h);
