@@ -493,210 +493,268 @@ triage_graph_oom(const adv_trace *t, const am_rank *r, adv_verdict *v, size_t i)
     return 1;
 }
 
+/* One rank as triage sees it: its trace, its record, and the budgets the
+ * steps compare against (bytes): cap the device capacity, budget capacity -
+ * outside PyTorch - headroom, budget_exp the budget with expandable
+ * segments (the cache needs no extra: capacity - outside - headroom). */
+typedef struct triage_rank {
+    const am_rank *r;
+    const adv_trace *t;
+    size_t i;
+    uint64_t cap, budget, budget_exp;
+} triage_rank;
+
+/* Step 1, CUDA-graph private pools: an OOM with graphs in use (inside a
+ * capture or after it), decided from the allocator's own numbers, else
+ * pools holding more than half the capacity (bytes). Returns 0 when
+ * neither, 1 for the OOM (other causes may still coexist), 2 for the pools
+ * over half (the rank's triage ends there). */
+static int
+triage_graph_pools(const triage_rank *k, adv_verdict *v)
+{
+    const adv_trace *t = k->t;
+    if (triage_graph_oom(t, k->r, v, k->i))
+        return 1; /* other causes may coexist (item 6) */
+    if (!k->cap || t->graph_pool_bytes * 2 <= k->cap)
+        return 0;
+    adv_finding_add(v, "X:CUDA_GRAPH_POOL", t->graph_capture_oom ? "oom_in_capture"
+                                                                 : "pool_over_half",
+                    k->r->rank,
+                    "CUDA-graph private pools hold %s of %s capacity%s; PyTorch "
+                    "allocated %s, reserved %s at the OOM (the pool counts as reserved: "
+                    "not fragmentation). Narrow the graph scope (--cuda-graph-modules: "
+                    "drop moe_* first), share pools / reuse static buffers, or turn "
+                    "graphs off as the baseline; full recompute needs "
+                    "full_iteration graphs",
+                    GB(t->graph_pool_bytes), GB(k->cap),
+                    t->graph_capture_oom ? ", and the OOM happened inside a capture "
+                                           "window"
+                                         : "",
+                    GB(t->oom_allocated), GB(t->oom_reserved));
+    return 2;
+}
+
+/* Step 2, a library outside PyTorch (NCCL, cuBLAS, cuDNN) made the failing
+ * request of req bytes; cache is PyTorch's reserved-but-unallocated bytes
+ * then. Returns 1 when a finding was added. */
+static int
+triage_library_oom(const triage_rank *k, adv_verdict *v, int lib, uint64_t req, uint64_t cache)
+{
+    if (lib != AM_LIB_NCCL && lib != AM_LIB_CUBLAS && lib != AM_LIB_CUDNN)
+        return 0;
+    adv_finding_add(v, "X:NCCL_BUFFERS", lib == AM_LIB_NCCL ? "nccl_failed" : "library_failed",
+                    k->r->rank,
+                    "the failing %s allocation was made by %s, outside PyTorch; "
+                    "memory outside PyTorch up to %s; PyTorch's cache held %s "
+                    "reserved but unallocated then. Leave NCCL a margin "
+                    "(PYTORCH_CUDA_ALLOC_CONF expandable_segments:True lets the "
+                    "cache shrink; fewer/lazier communicators, NCCL_BUFFSIZE, "
+                    "NCCL_NVLS_ENABLE=0; torch.cuda.empty_cache() before the "
+                    "first collective)",
+                    GB(req), am_lib_name(lib), GB(v->outside[k->i]), GB(cache));
+    return 1;
+}
+
+/* Step 2b, PyTorch's request of req bytes failed because memory outside
+ * PyTorch (NCCL buffers, another process, the context: >= 1 GiB and >= 5%
+ * of the device) took what it needed: without it the job's own peak +
+ * cache + headroom fits, at no compute cost. Returns 1 when a finding was
+ * added. */
+static int
+triage_outside_oom(const triage_rank *k, adv_verdict *v, uint64_t req)
+{
+    const am_rank *r = k->r;
+    size_t i = k->i;
+    uint64_t outside = v->outside[i], cap = k->cap;
+    uint64_t need = v->baseline[i] + v->cache[i] + v->headroom;
+    if (!(outside >= ((uint64_t)1 << 30) && outside * 20 >= cap && cap &&
+          v->baseline[i] > k->budget && need <= cap))
+        return 0;
+    uint64_t nccl = r->peak[AM_L_DEVICE].known ? r->peak[AM_L_DEVICE].by_lib[AM_LIB_NCCL] : 0;
+    int other = r->max_other * 2 > outside;
+    adv_finding_add(v, "X:NCCL_BUFFERS", other ? "other_process" : "outside_pytorch", r->rank,
+                    "PyTorch's request of %s failed with %s of the %s device "
+                    "outside PyTorch (NCCL %s; context and other processes "
+                    "%s, from cudaMemGetInfo): the job's own peak %s plus "
+                    "the allocator cache %s and %s headroom fits the device "
+                    "without it. %s",
+                    GB(req), GB(outside), GB(cap), GB(nccl), GB(r->max_other),
+                    GB(v->baseline[i]), GB(v->cache[i]), GB(v->headroom),
+                    other ? "Free the device (another process holds memory "
+                            "on it) or budget for it"
+                          : "Leave NCCL a margin: fewer/lazier "
+                            "communicators, NCCL_BUFFSIZE, "
+                            "NCCL_NVLS_ENABLE=0");
+    return 1;
+}
+
+/* Step 3, fragmentation: PyTorch's own request of req bytes failed although
+ * allocated + req fits the expandable-segments budget and the inactive
+ * split (cache: reserved - allocated bytes) exceeds the request. Returns 1
+ * when a finding was added. */
+static int
+triage_fragmentation(const triage_rank *k, adv_verdict *v, uint64_t req, uint64_t cache)
+{
+    const adv_trace *t = k->t;
+    if (!(t->oom && (k->r->levels & AM_LVL_TENSOR) && t->oom_reserved &&
+          t->oom_allocated + req <= k->budget_exp && cache > req &&
+          v->baseline[k->i] <= k->budget_exp))
+        return 0;
+    adv_finding_add(v, "X:FRAGMENTATION", "inactive_split", k->r->rank,
+                    "PyTorch's request of %s failed with %s allocated (+ request = "
+                    "%s, within the %s budget) and %s reserved: %s reserved but "
+                    "unallocated (inactive split) exceeds the request %.1fx. Set "
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (zero "
+                    "throughput cost); with CUDA graphs on pre-Blackwell GPUs also "
+                    "NCCL_GRAPH_REGISTER=0",
+                    GB(req), GB(t->oom_allocated), GB(t->oom_allocated + req),
+                    GB(k->budget_exp), GB(t->oom_reserved), GB(cache),
+                    (double)cache / (double)(req ? req : 1));
+    return 1;
+}
+
+/* Steps 2-3 for a rank with an OOM: the failing request's library and size
+ * (bytes) and PyTorch's reserved-but-unallocated cache (bytes) decide
+ * between a library outside PyTorch, memory outside PyTorch and
+ * fragmentation; the first that applies wins. Returns the primary bits
+ * (2: outside PyTorch, 4: fragmentation), 0 when none applies. */
+static int
+triage_oom_cause(const triage_rank *k, adv_verdict *v)
+{
+    const adv_trace *t = k->t;
+    int lib = t->oom ? t->oom_lib : k->r->oom->lib;
+    uint64_t req = t->oom ? t->oom_request : k->r->oom->requested;
+    uint64_t cache = t->oom_reserved > t->oom_allocated ? t->oom_reserved - t->oom_allocated : 0;
+    if (triage_library_oom(k, v, lib, req, cache))
+        return 2; /* other causes may coexist (item 6) */
+    if (triage_outside_oom(k, v, req))
+        return 2;
+    if (triage_fragmentation(k, v, req, cache))
+        return 4;
+    return 0;
+}
+
+/* Step 4, optimizer / parameter state: at the OOM (else the recorded
+ * tensor-level peak) the job is over its budget and the peak is in the
+ * optimizer step, or activations are under 1% of the live bytes. Returns 1
+ * when a finding was added. */
+static int
+triage_optimizer_state(const triage_rank *k, adv_verdict *v)
+{
+    const adv_trace *t = k->t;
+    const am_rank *r = k->r;
+    uint64_t act = 0, all = 0;
+    uint32_t at = t->oom ? t->oom_pos : ADV_NONE;
+    uint8_t ph = t->oom ? t->oom_phase : r->peak[AM_L_TENSOR].phase;
+    if (!t->oom && r->peak[AM_L_TENSOR].known)
+        at = peak_pos(t); /* position of the tensor-level peak of the recorded trace */
+    if (at != ADV_NONE)
+        for (size_t q = 0; q < t->na; q++) {
+            const adv_alloc *x = &t->a[q];
+            if (x->a_pos < at && (x->f_pos == ADV_NONE || x->f_pos >= at)) {
+                all += x->size;
+                if (is_act(x))
+                    act += x->size;
+            }
+        }
+    int in_opt = ph == AM_PH_optimizer || ph == AM_PH_optimizer_state_init;
+    int over = v->baseline[k->i] > k->budget;
+    if (!(over && all && (in_opt || act * 100 < all)))
+        return 0;
+    const char *code = ph == AM_PH_init ? "X:PARAM_STATE" : "X:OPTIMIZER_STATE";
+    adv_finding_add(v, code, in_opt ? "peak_in_optimizer" : "state_dominates", r->rank,
+                    "%s in phase %s with %s live, of which activations %s (%.2f%%): "
+                    "recompute cannot help. Use the distributed optimizer over a "
+                    "larger domain (--use-distributed-optimizer, more DP), "
+                    "lower-precision states (--use-precision-aware-optimizer "
+                    "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), optimizer CPU "
+                    "offload, or more TP/PP",
+                    t->oom ? "the OOM" : "the peak", am_phase_name(ph), GB(all), GB(act),
+                    all ? 100.0 * (double)act / (double)all : 0.0);
+    return 1;
+}
+
+/* Step 5 without a trend: activation/replay bytes allocated in one
+ * iteration before the next iteration's first forward allocation and still
+ * alive then (the first such iteration only). Over 256 MiB, when the job
+ * is over its budget (the threshold is the margin, not a share of the
+ * budget), a finding. Returns 1 when a finding was added. */
+static int
+triage_retention_once(const triage_rank *k, adv_verdict *v)
+{
+    const adv_trace *t = k->t;
+    uint64_t kept = 0;
+    int it = -1, maxit = -1;
+    for (size_t q = 0; q < t->na; q++)
+        if (t->a[q].iteration > maxit)
+            maxit = t->a[q].iteration;
+    uint32_t first_fwd[64];
+    for (int q = 0; q < 64; q++)
+        first_fwd[q] = ADV_NONE;
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (x->iteration >= 0 && x->iteration < 64 && x->phase == AM_PH_forward &&
+            first_fwd[x->iteration] == ADV_NONE)
+            first_fwd[x->iteration] = x->a_pos;
+    }
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (!is_act(x) || x->iteration < 0 || x->iteration + 1 >= 64 || x->iteration >= maxit)
+            continue;
+        uint32_t nf = first_fwd[x->iteration + 1];
+        if (nf == ADV_NONE || x->a_pos >= nf)
+            continue;
+        if ((x->f_pos == ADV_NONE || x->f_pos > nf) && (it < 0 || x->iteration == it)) {
+            it = x->iteration;
+            kept += x->size;
+        }
+    }
+    if (!(kept > ((uint64_t)256 << 20) && v->baseline[k->i] > k->budget))
+        return 0;
+    adv_finding_add(v, "X:RETENTION", t->replay_bytes ? "replay_bytes" : "activations",
+                    k->r->rank,
+                    "%s of activation%s bytes allocated in iteration %d are still "
+                    "alive in iteration %d's forward: something keeps references "
+                    "(replay outputs, logged tensors, a cache); recompute cannot "
+                    "free them",
+                    GB(kept), t->replay_bytes ? "/recompute-replay" : "", it, it + 1);
+    return 1;
+}
+
 int
 adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
 {
     int primary = 0;
     for (size_t i = 0; i < j->nranks && i < ADV_MAX_RANKS; i++) {
-        am_rank *r = &j->ranks[i];
-        adv_trace *t = &tr[i];
-        uint64_t cap = v->capacity[i], budget = v->budget[i];
+        triage_rank k = {.r = &j->ranks[i], .t = &tr[i], .i = i};
+        const am_rank *r = k.r;
+        const adv_trace *t = k.t;
+        k.cap = v->capacity[i];
+        k.budget = v->budget[i];
         /* with expandable segments the cache needs no extra: the budget without it */
         uint64_t keep = v->outside[i] + v->headroom;
-        uint64_t budget_exp = cap > keep ? cap - keep : 0;
-        /* 1. CUDA-graph private pools: an OOM with graphs in use (inside a
-         * capture or after it), decided from the allocator's own numbers */
-        if (triage_graph_oom(t, r, v, i)) {
+        k.budget_exp = k.cap > keep ? k.cap - keep : 0;
+        /* 1. CUDA-graph private pools */
+        int graphs = triage_graph_pools(&k, v);
+        if (graphs)
             primary |= 1;
-            goto state; /* other causes may coexist (item 6) */
-        }
-        if (cap && t->graph_pool_bytes * 2 > cap) {
-            adv_finding_add(v, "X:CUDA_GRAPH_POOL", t->graph_capture_oom ? "oom_in_capture"
-                                                                         : "pool_over_half",
-                            r->rank,
-                            "CUDA-graph private pools hold %s of %s capacity%s; PyTorch "
-                            "allocated %s, reserved %s at the OOM (the pool counts as reserved: "
-                            "not fragmentation). Narrow the graph scope (--cuda-graph-modules: "
-                            "drop moe_* first), share pools / reuse static buffers, or turn "
-                            "graphs off as the baseline; full recompute needs "
-                            "full_iteration graphs",
-                            GB(t->graph_pool_bytes), GB(cap),
-                            t->graph_capture_oom ? ", and the OOM happened inside a capture "
-                                                   "window"
-                                                 : "",
-                            GB(t->oom_allocated), GB(t->oom_reserved));
-            primary |= 1;
+        if (graphs == 2)
             continue;
-        }
-        if (!t->oom && !(r->oom))
-            goto state;
-        /* 2. memory outside PyTorch failing or starved */
-        {
-            int lib = t->oom ? t->oom_lib : r->oom->lib;
-            uint64_t req = t->oom ? t->oom_request : r->oom->requested;
-            uint64_t cache = t->oom_reserved > t->oom_allocated ? t->oom_reserved - t->oom_allocated
-                                                                : 0;
-            if (lib == AM_LIB_NCCL || lib == AM_LIB_CUBLAS || lib == AM_LIB_CUDNN) {
-                adv_finding_add(v, "X:NCCL_BUFFERS", lib == AM_LIB_NCCL ? "nccl_failed"
-                                                                        : "library_failed",
-                                r->rank,
-                                "the failing %s allocation was made by %s, outside PyTorch; "
-                                "memory outside PyTorch up to %s; PyTorch's cache held %s "
-                                "reserved but unallocated then. Leave NCCL a margin "
-                                "(PYTORCH_CUDA_ALLOC_CONF expandable_segments:True lets the "
-                                "cache shrink; fewer/lazier communicators, NCCL_BUFFSIZE, "
-                                "NCCL_NVLS_ENABLE=0; torch.cuda.empty_cache() before the "
-                                "first collective)",
-                                GB(req), am_lib_name(lib), GB(v->outside[i]), GB(cache));
-                primary |= 2;
-                goto state; /* other causes may coexist (item 6) */
-            }
-            /* 2b. PyTorch's request failed because memory outside PyTorch (NCCL
-             * buffers, another process, the context) took what it needed: without
-             * it the same peak fits, at no compute cost */
-            {
-                uint64_t outside = v->outside[i];
-                uint64_t need = v->baseline[i] + v->cache[i] + v->headroom;
-                if (outside >= ((uint64_t)1 << 30) && outside * 20 >= cap && cap &&
-                    v->baseline[i] > budget && need <= cap) {
-                    uint64_t nccl = r->peak[AM_L_DEVICE].known
-                                        ? r->peak[AM_L_DEVICE].by_lib[AM_LIB_NCCL]
-                                        : 0;
-                    int other = r->max_other * 2 > outside;
-                    adv_finding_add(v, "X:NCCL_BUFFERS", other ? "other_process"
-                                                               : "outside_pytorch",
-                                    r->rank,
-                                    "PyTorch's request of %s failed with %s of the %s device "
-                                    "outside PyTorch (NCCL %s; context and other processes "
-                                    "%s, from cudaMemGetInfo): the job's own peak %s plus "
-                                    "the allocator cache %s and %s headroom fits the device "
-                                    "without it. %s",
-                                    GB(req), GB(outside), GB(cap), GB(nccl), GB(r->max_other),
-                                    GB(v->baseline[i]), GB(v->cache[i]), GB(v->headroom),
-                                    other ? "Free the device (another process holds memory "
-                                            "on it) or budget for it"
-                                          : "Leave NCCL a margin: fewer/lazier "
-                                            "communicators, NCCL_BUFFSIZE, "
-                                            "NCCL_NVLS_ENABLE=0");
-                    primary |= 2;
-                    goto state;
-                }
-            }
-            /* 3. fragmentation: PyTorch's own request */
-            if (t->oom && (r->levels & AM_LVL_TENSOR) && t->oom_reserved &&
-                t->oom_allocated + req <= budget_exp && cache > req &&
-                v->baseline[i] <= budget_exp) {
-                adv_finding_add(v, "X:FRAGMENTATION", "inactive_split", r->rank,
-                                "PyTorch's request of %s failed with %s allocated (+ request = "
-                                "%s, within the %s budget) and %s reserved: %s reserved but "
-                                "unallocated (inactive split) exceeds the request %.1fx. Set "
-                                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (zero "
-                                "throughput cost); with CUDA graphs on pre-Blackwell GPUs also "
-                                "NCCL_GRAPH_REGISTER=0",
-                                GB(req), GB(t->oom_allocated), GB(t->oom_allocated + req),
-                                GB(budget_exp), GB(t->oom_reserved), GB(cache),
-                                (double)cache / (double)(req ? req : 1));
-                primary |= 4;
-                goto state;
-            }
-        }
-    state:
+        /* 2. memory outside PyTorch failing or starved; 3. fragmentation */
+        if (!graphs && (t->oom || r->oom))
+            primary |= triage_oom_cause(&k, v);
         /* 4a. the output layer's logits and the loss; a loaded state dict */
         if (triage_logits(t, &v->cfg, v, i, r->rank))
             primary |= 32;
         if (triage_loaded_state(t, v, i, r->rank))
             primary |= 8;
         /* 4. optimizer / parameter state */
-        {
-            int in_opt = 0;
-            uint64_t act = 0, all = 0;
-            uint32_t at = t->oom ? t->oom_pos : ADV_NONE;
-            uint8_t ph = t->oom ? t->oom_phase : r->peak[AM_L_TENSOR].phase;
-            if (!t->oom && r->peak[AM_L_TENSOR].known) {
-                /* position of the tensor-level peak of the recorded trace */
-                uint64_t live = 0, mx = 0;
-                for (uint32_t p = 0; p < t->nops; p++) {
-                    int32_t o = t->ops[p];
-                    live = o > 0 ? live + t->a[o - 1].size : live - t->a[-o - 1].size;
-                    if (live > mx) {
-                        mx = live;
-                        at = p + 1;
-                    }
-                }
-            }
-            if (at != ADV_NONE)
-                for (size_t k = 0; k < t->na; k++) {
-                    const adv_alloc *x = &t->a[k];
-                    if (x->a_pos < at && (x->f_pos == ADV_NONE || x->f_pos >= at)) {
-                        all += x->size;
-                        if (is_act(x))
-                            act += x->size;
-                    }
-                }
-            in_opt = ph == AM_PH_optimizer || ph == AM_PH_optimizer_state_init;
-            int over = v->baseline[i] > budget;
-            if (over && all && (in_opt || act * 100 < all)) {
-                const char *code = ph == AM_PH_init ? "X:PARAM_STATE" : "X:OPTIMIZER_STATE";
-                adv_finding_add(v, code, in_opt ? "peak_in_optimizer" : "state_dominates",
-                                r->rank,
-                                "%s in phase %s with %s live, of which activations %s (%.2f%%): "
-                                "recompute cannot help. Use the distributed optimizer over a "
-                                "larger domain (--use-distributed-optimizer, more DP), "
-                                "lower-precision states (--use-precision-aware-optimizer "
-                                "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), optimizer CPU "
-                                "offload, or more TP/PP",
-                                t->oom ? "the OOM" : "the peak", am_phase_name(ph), GB(all),
-                                GB(act), all ? 100.0 * (double)act / (double)all : 0.0);
-                primary |= 8;
-            } else if (triage_state_growth(t, &v->cfg, v, i, r->rank)) {
-                primary |= 8;
-            }
-        }
+        if (triage_optimizer_state(&k, v) || triage_state_growth(t, &v->cfg, v, i, r->rank))
+            primary |= 8;
         /* 5. retention: a trend over three or more iterations, else activation/
          * replay bytes alive into the next iteration */
-        if (triage_retention_trend(t, r, &v->cfg, v, i)) {
+        if (triage_retention_trend(t, r, &v->cfg, v, i) || triage_retention_once(&k, v))
             primary |= 16;
-        } else {
-            uint64_t kept = 0;
-            int it = -1, maxit = -1;
-            for (size_t k = 0; k < t->na; k++)
-                if (t->a[k].iteration > maxit)
-                    maxit = t->a[k].iteration;
-            uint32_t first_fwd[64];
-            for (int q = 0; q < 64; q++)
-                first_fwd[q] = ADV_NONE;
-            for (size_t k = 0; k < t->na; k++) {
-                const adv_alloc *x = &t->a[k];
-                if (x->iteration >= 0 && x->iteration < 64 && x->phase == AM_PH_forward &&
-                    first_fwd[x->iteration] == ADV_NONE)
-                    first_fwd[x->iteration] = x->a_pos;
-            }
-            for (size_t k = 0; k < t->na; k++) {
-                const adv_alloc *x = &t->a[k];
-                if (!is_act(x) || x->iteration < 0 || x->iteration + 1 >= 64 ||
-                    x->iteration >= maxit)
-                    continue;
-                uint32_t nf = first_fwd[x->iteration + 1];
-                if (nf == ADV_NONE || x->a_pos >= nf)
-                    continue;
-                if ((x->f_pos == ADV_NONE || x->f_pos > nf) && (it < 0 || x->iteration == it)) {
-                    it = x->iteration;
-                    kept += x->size;
-                }
-            }
-            /* once (no trend): it matters when the job is over its budget; the
-             * threshold is the margin, not a share of the budget */
-            if (kept > ((uint64_t)256 << 20) && v->baseline[i] > budget) {
-                adv_finding_add(v, "X:RETENTION", t->replay_bytes ? "replay_bytes" : "activations",
-                                r->rank,
-                                "%s of activation%s bytes allocated in iteration %d are still "
-                                "alive in iteration %d's forward: something keeps references "
-                                "(replay outputs, logged tensors, a cache); recompute cannot "
-                                "free them",
-                                GB(kept), t->replay_bytes ? "/recompute-replay" : "", it, it + 1);
-                primary |= 16;
-            }
-        }
     }
     return primary;
 }

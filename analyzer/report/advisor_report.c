@@ -108,40 +108,39 @@ labels_arr(yajl_gen g, const adv_cand *c)
     yajl_gen_array_close(g);
 }
 
-void
-adv_report_json(void *gen, const adv_verdict *v)
+/* "config_diff": the verdict's configuration change, one string per line. */
+static void
+verdict_json_config_diff(yajl_gen g, const adv_verdict *v)
 {
-    yajl_gen g = gen;
-    yajl_gen_map_open(g);
-    S(g, "code"); S(g, v->code[0] ? v->code : "n/a");
-    S(g, "why"); S(g, v->why);
-    S(g, "change"); S(g, v->change);
-    S(g, "labels");
-    labels_arr(g, v->chosen >= 0 ? &v->cands[v->chosen] : NULL);
-    S(g, "config_diff");
     yajl_gen_array_open(g);
-    {
-        const char *p = v->config_diff;
-        while (*p) {
-            const char *e = strchr(p, '\n');
-            size_t n = e ? (size_t)(e - p) : strlen(p);
-            yajl_gen_string(g, (const unsigned char *)p, n);
-            p += n + (e ? 1 : 0);
-        }
+    const char *p = v->config_diff;
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        yajl_gen_string(g, (const unsigned char *)p, n);
+        p += n + (e ? 1 : 0);
     }
     yajl_gen_array_close(g);
-    S(g, "confirm"); S(g, v->confirm);
-    S(g, "configuration");
+}
+
+/* "configuration": where the Megatron configuration came from and what of
+ * it is unknown. */
+static void
+verdict_json_configuration(yajl_gen g, const adv_verdict *v)
+{
     yajl_gen_map_open(g);
     S(g, "megatron"); yajl_gen_bool(g, v->cfg.megatron);
     S(g, "source"); S(g, v->cfg.source);
     S(g, "unknown"); S(g, v->cfg.unknown);
     yajl_gen_map_close(g);
-    S(g, "note"); S(g, v->level_note);
-    S(g, "next_wall"); S(g, v->next_wall);
-    S(g, "replay_cost_source"); S(g, v->cost_source);
-    S(g, "headroom_bytes"); u64(g, v->headroom);
-    S(g, "ranks");
+}
+
+/* "ranks": each rank's capacity, outside-PyTorch, cache, budget, baseline
+ * and predicted peaks and margin (bytes; capacity, budget and margin null
+ * when the capacity is unknown). */
+static void
+verdict_json_ranks(yajl_gen g, const adv_verdict *v)
+{
     yajl_gen_array_open(g);
     for (size_t i = 0; i < v->nranks; i++) {
         yajl_gen_map_open(g);
@@ -163,16 +162,26 @@ adv_report_json(void *gen, const adv_verdict *v)
         yajl_gen_map_close(g);
     }
     yajl_gen_array_close(g);
-    S(g, "predicted_peak_bytes");
+}
+
+/* A map from each rank id (as a string) to that rank's bytes[i]. */
+static void
+verdict_json_by_rank(yajl_gen g, const adv_verdict *v, const uint64_t *bytes)
+{
     yajl_gen_map_open(g);
     for (size_t i = 0; i < v->nranks; i++) {
         char k[16];
         snprintf(k, sizeof k, "%d", v->rank_id[i]);
         S(g, k);
-        u64(g, v->predicted[i]);
+        u64(g, bytes[i]);
     }
     yajl_gen_map_close(g);
-    S(g, "findings");
+}
+
+/* "findings": code, subtype, rank (null for the job) and evidence of each. */
+static void
+verdict_json_findings(yajl_gen g, const adv_verdict *v)
+{
     yajl_gen_array_open(g);
     for (size_t k = 0; k < v->nfindings; k++) {
         const adv_finding *x = &v->findings[k];
@@ -185,55 +194,51 @@ adv_report_json(void *gen, const adv_verdict *v)
         yajl_gen_map_close(g);
     }
     yajl_gen_array_close(g);
-    S(g, "candidates");
-    yajl_gen_array_open(g);
-    for (size_t k = 0; k < v->ncands; k++) {
-        const adv_cand *c = &v->cands[k];
-        yajl_gen_map_open(g);
-        S(g, "setting"); S(g, c->name);
-        S(g, "code"); S(g, c->code);
-        S(g, "labels"); labels_arr(g, c);
-        if (c->full_method) {
-            S(g, "method"); S(g, c->full_method == 1 ? "uniform" : "block");
-            S(g, "num_layers"); I(g, c->full_n);
-            S(g, "family_best"); yajl_gen_bool(g, c->family_best);
-        }
-        S(g, "predicted_peak_bytes");
-        yajl_gen_map_open(g);
-        for (size_t i = 0; i < v->nranks; i++) {
-            char kk[16];
-            snprintf(kk, sizeof kk, "%d", v->rank_id[i]);
-            S(g, kk);
-            u64(g, c->peak[i]);
-        }
-        yajl_gen_map_close(g);
-        S(g, "predicted_reserved_bytes");
-        yajl_gen_map_open(g);
-        for (size_t i = 0; i < v->nranks; i++) {
-            char kk[16];
-            snprintf(kk, sizeof kk, "%d", v->rank_id[i]);
-            S(g, kk);
-            u64(g, c->reserved[i]);
-        }
-        yajl_gen_map_close(g);
-        S(g, "max_predicted_peak_bytes"); u64(g, c->max_peak);
-        S(g, "replay_cost_fraction"); yajl_gen_double(g, c->cost);
-        S(g, "effect"); S(g, adv_effect_name(c->effect));
-        S(g, "fails_at");
-        if (c->fails_rank >= 0) {
-            yajl_gen_map_open(g);
-            S(g, "rank"); I(g, c->fails_rank);
-            S(g, "phase"); S(g, am_phase_name(c->fails_phase));
-            yajl_gen_map_close(g);
-        } else {
-            yajl_gen_null(g);
-        }
-        S(g, "valid"); yajl_gen_bool(g, c->valid);
-        S(g, "reason"); S(g, c->reason);
-        S(g, "chosen"); yajl_gen_bool(g, (int)k == v->chosen);
-        yajl_gen_map_close(g);
+}
+
+/* One candidate k: its setting, predicted peaks and reserved peaks per rank
+ * (bytes), replay cost, effect, where it fails, validity and whether it is
+ * the chosen one. */
+static void
+verdict_json_candidate(yajl_gen g, const adv_verdict *v, size_t k)
+{
+    const adv_cand *c = &v->cands[k];
+    yajl_gen_map_open(g);
+    S(g, "setting"); S(g, c->name);
+    S(g, "code"); S(g, c->code);
+    S(g, "labels"); labels_arr(g, c);
+    if (c->full_method) {
+        S(g, "method"); S(g, c->full_method == 1 ? "uniform" : "block");
+        S(g, "num_layers"); I(g, c->full_n);
+        S(g, "family_best"); yajl_gen_bool(g, c->family_best);
     }
-    yajl_gen_array_close(g);
+    S(g, "predicted_peak_bytes");
+    verdict_json_by_rank(g, v, c->peak);
+    S(g, "predicted_reserved_bytes");
+    verdict_json_by_rank(g, v, c->reserved);
+    S(g, "max_predicted_peak_bytes"); u64(g, c->max_peak);
+    S(g, "replay_cost_fraction"); yajl_gen_double(g, c->cost);
+    S(g, "effect"); S(g, adv_effect_name(c->effect));
+    S(g, "fails_at");
+    if (c->fails_rank >= 0) {
+        yajl_gen_map_open(g);
+        S(g, "rank"); I(g, c->fails_rank);
+        S(g, "phase"); S(g, am_phase_name(c->fails_phase));
+        yajl_gen_map_close(g);
+    } else {
+        yajl_gen_null(g);
+    }
+    S(g, "valid"); yajl_gen_bool(g, c->valid);
+    S(g, "reason"); S(g, c->reason);
+    S(g, "chosen"); yajl_gen_bool(g, (int)k == v->chosen);
+    yajl_gen_map_close(g);
+}
+
+/* "held_at_peak" (the functions holding memory at the peak) and
+ * "functions" (per rank: function, bytes, count, phase). */
+static void
+verdict_json_hot(yajl_gen g, const adv_verdict *v)
+{
     S(g, "held_at_peak");
     yajl_gen_array_open(g);
     for (size_t k = 0; k < v->nhot_functions; k++)
@@ -251,5 +256,38 @@ adv_report_json(void *gen, const adv_verdict *v)
         yajl_gen_map_close(g);
     }
     yajl_gen_array_close(g);
+}
+
+void
+adv_report_json(void *gen, const adv_verdict *v)
+{
+    yajl_gen g = gen;
+    yajl_gen_map_open(g);
+    S(g, "code"); S(g, v->code[0] ? v->code : "n/a");
+    S(g, "why"); S(g, v->why);
+    S(g, "change"); S(g, v->change);
+    S(g, "labels");
+    labels_arr(g, v->chosen >= 0 ? &v->cands[v->chosen] : NULL);
+    S(g, "config_diff");
+    verdict_json_config_diff(g, v);
+    S(g, "confirm"); S(g, v->confirm);
+    S(g, "configuration");
+    verdict_json_configuration(g, v);
+    S(g, "note"); S(g, v->level_note);
+    S(g, "next_wall"); S(g, v->next_wall);
+    S(g, "replay_cost_source"); S(g, v->cost_source);
+    S(g, "headroom_bytes"); u64(g, v->headroom);
+    S(g, "ranks");
+    verdict_json_ranks(g, v);
+    S(g, "predicted_peak_bytes");
+    verdict_json_by_rank(g, v, v->predicted);
+    S(g, "findings");
+    verdict_json_findings(g, v);
+    S(g, "candidates");
+    yajl_gen_array_open(g);
+    for (size_t k = 0; k < v->ncands; k++)
+        verdict_json_candidate(g, v, k);
+    yajl_gen_array_close(g);
+    verdict_json_hot(g, v);
     yajl_gen_map_close(g);
 }
