@@ -441,13 +441,6 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
 
 /* the caching allocator model along the sweep (advisor_cache.c): reserved
  * bytes plus the projection's offset, their max in best_res */
-#define SIM_A(id, sz) do { if (sim) adv_cache_alloc(sim, (id), (sz)); } while (0)
-#define SIM_F(id) do { if (sim) adv_cache_free(sim, (id)); } while (0)
-#define NOTE_RES(off)                                                                          \
-    do {                                                                                       \
-        if (sim && adv_cache_reserved(sim) + (off) > best_res)                                 \
-            best_res = adv_cache_reserved(sim) + (off);                                        \
-    } while (0)
 
 uint64_t
 adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
@@ -456,34 +449,37 @@ adv_counterfactual(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
     return adv_counterfactual_reserved(t, cfg, s, extra_state, phase_out, 0, NULL);
 }
 
-uint64_t
-adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
-                            uint64_t extra_state, uint8_t *phase_out, uint64_t limit,
-                            uint64_t *reserved_out)
-{
-    adv_cache_sim *sim = reserved_out ? adv_cache_new(t->na + 1, limit) : NULL;
-    uint64_t best_res = 0;
-    cf c;
-    memset(&c, 0, sizeof c);
-    c.t = t;
-    c.owner = malloc((t->na ? t->na : 1) * sizeof *c.owner);
-    c.cls = calloc(t->na ? t->na : 1, 1);
-    uint8_t *alive = calloc(t->na ? t->na : 1, 1); /* 1 live, 2 discarded */
-    uint64_t best = 0;
-    uint8_t best_phase = AM_PH_other;
-    if (!c.owner || !c.cls || !alive || prep(&c) < 0)
-        goto out;
-    memset(c.owner, 0xff, (t->na ? t->na : 1) * sizeof *c.owner);
-    if ((s->labels || s->full_method) && build_units(&c, cfg, s) < 0)
-        goto out;
-    if (c.nin > 1)
-        am_sort(c.in, c.nin, sizeof *c.in, ins_cmp);
+/* one counterfactual sweep's state: the rewritten op stream's live bytes, the
+ * projection window and the peaks found so far (all sizes in bytes) */
+typedef struct sweep {
+    const adv_trace *t;
+    const cf *c;
+    adv_cache_sim *sim;       /* caching allocator model, NULL when not asked for */
+    uint8_t *alive;           /* per allocation: 1 live, 2 discarded */
+    uint64_t live;            /* tensor bytes live now */
+    uint64_t best;            /* peak of live plus the projection's bytes */
+    uint64_t best_res;        /* peak of reserved plus the projection's bytes */
+    uint8_t best_phase;       /* phase of the op that made best */
+    /* projection window [wb, we): D bytes present from its start, dalloc of
+     * them allocated inside it so far */
+    uint32_t wb, we;
+    uint64_t D, dalloc;
+    int proj_persist;         /* D holds the window's persistent bytes */
+    uint32_t *outs;           /* one replay's outputs, freed at its end */
+    size_t nouts, capouts;
+    xev *xe;                  /* one replay's recorded extras, in replay order */
+    size_t nxe, capxe;
+} sweep;
 
-    /* projection window: the last complete iteration, or the last iteration
-     * when no optimizer step happened */
+/* the projection window: the last complete iteration, or the last iteration
+ * when no optimizer step happened; D: the persistent bytes it created (a
+ * truncated trace) plus extra_state */
+static void
+sweep_window(sweep *w, uint64_t extra_state)
+{
+    const adv_trace *t = w->t;
     int proj_it = -2;
-    uint64_t D = 0;
-    uint32_t wb = ADV_NONE, we = ADV_NONE;
+    w->wb = w->we = ADV_NONE;
     if (t->trunc && t->last_complete_iter >= 0)
         proj_it = t->last_complete_iter;
     else if (extra_state) {
@@ -493,206 +489,299 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
                 mx = t->a[i].iteration;
         proj_it = mx;
     }
-    int proj_persist = t->trunc && t->last_complete_iter >= 0;
-    if (proj_it >= -1) {
+    w->proj_persist = t->trunc && t->last_complete_iter >= 0;
+    if (proj_it < -1)
+        return;
+    for (size_t i = 0; i < t->na; i++) {
+        const adv_alloc *x = &t->a[i];
+        if (x->iteration == proj_it && w->wb == ADV_NONE)
+            w->wb = x->a_pos;
+        if (x->iteration > proj_it && w->we == ADV_NONE && w->wb != ADV_NONE)
+            w->we = x->a_pos;
+    }
+    if (w->we == ADV_NONE)
+        w->we = (uint32_t)t->nops;
+    if (t->trunc && t->last_complete_iter >= 0)
         for (size_t i = 0; i < t->na; i++) {
             const adv_alloc *x = &t->a[i];
-            if (x->iteration == proj_it && wb == ADV_NONE)
-                wb = x->a_pos;
-            if (x->iteration > proj_it && we == ADV_NONE && wb != ADV_NONE)
-                we = x->a_pos;
+            if (x->a_pos >= w->wb && x->a_pos < w->we && (x->f_pos == ADV_NONE || x->f_pos >= w->we))
+                w->D += x->size;
         }
-        if (we == ADV_NONE)
-            we = (uint32_t)t->nops;
-        if (t->trunc && t->last_complete_iter >= 0)
-            for (size_t i = 0; i < t->na; i++) {
-                const adv_alloc *x = &t->a[i];
-                if (x->a_pos >= wb && x->a_pos < we && (x->f_pos == ADV_NONE || x->f_pos >= we))
-                    D += x->size;
-            }
-        D += extra_state;
+    w->D += extra_state;
+}
+
+/* bytes the projection adds at op position p: the window's D less the part
+ * of it already allocated, 0 outside the window */
+static uint64_t
+window_bytes(const sweep *w, uint32_t p)
+{
+    return p >= w->wb && p < w->we ? w->D - w->dalloc : 0;
+}
+
+/* a candidate peak at op position p: live bytes plus the window's (best,
+ * with the phase), reserved bytes plus the window's (best_res) */
+static void
+note_peak(sweep *w, uint32_t p, uint8_t phase)
+{
+    uint64_t off = window_bytes(w, p);
+    uint64_t proj = w->live + off;
+    if (w->sim && adv_cache_reserved(w->sim) + off > w->best_res)
+        w->best_res = adv_cache_reserved(w->sim) + off;
+    if (proj > w->best) {
+        w->best = proj;
+        w->best_phase = phase;
     }
-    uint64_t live = 0, dalloc = 0;
+}
+
+/* allocation id's size bytes become live (and reach the allocator model) */
+static void
+sweep_alloc(sweep *w, uint32_t id, uint64_t size)
+{
+    w->live += size;
+    if (w->sim)
+        adv_cache_alloc(w->sim, id, size);
+}
+
+/* allocation id's size bytes are freed (also in the allocator model) */
+static void
+sweep_free(sweep *w, uint32_t id, uint64_t size)
+{
+    w->live -= size;
+    if (w->sim)
+        adv_cache_free(w->sim, id);
+}
+
+/* a discard point: a live allocation's bytes are freed until its replay */
+static void
+sweep_discard(sweep *w, uint32_t id)
+{
+    if (w->alive[id] == 1) {
+        sweep_free(w, id, w->t->a[id].size);
+        w->alive[id] = 2;
+    }
+}
+
+/* keep allocation id as an output of the running replay: its bytes are freed
+ * when the replay ends; -1 out of memory */
+static int
+push_out(sweep *w, uint32_t id)
+{
+    if (w->nouts == w->capouts) {
+        size_t nc = w->capouts ? w->capouts * 2 : 64;
+        uint32_t *qq = realloc(w->outs, nc * sizeof *qq);
+        if (!qq)
+            return -1;
+        w->outs = qq;
+        w->capouts = nc;
+    }
+    w->outs[w->nouts++] = id;
+    return 0;
+}
+
+/* the recorded replay's own extras whose anchors unit u's region holds
+ * (adv_extra), their alloc and free events sorted by anchor: same sizes, same
+ * place among the replayed ops; -1 out of memory */
+static int
+collect_extras(sweep *w, const unit *u)
+{
+    const adv_trace *t = w->t;
+    w->nxe = 0;
+    if (!t->nxr)
+        return 0;
+    size_t lo = 0, hi = t->nxr;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t->xr[mid].a_anchor < u->b)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t r = lo; r < t->nxr && t->xr[r].a_anchor < u->e; r++) {
+        const adv_extra *xr = &t->xr[r];
+        if (xr->f_anchor != ADV_NONE && (xr->f_anchor < u->b || xr->f_anchor >= u->e))
+            continue;
+        if (w->nxe + 2 > w->capxe) {
+            size_t nc = w->capxe ? w->capxe * 2 : 64;
+            xev *qq = realloc(w->xe, nc * sizeof *qq);
+            if (!qq)
+                return -1;
+            w->xe = qq;
+            w->capxe = nc;
+        }
+        w->xe[w->nxe++] = (xev){xr->a_anchor, xr->a_seq, xr->id, 1, xr->f_anchor == ADV_NONE};
+        if (xr->f_anchor != ADV_NONE)
+            w->xe[w->nxe++] = (xev){xr->f_anchor, xr->f_seq, xr->id, 0, 0};
+    }
+    if (w->nxe > 1)
+        am_sort(w->xe, w->nxe, sizeof *w->xe, xev_cmp);
+    return 0;
+}
+
+/* the extras' events anchored at region op q of a replay at position p
+ * (*ei: the next event); a kept extra whose own free already passed is an
+ * output, otherwise it stays live until its own free; -1 out of memory */
+static int
+replay_extras_at(sweep *w, uint32_t q, uint32_t p, size_t *ei)
+{
+    for (; *ei < w->nxe && w->xe[*ei].anchor == q; (*ei)++) {
+        const xev *e = &w->xe[*ei];
+        const adv_alloc *x = &w->t->a[e->id];
+        if (!e->alloc) {
+            sweep_free(w, e->id, x->size);
+            continue;
+        }
+        sweep_alloc(w, e->id, x->size);
+        if (e->keep && x->f_pos != ADV_NONE && x->f_pos < p) {
+            /* its own free already passed: gone with the replay */
+            if (push_out(w, e->id) < 0)
+                return -1;
+        } else if (e->keep) {
+            w->alive[e->id] = 1; /* freed later by its own free op */
+        }
+        note_peak(w, p, AM_PH_backward_replay);
+    }
+    return 0;
+}
+
+/* region op q of unit ui's replay at position p, when the unit owns its
+ * allocation: internals and discarded outputs stay live, outputs until the
+ * replay ends, transients are freed again; -1 out of memory */
+static int
+replay_op(sweep *w, uint32_t ui, uint32_t q, uint32_t p)
+{
+    const adv_trace *t = w->t;
+    const cf *c = w->c;
+    int32_t v = t->ops[q];
+    uint32_t id = (uint32_t)(v > 0 ? v : -v) - 1;
+    if (c->owner[id] != ui)
+        return 0;
+    const adv_alloc *x = &t->a[id];
+    if (v > 0) {
+        sweep_alloc(w, id, x->size);
+        note_peak(w, p, AM_PH_backward_replay);
+        if (c->cls[id] == C_I || c->cls[id] == C_D)
+            w->alive[id] = 1;
+        else if (c->cls[id] == C_O || (c->cls[id] == C_T && x->f_pos >= c->u[ui].e))
+            return push_out(w, id);
+    } else if (c->cls[id] == C_T) {
+        sweep_free(w, id, x->size);
+    }
+    return 0;
+}
+
+/* unit ui replayed at position p: its region's ops and the recorded replay's
+ * extras, then its outputs freed; -1 out of memory */
+static int
+replay_unit(sweep *w, uint32_t ui, uint32_t p)
+{
+    const unit *u = &w->c->u[ui];
+    w->nouts = 0;
+    if (collect_extras(w, u) < 0)
+        return -1;
+    size_t ei = 0;
+    for (uint32_t q = u->b; q < u->e; q++)
+        if (replay_extras_at(w, q, p, &ei) < 0 || replay_op(w, ui, q, p) < 0)
+            return -1;
+    for (size_t z = 0; z < w->nouts; z++)
+        sweep_free(w, w->outs[z], w->t->a[w->outs[z]].size);
+    return 0;
+}
+
+/* the failed request would have been allocated at the OOM's position p: it
+ * enters the prediction (a request of a replay is 0 in an undone trace) */
+static void
+sweep_oom_request(sweep *w, uint32_t p)
+{
+    const adv_trace *t = w->t;
+    uint64_t off = window_bytes(w, p);
+    uint64_t proj = w->live + t->oom_request + off;
+    if (w->sim) {
+        adv_cache_alloc(w->sim, (uint32_t)t->na, t->oom_request);
+        if (adv_cache_reserved(w->sim) + off > w->best_res)
+            w->best_res = adv_cache_reserved(w->sim) + off;
+        adv_cache_free(w->sim, (uint32_t)t->na);
+    }
+    if (proj > w->best) {
+        w->best = proj;
+        w->best_phase = t->oom_phase;
+    }
+}
+
+/* the recorded op at position p: an allocation becomes live (persistent bytes
+ * of the projected window counted once: they are in D from its start), a free
+ * frees it unless a discard already did */
+static void
+sweep_op(sweep *w, uint32_t p)
+{
+    const adv_trace *t = w->t;
+    int32_t v = t->ops[p];
+    uint32_t id = (uint32_t)(v > 0 ? v : -v) - 1;
+    const adv_alloc *x = &t->a[id];
+    if (v > 0) {
+        sweep_alloc(w, id, x->size);
+        w->alive[id] = 1;
+        if (w->proj_persist && p >= w->wb && p < w->we && (x->f_pos == ADV_NONE || x->f_pos >= w->we))
+            w->dalloc += x->size;
+        note_peak(w, p, x->phase);
+    } else if (w->alive[id] == 1) {
+        sweep_free(w, id, x->size);
+        w->alive[id] = 0;
+    } else {
+        w->alive[id] = 0;
+    }
+}
+
+uint64_t
+adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
+                            uint64_t extra_state, uint8_t *phase_out, uint64_t limit,
+                            uint64_t *reserved_out)
+{
+    sweep w;
+    memset(&w, 0, sizeof w);
+    w.t = t;
+    w.sim = reserved_out ? adv_cache_new(t->na + 1, limit) : NULL;
+    w.best_phase = AM_PH_other;
+    cf c;
+    memset(&c, 0, sizeof c);
+    c.t = t;
+    c.owner = malloc((t->na ? t->na : 1) * sizeof *c.owner);
+    c.cls = calloc(t->na ? t->na : 1, 1);
+    w.c = &c;
+    w.alive = calloc(t->na ? t->na : 1, 1);
+    if (!c.owner || !c.cls || !w.alive || prep(&c) < 0)
+        goto out;
+    memset(c.owner, 0xff, (t->na ? t->na : 1) * sizeof *c.owner);
+    if ((s->labels || s->full_method) && build_units(&c, cfg, s) < 0)
+        goto out;
+    if (c.nin > 1)
+        am_sort(c.in, c.nin, sizeof *c.in, ins_cmp);
+    sweep_window(&w, extra_state);
     size_t k = 0;
-    uint32_t *outs = NULL;
-    size_t nouts = 0, capouts = 0;
-    xev *xe = NULL;
-    size_t nxe = 0, capxe = 0;
     for (uint32_t p = 0; p <= t->nops; p++) {
+        /* discards and replays inserted before the op at p */
         for (; k < c.nin && c.in[k].pos == p; k++) {
-            const ins *n = &c.in[k];
-            if (n->kind == 0) {
-                uint32_t id = n->v;
-                if (alive[id] == 1) {
-                    live -= t->a[id].size;
-                    SIM_F(id);
-                    alive[id] = 2;
-                }
-                continue;
-            }
-            /* replay of unit n->v */
-            const unit *u = &c.u[n->v];
-            nouts = 0;
-            /* the recorded replay's own extras whose anchors this region holds
-             * (adv_extra): same sizes, same place among the replayed ops */
-            nxe = 0;
-            if (t->nxr) {
-                size_t lo = 0, hi = t->nxr;
-                while (lo < hi) {
-                    size_t mid = (lo + hi) / 2;
-                    if (t->xr[mid].a_anchor < u->b)
-                        lo = mid + 1;
-                    else
-                        hi = mid;
-                }
-                for (size_t r = lo; r < t->nxr && t->xr[r].a_anchor < u->e; r++) {
-                    const adv_extra *xr = &t->xr[r];
-                    if (xr->f_anchor != ADV_NONE && (xr->f_anchor < u->b || xr->f_anchor >= u->e))
-                        continue;
-                    if (nxe + 2 > capxe) {
-                        size_t nc = capxe ? capxe * 2 : 64;
-                        xev *qq = realloc(xe, nc * sizeof *qq);
-                        if (!qq)
-                            goto out2;
-                        xe = qq;
-                        capxe = nc;
-                    }
-                    xe[nxe++] = (xev){xr->a_anchor, xr->a_seq, xr->id, 1,
-                                      xr->f_anchor == ADV_NONE};
-                    if (xr->f_anchor != ADV_NONE)
-                        xe[nxe++] = (xev){xr->f_anchor, xr->f_seq, xr->id, 0, 0};
-                }
-                if (nxe > 1)
-                    am_sort(xe, nxe, sizeof *xe, xev_cmp);
-            }
-            size_t ei = 0;
-            for (uint32_t q = u->b; q < u->e; q++) {
-                for (; ei < nxe && xe[ei].anchor == q; ei++) {
-                    const adv_alloc *x = &t->a[xe[ei].id];
-                    if (!xe[ei].alloc) {
-                        live -= x->size;
-                        SIM_F(xe[ei].id);
-                        continue;
-                    }
-                    live += x->size;
-                    SIM_A(xe[ei].id, x->size);
-                    if (xe[ei].keep && x->f_pos != ADV_NONE && x->f_pos < p) {
-                        /* its own free already passed: gone with the replay */
-                        if (nouts == capouts) {
-                            size_t nc = capouts ? capouts * 2 : 64;
-                            uint32_t *qq = realloc(outs, nc * sizeof *qq);
-                            if (!qq)
-                                goto out2;
-                            outs = qq;
-                            capouts = nc;
-                        }
-                        outs[nouts++] = xe[ei].id;
-                    } else if (xe[ei].keep) {
-                        alive[xe[ei].id] = 1; /* freed later by its own free op */
-                    }
-                    uint64_t proj = live;
-                    if (p >= wb && p < we)
-                        proj += D - dalloc;
-                    NOTE_RES(proj - live);
-                    if (proj > best) {
-                        best = proj;
-                        best_phase = AM_PH_backward_replay;
-                    }
-                }
-                int32_t v = t->ops[q];
-                uint32_t id = (uint32_t)(v > 0 ? v : -v) - 1;
-                if (c.owner[id] != n->v)
-                    continue;
-                const adv_alloc *x = &t->a[id];
-                if (v > 0) {
-                    live += x->size;
-                    SIM_A(id, x->size);
-                    uint64_t proj = live;
-                    if (p >= wb && p < we)
-                        proj += D - dalloc;
-                    NOTE_RES(proj - live);
-                    if (proj > best) {
-                        best = proj;
-                        best_phase = AM_PH_backward_replay;
-                    }
-                    if (c.cls[id] == C_I || c.cls[id] == C_D) {
-                        alive[id] = 1;
-                    } else if (c.cls[id] == C_O || (c.cls[id] == C_T && x->f_pos >= u->e)) {
-                        if (nouts == capouts) {
-                            size_t nc = capouts ? capouts * 2 : 64;
-                            uint32_t *qq = realloc(outs, nc * sizeof *qq);
-                            if (!qq)
-                                goto out2;
-                            outs = qq;
-                            capouts = nc;
-                        }
-                        outs[nouts++] = id;
-                    }
-                } else if (c.cls[id] == C_T) {
-                    live -= x->size;
-                    SIM_F(id);
-                }
-            }
-            for (size_t z = 0; z < nouts; z++) {
-                live -= t->a[outs[z]].size;
-                SIM_F(outs[z]);
-            }
+            if (c.in[k].kind == 0)
+                sweep_discard(&w, c.in[k].v);
+            else if (replay_unit(&w, c.in[k].v, p) < 0)
+                goto out;
         }
-        if (t->oom && p == t->oom_pos && t->oom_request) {
-            /* the failed request would have been allocated here: it enters the
-             * prediction (a request of a replay is 0 in an undone trace) */
-            uint64_t proj = live + t->oom_request;
-            if (p >= wb && p < we)
-                proj += D - dalloc;
-            SIM_A((uint32_t)t->na, t->oom_request);
-            NOTE_RES(proj - live - t->oom_request);
-            SIM_F((uint32_t)t->na);
-            if (proj > best) {
-                best = proj;
-                best_phase = t->oom_phase;
-            }
-        }
+        if (t->oom && p == t->oom_pos && t->oom_request)
+            sweep_oom_request(&w, p);
         if (p == t->nops)
             break;
-        int32_t v = t->ops[p];
-        uint32_t id = (uint32_t)(v > 0 ? v : -v) - 1;
-        const adv_alloc *x = &t->a[id];
-        if (v > 0) {
-            live += x->size;
-            SIM_A(id, x->size);
-            alive[id] = 1;
-            /* persistent bytes of the projected window are in D from its start:
-             * count each once (only when D holds them, a truncated trace) */
-            if (proj_persist && p >= wb && p < we && (x->f_pos == ADV_NONE || x->f_pos >= we))
-                dalloc += x->size;
-            uint64_t proj = live;
-            if (p >= wb && p < we)
-                proj += D - dalloc;
-            NOTE_RES(proj - live);
-            if (proj > best) {
-                best = proj;
-                best_phase = x->phase;
-            }
-        } else if (alive[id] == 1) {
-            live -= x->size;
-            SIM_F(id);
-            alive[id] = 0;
-        } else {
-            alive[id] = 0;
-        }
+        sweep_op(&w, p);
     }
-out2:
-    free(outs);
-    free(xe);
 out:
+    free(w.outs);
+    free(w.xe);
     cf_free(&c);
-    free(alive);
+    free(w.alive);
     if (phase_out)
-        *phase_out = best_phase;
+        *phase_out = w.best_phase;
     if (reserved_out)
-        *reserved_out = best_res > best ? best_res : best;
-    adv_cache_del(sim);
-    return best;
+        *reserved_out = w.best_res > w.best ? w.best_res : w.best;
+    adv_cache_del(w.sim);
+    return w.best;
 }
 
 /* ---- undoing the recorded recompute (advisor.h adv_trace_undo) ----

@@ -449,6 +449,238 @@ on_free(cap *c, const am_event *ev, tl_thread *th)
     return op(c, -(int32_t)(id + 1));
 }
 
+/* one build's state around the capture (cap): the scratch rank the timeline
+ * attributes into, the device-level bytes per address (for max(device live -
+ * reserved)) and the phase before the current event */
+typedef struct build {
+    cap c;
+    am_rank scratch;
+    keymap dkeys;             /* device-level address -> index into dsz */
+    uint64_t *dsz;            /* device-level allocation sizes, bytes */
+    size_t ndsz, capdsz;
+    uint64_t seq;             /* events read so far */
+    int prev_phase;           /* timeline phase before the current event */
+} build;
+
+/* the capture's and the timeline's initial state for rank r; MLA's input
+ * sizes (bytes) from the configuration */
+static void
+build_init(build *b, am_rank *r, const adv_cfg *cfg, adv_trace *t)
+{
+    memset(b, 0, sizeof *b);
+    cap *c = &b->c;
+    c->t = t;
+    c->cfg = cfg;
+    c->r = r;
+    c->cur_layer = -1;
+    c->last_norm = ADV_NONE;
+    c->lpc = adv_cfg_layers_per_chunk(cfg);
+    uint64_t beta = (cfg->bf16 || cfg->fp16) ? 2 : 4;
+    uint64_t sq = (uint64_t)(cfg->seq / (cfg->cp > 0 ? cfg->cp : 1));
+    uint64_t ts = cfg->sp ? (uint64_t)cfg->tp : 1, mbs = (uint64_t)cfg->mbs;
+    c->mla_in_sizes[0] = beta * (sq / ts) * mbs * (uint64_t)(cfg->kv_lora + cfg->qk_pos);
+    c->mla_in_sizes[1] = beta * (sq / ts) * mbs * (uint64_t)cfg->q_lora;
+    c->mla_in_sizes[2] = ts > 1 ? beta * sq * mbs * (uint64_t)cfg->qk_pos : 0;
+    /* what the timeline's post-process rule needs (output layer, loss) */
+    b->scratch.layers_per_chunk = r->layers_per_chunk;
+    b->scratch.layers_per_stage = r->layers_per_stage;
+    b->scratch.stage = r->stage;
+    b->scratch.pp = r->pp;
+    tl_init(&c->tl, r->src->meta.pid, &b->scratch);
+    c->tl.resolve = on_resolve;
+    c->tl.resolve_ctx = c;
+    c->tl.no_spans = 1; /* scratch iterations: their spans are never read */
+    b->prev_phase = AM_PH_init;
+    live_init(&b->dkeys);
+    live_init(&c->keys);
+}
+
+/* frees what build_init and the read made, except the trace */
+static void
+build_fini(build *b)
+{
+    live_fini(&b->dkeys);
+    free(b->dsz);
+    live_fini(&b->c.keys);
+    tl_fini(&b->c.tl);
+    for (size_t i = 0; i < b->scratch.niters; i++)
+        free(b->scratch.iters[i].phases);
+    free(b->scratch.iters);
+}
+
+/* a device-level allocation: its bytes join the device's live bytes (an
+ * allocation that cannot be recorded is skipped) */
+static void
+device_alloc(build *b, const am_event *ev)
+{
+    if (grow((void **)&b->dsz, &b->capdsz, b->ndsz + 1, sizeof *b->dsz) == 0 &&
+        km_put(&b->dkeys, ev->addr ^ ((uint64_t)ev->space << 63), (uint32_t)b->ndsz) == 0) {
+        b->dsz[b->ndsz++] = ev->size;
+        b->c.dev_live += ev->size;
+    }
+}
+
+/* a device-level free: its bytes leave the device's live bytes */
+static void
+device_free(build *b, const am_event *ev)
+{
+    uint32_t id;
+    if (km_take(&b->dkeys, ev->addr ^ ((uint64_t)ev->space << 63), &id))
+        b->c.dev_live -= b->dsz[id];
+}
+
+/* the rank's fatal OOM event: where it happened, the request and the bytes
+ * (tensor reserved, device live) at that moment */
+static void
+record_oom(build *b, const am_event *ev)
+{
+    cap *c = &b->c;
+    adv_trace *t = c->t;
+    am_attr oa = tl_attr(&c->tl, ev, 0);
+    t->oom = 1;
+    t->oom_pos = (uint32_t)t->nops;
+    t->oom_phase = oa.phase;
+    t->oom_boundary = oa.boundary;
+    t->oom_lib = ev->lib;
+    t->oom_in_capture = c->capture > 0;
+    t->oom_request = ev->size;
+    t->oom_reserved = c->reserved;
+    t->oom_device_live = c->dev_live;
+    if (c->capture)
+        t->graph_capture_oom = 1;
+}
+
+/* one event the timeline has seen, by kind: ranges, device memory (tensor
+ * allocations become records and ops), the OOM, graph capture; -1 out of
+ * memory */
+static int
+capture_event(build *b, const am_event *ev, tl_thread *th)
+{
+    cap *c = &b->c;
+    switch ((am_ev_kind)ev->kind) {
+    case AM_EV_RANGE_PUSH:
+        return on_push(c, ev, th);
+    case AM_EV_ALLOC:
+        if (ev->mem != AM_MEM_DEVICE)
+            return 0;
+        if (ev->levels & AM_LVL_DEVICE)
+            device_alloc(b, ev);
+        if (ev->has_totals)
+            c->reserved = ev->total_reserved;
+        return on_alloc(c, ev, th, b->seq);
+    case AM_EV_FREE:
+        if (ev->levels & AM_LVL_DEVICE)
+            device_free(b, ev);
+        if (ev->has_totals)
+            c->reserved = ev->total_reserved;
+        return on_free(c, ev, th);
+    case AM_EV_OOM:
+        if (!c->t->oom && c->r->oom && ev->t_ns == c->r->oom->t_ns)
+            record_oom(b, ev);
+        return 0;
+    case AM_EV_GRAPH_BEGIN:
+        c->capture++;
+        return 0;
+    case AM_EV_GRAPH_END:
+        if (c->capture)
+            c->capture--;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* after an event: the bytes outside PyTorch, whether the backward replays,
+ * and the iteration bookkeeping from the phase change */
+static void
+note_event(build *b, const am_event *ev, const tl_thread *th)
+{
+    cap *c = &b->c;
+    adv_trace *t = c->t;
+    /* outside PyTorch = device live - reserved, where PyTorch just reported its
+     * reserved bytes (a new segment shows at the device level first) */
+    if ((ev->kind == AM_EV_ALLOC || ev->kind == AM_EV_FREE) && ev->has_totals &&
+        (ev->levels & AM_LVL_TENSOR) && c->dev_live > c->reserved &&
+        c->dev_live - c->reserved > t->max_outside)
+        t->max_outside = c->dev_live - c->reserved;
+    if (th && th->role == AM_ROLE_BACKWARD && th->depth &&
+        th->stack[th->depth - 1].replay)
+        t->replays = 1;
+    /* the first optimizer step ends when the next phase starts */
+    if (b->prev_phase == AM_PH_optimizer_state_init && c->tl.phase != b->prev_phase &&
+        t->opt_state_init_end == ADV_NONE)
+        t->opt_state_init_end = (uint32_t)t->nops;
+    if ((b->prev_phase == AM_PH_optimizer || b->prev_phase == AM_PH_optimizer_state_init ||
+         b->prev_phase == AM_PH_param_sync) &&
+        c->tl.phase == AM_PH_forward)
+        t->last_complete_iter = c->tl.iteration - 1;
+    if (c->tl.phase == AM_PH_optimizer || c->tl.phase == AM_PH_optimizer_state_init)
+        t->optimizer_seen = 1;
+    b->prev_phase = c->tl.phase;
+}
+
+/* the source's events through the timeline into the capture, until its end
+ * or the fatal OOM (then the trace is truncated: what follows is teardown);
+ * am_next's last result (1 when stopped at the OOM), -1 on error */
+static int
+read_events(build *b, am_source *src)
+{
+    cap *c = &b->c;
+    am_event ev;
+    int rc;
+    while ((rc = am_next(src, &ev)) == 1) {
+        b->seq++;
+        if (c->t->oom) {
+            c->t->trunc = 1;
+            break;
+        }
+        tl_thread *th = tl_thread_get(&c->tl, ev.tid);
+        if (!th)
+            return -1;
+        if (ev.kind == AM_EV_RANGE_POP)
+            on_pop(c, th, ev.domain_id);
+        if (tl_event(&c->tl, &ev) < 0)
+            return -1;
+        th = tl_thread_get(&c->tl, ev.tid);
+        if (capture_event(b, &ev, th) < 0)
+            return -1;
+        note_event(b, &ev, th);
+    }
+    return rc;
+}
+
+/* tensor bytes live at the OOM; bytes of init allocations never freed */
+static void
+trace_totals(adv_trace *t)
+{
+    uint64_t live = 0;
+    for (size_t p = 0; p < t->nops; p++) {
+        int32_t v = t->ops[p];
+        if (t->oom && p == t->oom_pos)
+            t->oom_allocated = live;
+        live = v > 0 ? live + t->a[v - 1].size : live - t->a[-v - 1].size;
+    }
+    if (t->oom && t->oom_pos >= t->nops)
+        t->oom_allocated = live;
+    for (size_t i = 0; i < t->na; i++)
+        if (t->a[i].phase == AM_PH_init && t->a[i].f_pos == ADV_NONE)
+            t->init_bytes += t->a[i].size;
+}
+
+/* instances without a finished last layer end at their last op */
+static void
+close_instances(adv_trace *t)
+{
+    for (size_t i = 0; i < t->nlayers; i++) {
+        adv_layer *L = &t->layers[i];
+        if (L->end == ADV_NONE)
+            L->end = (uint32_t)t->nops;
+        adv_inst *in = &t->insts[L->inst];
+        if (L->end > in->end)
+            in->end = L->end;
+    }
+}
+
 int
 adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t errlen)
 {
@@ -460,183 +692,22 @@ adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t 
         snprintf(err, errlen, "%s", src->error);
         return -1;
     }
-    cap c;
-    memset(&c, 0, sizeof c);
-    c.t = t;
-    c.cfg = cfg;
-    c.r = r;
-    c.cur_layer = -1;
-    c.last_norm = ADV_NONE;
-    c.lpc = adv_cfg_layers_per_chunk(cfg);
-    {
-        uint64_t beta = (cfg->bf16 || cfg->fp16) ? 2 : 4;
-        uint64_t sq = (uint64_t)(cfg->seq / (cfg->cp > 0 ? cfg->cp : 1));
-        uint64_t ts = cfg->sp ? (uint64_t)cfg->tp : 1, b = (uint64_t)cfg->mbs;
-        c.mla_in_sizes[0] = beta * (sq / ts) * b * (uint64_t)(cfg->kv_lora + cfg->qk_pos);
-        c.mla_in_sizes[1] = beta * (sq / ts) * b * (uint64_t)cfg->q_lora;
-        c.mla_in_sizes[2] = ts > 1 ? beta * sq * b * (uint64_t)cfg->qk_pos : 0;
-    }
-    am_rank scratch;
-    memset(&scratch, 0, sizeof scratch);
-    /* what the timeline's post-process rule needs (output layer, loss) */
-    scratch.layers_per_chunk = r->layers_per_chunk;
-    scratch.layers_per_stage = r->layers_per_stage;
-    scratch.stage = r->stage;
-    scratch.pp = r->pp;
-    tl_init(&c.tl, src->meta.pid, &scratch);
-    c.tl.resolve = on_resolve;
-    c.tl.resolve_ctx = &c;
-    c.tl.no_spans = 1; /* scratch iterations: their spans are never read */
-    am_event ev;
-    int rc;
-    uint64_t seq = 0;
-    int prev_phase = AM_PH_init;
-    /* device-level bytes per address for max(device live - reserved) */
-    keymap dkeys;
-    live_init(&dkeys);
-    live_init(&c.keys);
-    uint64_t *dsz = NULL;
-    size_t ndsz = 0, capdsz = 0;
-    while ((rc = am_next(src, &ev)) == 1) {
-        seq++;
-        if (t->oom) {
-            /* the fatal OOM ends the job: what follows is teardown */
-            t->trunc = 1;
-            break;
-        }
-        tl_thread *th = tl_thread_get(&c.tl, ev.tid);
-        if (!th) {
-            rc = -1;
-            break;
-        }
-        if (ev.kind == AM_EV_RANGE_POP)
-            on_pop(&c, th, ev.domain_id);
-        if (tl_event(&c.tl, &ev) < 0) {
-            rc = -1;
-            break;
-        }
-        th = tl_thread_get(&c.tl, ev.tid);
-        int e = 0;
-        switch ((am_ev_kind)ev.kind) {
-        case AM_EV_RANGE_PUSH:
-            e = on_push(&c, &ev, th);
-            break;
-        case AM_EV_ALLOC:
-            if (ev.mem != AM_MEM_DEVICE)
-                break;
-            if (ev.levels & AM_LVL_DEVICE) {
-                if (grow((void **)&dsz, &capdsz, ndsz + 1, sizeof *dsz) == 0 &&
-                    km_put(&dkeys, ev.addr ^ ((uint64_t)ev.space << 63), (uint32_t)ndsz) == 0) {
-                    dsz[ndsz++] = ev.size;
-                    c.dev_live += ev.size;
-                }
-            }
-            if (ev.has_totals)
-                c.reserved = ev.total_reserved;
-            e = on_alloc(&c, &ev, th, seq);
-            break;
-        case AM_EV_FREE:
-            if (ev.levels & AM_LVL_DEVICE) {
-                uint32_t id;
-                if (km_take(&dkeys, ev.addr ^ ((uint64_t)ev.space << 63), &id))
-                    c.dev_live -= dsz[id];
-            }
-            if (ev.has_totals)
-                c.reserved = ev.total_reserved;
-            e = on_free(&c, &ev, th);
-            break;
-        case AM_EV_OOM:
-            if (!t->oom && r->oom && ev.t_ns == r->oom->t_ns) {
-                am_attr oa = tl_attr(&c.tl, &ev, 0);
-                t->oom = 1;
-                t->oom_pos = (uint32_t)t->nops;
-                t->oom_phase = oa.phase;
-                t->oom_boundary = oa.boundary;
-                t->oom_lib = ev.lib;
-                t->oom_in_capture = c.capture > 0;
-                t->oom_request = ev.size;
-                t->oom_reserved = c.reserved;
-                t->oom_device_live = c.dev_live;
-                if (c.capture)
-                    t->graph_capture_oom = 1;
-            }
-            break;
-        case AM_EV_GRAPH_BEGIN:
-            c.capture++;
-            break;
-        case AM_EV_GRAPH_END:
-            if (c.capture)
-                c.capture--;
-            break;
-        default:
-            break;
-        }
-        if (e < 0) {
-            rc = -1;
-            break;
-        }
-        /* outside PyTorch = device live - reserved, where PyTorch just reported its
-         * reserved bytes (a new segment shows at the device level first) */
-        if ((ev.kind == AM_EV_ALLOC || ev.kind == AM_EV_FREE) && ev.has_totals &&
-            (ev.levels & AM_LVL_TENSOR) && c.dev_live > c.reserved &&
-            c.dev_live - c.reserved > t->max_outside)
-            t->max_outside = c.dev_live - c.reserved;
-        if (th && th->role == AM_ROLE_BACKWARD && th->depth &&
-            th->stack[th->depth - 1].replay)
-            t->replays = 1;
-        /* the first optimizer step ends when the next phase starts */
-        if (prev_phase == AM_PH_optimizer_state_init && c.tl.phase != prev_phase &&
-            t->opt_state_init_end == ADV_NONE)
-            t->opt_state_init_end = (uint32_t)t->nops;
-        if ((prev_phase == AM_PH_optimizer || prev_phase == AM_PH_optimizer_state_init ||
-             prev_phase == AM_PH_param_sync) &&
-            c.tl.phase == AM_PH_forward)
-            t->last_complete_iter = c.tl.iteration - 1;
-        if (c.tl.phase == AM_PH_optimizer || c.tl.phase == AM_PH_optimizer_state_init)
-            t->optimizer_seen = 1;
-        prev_phase = c.tl.phase;
-    }
-    if (rc == 0 && (prev_phase == AM_PH_optimizer || prev_phase == AM_PH_param_sync) &&
+    build b;
+    build_init(&b, r, cfg, t);
+    int rc = read_events(&b, src);
+    if (rc == 0 && (b.prev_phase == AM_PH_optimizer || b.prev_phase == AM_PH_param_sync) &&
         !t->trunc)
-        t->last_complete_iter = c.tl.iteration;
+        t->last_complete_iter = b.c.tl.iteration;
     if (rc == 0 && !src->meta.closed)
         t->trunc = 1;
-    live_fini(&dkeys);
-    free(dsz);
-    live_fini(&c.keys);
-    tl_fini(&c.tl);
-    for (size_t i = 0; i < scratch.niters; i++)
-        free(scratch.iters[i].phases);
-    free(scratch.iters);
+    build_fini(&b);
     if (rc < 0) {
         snprintf(err, errlen, "%s", src->error[0] ? src->error : "advisor: out of memory");
         adv_trace_free(t);
         return -1;
     }
-    /* tensor bytes live at the OOM; init state */
-    {
-        uint64_t live = 0;
-        for (size_t p = 0; p < t->nops; p++) {
-            int32_t v = t->ops[p];
-            if (t->oom && p == t->oom_pos)
-                t->oom_allocated = live;
-            live = v > 0 ? live + t->a[v - 1].size : live - t->a[-v - 1].size;
-        }
-        if (t->oom && t->oom_pos >= t->nops)
-            t->oom_allocated = live;
-        for (size_t i = 0; i < t->na; i++)
-            if (t->a[i].phase == AM_PH_init && t->a[i].f_pos == ADV_NONE)
-                t->init_bytes += t->a[i].size;
-    }
-    /* instances without a finished last layer end at their last op */
-    for (size_t i = 0; i < t->nlayers; i++) {
-        adv_layer *L = &t->layers[i];
-        if (L->end == ADV_NONE)
-            L->end = (uint32_t)t->nops;
-        adv_inst *in = &t->insts[L->inst];
-        if (L->end > in->end)
-            in->end = L->end;
-    }
+    trace_totals(t);
+    close_instances(t);
     return 0;
 }
 
