@@ -1010,102 +1010,125 @@ adv_setting_of_cfg(const adv_cfg *c, adv_setting *s)
     }
 }
 
-int
-adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matched,
-               int *units)
-{
-    memset(o, 0, sizeof *o);
-    *matched = *units = 0;
-    adv_setting s;
-    adv_setting_of_cfg(cfg, &s);
-    uundo *u = NULL;
-    size_t nu = 0, capu = 0;
-    int rc = -1;
-    uint32_t *twin = NULL, *newpos = NULL, *bal = NULL;
-    uint8_t *used = NULL, *ext = NULL;  /* used: 1 replay twin, 2/3 replay extra (undo_extras) */
-    adv_extra *xr = NULL;
-    size_t nxr = 0, capxr = 0;
+/* The state adv_trace_undo's steps share: the trace, its prepared view, the
+ * active setting's units, the backward thread's allocations and their marks,
+ * the replays' extras and the map of op positions into the rewritten stream. */
+typedef struct undo_st {
+    const adv_trace *t;
     cf c;
-    memset(&c, 0, sizeof c);
-    c.t = t;
-    if (prep(&c) < 0)
-        goto out;
-    /* the active setting's units */
-    if (s.full_method) {
-        size_t i = 0;
-        while (i < t->nlayers) {
-            const adv_layer *L = &t->layers[i];
-            size_t j = i;
-            while (j < t->nlayers && t->layers[j].inst == L->inst)
-                j++;
-            size_t nl = j - i, n = (size_t)s.full_n;
-            for (size_t g = 0; g < nl; g += (s.full_method == 1 ? n : 1)) {
-                if (s.full_method == 2 && g >= n)
-                    break;
-                size_t last = s.full_method == 1 ? (g + n < nl ? g + n : nl) : g + 1;
-                uint32_t e = t->layers[i + last - 1].end;
-                const adv_layer *F = &t->layers[i + g];
-                size_t before = nu;
-                if (uu_add(&u, &nu, &capu, t, L->inst, F->pre_b, e, e, 0, ADV_NONE, F->begin) < 0)
-                    goto out;
-                if (nu > before)
-                    u[before].full = 1;
-            }
-            i = j;
+    uundo *u;                 /* the active setting's units */
+    size_t nu, capu;
+    uint32_t *bal;            /* backward-thread allocation ids, in op order */
+    size_t nbal;
+    uint32_t *twin;           /* a replay allocation's forward twin (ADV_NONE: none) */
+    uint8_t *used;            /* 1 replay twin, 2/3 replay extra (undo_extras) */
+    uint8_t *ext;             /* a forward allocation whose replay twin outlives the replay */
+    adv_extra *xr;            /* the replays' extras */
+    size_t nxr, capxr;
+    uint32_t *newpos;         /* t's op position -> the rewritten stream's (nops + 1) */
+} undo_st;
+
+/* The units of full recompute: per instance, its layers in groups of full_n
+ * (method 1) or its first full_n layers one each (method 2), each unit the
+ * forward region from the group's pre_b to its last layer's end. 0, -1 out
+ * of memory. */
+static int
+undo_units_full(undo_st *st, const adv_setting *s)
+{
+    const adv_trace *t = st->t;
+    size_t i = 0;
+    while (i < t->nlayers) {
+        const adv_layer *L = &t->layers[i];
+        size_t j = i;
+        while (j < t->nlayers && t->layers[j].inst == L->inst)
+            j++;
+        size_t nl = j - i, n = (size_t)s->full_n;
+        for (size_t g = 0; g < nl; g += (s->full_method == 1 ? n : 1)) {
+            if (s->full_method == 2 && g >= n)
+                break;
+            size_t last = s->full_method == 1 ? (g + n < nl ? g + n : nl) : g + 1;
+            uint32_t e = t->layers[i + last - 1].end;
+            const adv_layer *F = &t->layers[i + g];
+            size_t before = st->nu;
+            if (uu_add(&st->u, &st->nu, &st->capu, t, L->inst, F->pre_b, e, e, 0, ADV_NONE,
+                       F->begin) < 0)
+                return -1;
+            if (st->nu > before)
+                st->u[before].full = 1;
         }
-    } else {
-        unsigned m = s.labels;
-        for (size_t i = 0; i < t->nlayers; i++) {
-            const adv_layer *L = &t->layers[i];
-            int e = 0;
-            if (((m & (1u << ADV_L_moe)) && L->moe) || ((m & (1u << ADV_L_mlp)) && !L->moe))
-                e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE,
-                            0);
-            else if ((m & (1u << ADV_L_shared_experts)) && L->moe) {
-                size_t before = nu;
-                e |= uu_add(&u, &nu, &capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0, ADV_NONE,
-                            0);
-                /* only the shared experts' own ranges are checkpointed (and
-                 * replayed), not the whole MoE layer */
-                if (nu > before) {
-                    uundo *x = &u[before];
-                    size_t w = 0;
-                    for (size_t q = 0; q < x->nf; q++)
-                        if (m_shared(&t->a[x->f[q]], L))
-                            x->f[w++] = x->f[q];
-                    x->nf = w;
-                    if (!w) {
-                        free(x->f);
-                        nu--;
-                    }
+        i = j;
+    }
+    return 0;
+}
+
+/* The units of selective recompute: per layer, one for each checkpointed
+ * module of the setting's labels (its forward region, or the one tensor a
+ * discard-style module frees). 0, -1 out of memory. */
+static int
+undo_units_selective(undo_st *st, const adv_setting *s)
+{
+    const adv_trace *t = st->t;
+    unsigned m = s->labels;
+    for (size_t i = 0; i < t->nlayers; i++) {
+        const adv_layer *L = &t->layers[i];
+        int e = 0;
+        if (((m & (1u << ADV_L_moe)) && L->moe) || ((m & (1u << ADV_L_mlp)) && !L->moe))
+            e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0,
+                        ADV_NONE, 0);
+        else if ((m & (1u << ADV_L_shared_experts)) && L->moe) {
+            size_t before = st->nu;
+            e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0,
+                        ADV_NONE, 0);
+            /* only the shared experts' own ranges are checkpointed (and
+             * replayed), not the whole MoE layer */
+            if (st->nu > before) {
+                uundo *x = &st->u[before];
+                size_t w = 0;
+                for (size_t q = 0; q < x->nf; q++)
+                    if (m_shared(&t->a[x->f[q]], L))
+                        x->f[w++] = x->f[q];
+                x->nf = w;
+                if (!w) {
+                    free(x->f);
+                    st->nu--;
                 }
             }
-            if (m & (1u << ADV_L_core_attn))
-                e |= uu_add(&u, &nu, &capu, t, L->inst, L->core_b, L->core_e, L->core_e, 0,
-                            ADV_NONE, 0);
-            if ((m & (1u << ADV_L_mla_up_proj)) && L->mla && L->mla_up_b != ADV_NONE &&
-                L->mla_v != ADV_NONE)
-                e |= uu_add(&u, &nu, &capu, t, L->inst, L->mla_up_b, t->a[L->mla_v].a_pos + 1,
-                            L->core_e, 1, ADV_NONE, 0);
-            if ((m & (1u << ADV_L_moe_act)) && L->moe && L->moe_act != ADV_NONE)
-                e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->moe_act_discard, 1, L->moe_act, 0);
-            if (m & (1u << ADV_L_layernorm)) {
-                if (L->in_ln != ADV_NONE)
-                    e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->attn_e, 1, L->in_ln, 0);
-                if (L->pre_ln != ADV_NONE)
-                    e |= uu_add(&u, &nu, &capu, t, L->inst, 0, 0, L->mlp_e, 1, L->pre_ln, 0);
-            }
-            if (e)
-                goto out;
         }
+        if (m & (1u << ADV_L_core_attn))
+            e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->core_b, L->core_e, L->core_e,
+                        0, ADV_NONE, 0);
+        if ((m & (1u << ADV_L_mla_up_proj)) && L->mla && L->mla_up_b != ADV_NONE &&
+            L->mla_v != ADV_NONE)
+            e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mla_up_b,
+                        t->a[L->mla_v].a_pos + 1, L->core_e, 1, ADV_NONE, 0);
+        if ((m & (1u << ADV_L_moe_act)) && L->moe && L->moe_act != ADV_NONE)
+            e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, 0, 0, L->moe_act_discard, 1,
+                        L->moe_act, 0);
+        if (m & (1u << ADV_L_layernorm)) {
+            if (L->in_ln != ADV_NONE)
+                e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, 0, 0, L->attn_e, 1,
+                            L->in_ln, 0);
+            if (L->pre_ln != ADV_NONE)
+                e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, 0, 0, L->mlp_e, 1,
+                            L->pre_ln, 0);
+        }
+        if (e)
+            return -1;
     }
-    /* a tensor of the region that the main thread frees only after its
-     * instance's backward began (a buffer the first forward creates and keeps
-     * to the end of the run) is no forward transient: the replay does not
-     * make it again */
-    for (size_t k = 0; k < nu; k++) {
-        uundo *x = &u[k];
-        uint32_t bs = (size_t)x->inst < t->ninsts ? c.bwd_start[x->inst] : ADV_NONE;
+    return 0;
+}
+
+/* A tensor of a unit's region that the main thread frees only after its
+ * instance's backward began (a buffer the first forward creates and keeps to
+ * the end of the run) is no forward transient: the replay does not make it
+ * again, so it leaves the unit (discard-style units keep theirs). */
+static void
+undo_drop_kept(undo_st *st)
+{
+    const adv_trace *t = st->t;
+    for (size_t k = 0; k < st->nu; k++) {
+        uundo *x = &st->u[k];
+        uint32_t bs = (size_t)x->inst < t->ninsts ? st->c.bwd_start[x->inst] : ADV_NONE;
         size_t w = 0, npre = x->npre;
         for (size_t q = 0; q < x->nf; q++) {
             if (bs != ADV_NONE && t->a[x->f[q]].f_pos >= bs && !x->discard) {
@@ -1118,115 +1141,188 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
         x->nf = w;
         x->npre = npre;
     }
-    if (nu > 1)
-        am_sort(u, nu, sizeof *u, uu_cmp);
-    *units = (int)nu;
-    /* backward-thread allocations in order */
-    size_t nbal = 0;
-    bal = malloc((t->na ? t->na : 1) * sizeof *bal);
-    twin = malloc((t->na ? t->na : 1) * sizeof *twin);
-    used = calloc(t->na ? t->na : 1, 1);
-    ext = calloc(t->na ? t->na : 1, 1);
-    if (!bal || !twin || !used || !ext)
-        goto out;
-    memset(twin, 0xff, (t->na ? t->na : 1) * sizeof *twin);
+}
+
+/* The backward thread's allocations in op order (bal), with the marks the
+ * matching sets on them cleared (used, ext; twin ADV_NONE). 0, -1 out of
+ * memory. */
+static int
+undo_backward_allocs(undo_st *st)
+{
+    const adv_trace *t = st->t;
+    st->bal = malloc((t->na ? t->na : 1) * sizeof *st->bal);
+    st->twin = malloc((t->na ? t->na : 1) * sizeof *st->twin);
+    st->used = calloc(t->na ? t->na : 1, 1);
+    st->ext = calloc(t->na ? t->na : 1, 1);
+    if (!st->bal || !st->twin || !st->used || !st->ext)
+        return -1;
+    memset(st->twin, 0xff, (t->na ? t->na : 1) * sizeof *st->twin);
     for (size_t p = 0; p < t->nops; p++)
         if (t->ops[p] > 0 && t->a[t->ops[p] - 1].bwd)
-            bal[nbal++] = (uint32_t)t->ops[p] - 1;
+            st->bal[st->nbal++] = (uint32_t)t->ops[p] - 1;
+    return 0;
+}
+
+/* Where instance inst's backward job starts (its backward start, else the
+ * instance's end: *inst_bs, an op position) and the index in bal of the first
+ * backward allocation at or after it. */
+static size_t
+undo_inst_cursor(const undo_st *st, int32_t inst, uint32_t *inst_bs)
+{
+    const adv_trace *t = st->t;
+    uint32_t bs = (size_t)inst < t->ninsts ? st->c.bwd_start[inst] : ADV_NONE;
+    if (bs == ADV_NONE)
+        bs = t->insts[inst].end;
+    *inst_bs = bs;
+    size_t lo = 0, hi = st->nbal;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (st->t->a[st->bal[mid]].a_pos < bs)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The first unused run of backward allocations whose block sizes (bytes)
+ * repeat unit x's forward ones after its pre part (a full group's own
+ * Megatron-range part), searched from cursor, then from the start: its index
+ * in bal, (size_t)-1 none. */
+static size_t
+undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
+{
+    const adv_trace *t = st->t;
+    const uint32_t *fm = x->f + x->npre;
+    size_t nm = x->nf - x->npre;
+    size_t found = (size_t)-1;
+    for (int pass = 0; pass < 2 && found == (size_t)-1 && nm; pass++) {
+        size_t from = pass ? 0 : cursor;
+        for (size_t q = from; q + nm <= st->nbal; q++) {
+            size_t z = 0;
+            while (z < nm && !st->used[st->bal[q + z]] &&
+                   same_block(t->a[st->bal[q + z]].size, t->a[fm[z]].size))
+                z++;
+            if (z == nm) {
+                found = q;
+                break;
+            }
+        }
+    }
+    return found;
+}
+
+/* With RECOMP_ADVISOR_DEBUG set: says on stderr that unit x found no replay,
+ * with its forward allocations' sizes (bytes). */
+static void
+undo_debug_unmatched(const adv_trace *t, const uundo *x)
+{
+    if (!getenv("RECOMP_ADVISOR_DEBUG"))
+        return;
+    fprintf(stderr, "advisor: undo: unit inst %d key %u full %d unmatched (%zu "
+                    "forward allocs, %zu before its first range:", x->inst, x->key,
+            x->full, x->nf, x->npre);
+    for (size_t w = 0; w < x->nf && w < 80; w++)
+        fprintf(stderr, " %llu", (unsigned long long)t->a[x->f[w]].size);
+    fprintf(stderr, ")\n");
+}
+
+/* Unit x's replay found at bal[found]: extends it back over the pre part
+ * (the forward's last allocations before the group's first range are the
+ * replay's allocations just before, within the instance's backward from
+ * inst_bs), records it in x (ok, lo, hi) and marks each replay allocation as
+ * its forward twin's, noting in ext the twins the replay keeps alive. Returns
+ * the replay's first index in bal. */
+static size_t
+undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs)
+{
+    const adv_trace *t = st->t;
+    const uint32_t *bal = st->bal;
+    size_t nm = x->nf - x->npre;
+    size_t lo = found, z = x->npre;
+    while (z > 0 && lo > 0 && !st->used[bal[lo - 1]] &&
+           same_block(t->a[bal[lo - 1]].size, t->a[x->f[z - 1]].size) &&
+           t->a[bal[lo - 1]].a_pos >= inst_bs) {
+        lo--;
+        z--;
+    }
+    size_t nmatch = x->nf - z;
+    x->ok = 1;
+    x->lo = lo;
+    x->hi = found + nm;
+    uint32_t last_a = t->a[bal[found + nm - 1]].a_pos;
+    for (size_t w = 0; w < nmatch; w++) {
+        uint32_t y = bal[lo + w];
+        uint32_t fid = x->f[z + w];
+        st->used[y] = 1;
+        st->twin[y] = fid;
+        /* saved in a grad-enabled forward: the replay twin lives past the
+         * replay's last allocation; transients keep their own free */
+        const adv_alloc *ya = &t->a[y];
+        if (ya->f_pos == ADV_NONE || ya->f_pos > last_a || x->discard)
+            st->ext[fid] = 1;
+    }
+    return lo;
+}
+
+/* Matches each unit (in replay order) to its replay among the backward
+ * thread's allocations, counting the matched ones in *matched, and collects
+ * the full groups' replays' own extra work (undo_extras). 0, -1 out of
+ * memory. */
+static int
+undo_match(undo_st *st, int *matched)
+{
+    const adv_trace *t = st->t;
     size_t cursor = 0;
     int32_t cur_inst = -1;
     uint32_t inst_bs = 0;
-    for (size_t k = 0; k < nu; k++) {
-        uundo *x = &u[k];
+    for (size_t k = 0; k < st->nu; k++) {
+        uundo *x = &st->u[k];
+        const uundo *prev = k > 0 ? &st->u[k - 1] : NULL;
         if (x->inst != cur_inst) {
             cur_inst = x->inst;
-            uint32_t bs = (size_t)x->inst < t->ninsts ? c.bwd_start[x->inst] : ADV_NONE;
-            if (bs == ADV_NONE)
-                bs = t->insts[x->inst].end;
-            inst_bs = bs;
-            /* first backward allocation at or after the instance's backward job */
-            size_t lo = 0, hi = nbal;
-            while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                if (t->a[bal[mid]].a_pos < bs)
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
-            cursor = lo;
+            cursor = undo_inst_cursor(st, x->inst, &inst_bs);
         }
-        /* the first unused run of backward allocations with the forward sizes
-         * (a full group's own Megatron-range part first) */
-        const uint32_t *fm = x->f + x->npre;
-        size_t nm = x->nf - x->npre;
-        size_t found = (size_t)-1;
-        for (int pass = 0; pass < 2 && found == (size_t)-1 && nm; pass++) {
-            size_t from = pass ? 0 : cursor;
-            for (size_t q = from; q + nm <= nbal; q++) {
-                size_t z = 0;
-                while (z < nm && !used[bal[q + z]] && same_block(t->a[bal[q + z]].size, t->a[fm[z]].size))
-                    z++;
-                if (z == nm) {
-                    found = q;
-                    break;
-                }
-            }
-        }
+        size_t found = undo_find_run(st, x, cursor);
         if (found == (size_t)-1) {
-            if (getenv("RECOMP_ADVISOR_DEBUG")) {
-                fprintf(stderr, "advisor: undo: unit inst %d key %u full %d unmatched (%zu "
-                                "forward allocs, %zu before its first range:", x->inst, x->key,
-                        x->full, x->nf, x->npre);
-                for (size_t w = 0; w < x->nf && w < 80; w++)
-                    fprintf(stderr, " %llu", (unsigned long long)t->a[x->f[w]].size);
-                fprintf(stderr, ")\n");
-            }
-            if (x->full && k > 0 && u[k - 1].inst == x->inst && u[k - 1].ok && t->trunc &&
-                undo_extras(t, bal, nbal, used, twin, ext, x, &u[k - 1], nbal, &xr, &nxr,
-                            &capxr) < 0)
-                goto out; /* the replay the trace stops in */
+            undo_debug_unmatched(t, x);
+            if (x->full && prev && prev->inst == x->inst && prev->ok && t->trunc &&
+                undo_extras(t, st->bal, st->nbal, st->used, st->twin, st->ext, x, prev,
+                            st->nbal, &st->xr, &st->nxr, &st->capxr) < 0)
+                return -1; /* the replay the trace stops in */
             continue;
         }
-        /* the code before the group's first range: the forward's last
-         * allocations there are the replay's allocations just before */
-        size_t lo = found, z = x->npre;
-        while (z > 0 && lo > 0 && !used[bal[lo - 1]] &&
-               same_block(t->a[bal[lo - 1]].size, t->a[x->f[z - 1]].size) &&
-               t->a[bal[lo - 1]].a_pos >= inst_bs) {
-            lo--;
-            z--;
-        }
-        size_t nmatch = x->nf - z;
+        size_t lo = undo_mark_twins(st, x, found, inst_bs);
         (*matched)++;
-        x->ok = 1;
-        x->lo = lo;
-        x->hi = found + nm;
-        uint32_t last_a = t->a[bal[found + nm - 1]].a_pos;
-        for (size_t w = 0; w < nmatch; w++) {
-            uint32_t y = bal[lo + w];
-            uint32_t fid = x->f[z + w];
-            used[y] = 1;
-            twin[y] = fid;
-            /* saved in a grad-enabled forward: the replay twin lives past the
-             * replay's last allocation; transients keep their own free */
-            const adv_alloc *ya = &t->a[y];
-            if (ya->f_pos == ADV_NONE || ya->f_pos > last_a || x->discard)
-                ext[fid] = 1;
-        }
         /* the replay's own work with no forward twin (it did more than the
          * forward): between the previous group's nested backward and it */
-        if (x->full && k > 0 && u[k - 1].inst == x->inst && u[k - 1].ok &&
-            undo_extras(t, bal, nbal, used, twin, ext, x, &u[k - 1], lo, &xr, &nxr, &capxr) < 0)
-            goto out;
-        if (found + nm > cursor)
-            cursor = found + nm;
+        if (x->full && prev && prev->inst == x->inst && prev->ok &&
+            undo_extras(t, st->bal, st->nbal, st->used, st->twin, st->ext, x, prev, lo,
+                        &st->xr, &st->nxr, &st->capxr) < 0)
+            return -1;
+        size_t end = found + (x->nf - x->npre);
+        if (end > cursor)
+            cursor = end;
     }
-    /* the rewritten op stream */
-    newpos = malloc((t->nops + 1) * sizeof *newpos);
+    return 0;
+}
+
+/* The rewritten op stream in o (o->a, o->ops, o->nops) and st->newpos: a
+ * replay's extras leave it (a late free stays), a replay twin's alloc and
+ * free leave it (size 0), its forward twin's free moving there when the twin
+ * outlives the replay; the forward frees of such twins leave it. 0, -1 out
+ * of memory. */
+static int
+undo_rewrite_ops(undo_st *st, adv_trace *o)
+{
+    const adv_trace *t = st->t;
+    const uint8_t *used = st->used, *ext = st->ext;
+    const uint32_t *twin = st->twin;
+    uint32_t *newpos = st->newpos = malloc((t->nops + 1) * sizeof *newpos);
     o->a = malloc((t->na ? t->na : 1) * sizeof *o->a);
     o->ops = malloc((t->nops ? t->nops : 1) * sizeof *o->ops);
     if (!newpos || !o->a || !o->ops)
-        goto out;
+        return -1;
     memcpy(o->a, t->a, t->na * sizeof *o->a);
     o->na = o->capa = t->na;
     o->capops = t->nops ? t->nops : 1;
@@ -1279,52 +1375,76 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
             o->a[twin[y]].f_pos = ADV_NONE;
             o->a[twin[y]].fbwd = 0;
         }
-#define NP(x) ((x) == ADV_NONE ? ADV_NONE : newpos[(x) > t->nops ? t->nops : (x)])
-    /* the replays' extras, anchored in the rewritten stream */
+    return 0;
+}
+
+/* Op position x of t in the rewritten stream (past the end: its end;
+ * ADV_NONE stays ADV_NONE). */
+static uint32_t
+undo_np(const undo_st *st, uint32_t x)
+{
+    return x == ADV_NONE ? ADV_NONE : st->newpos[x > st->t->nops ? st->t->nops : x];
+}
+
+/* The replays' extras, anchored in the rewritten stream and sorted, handed
+ * to o, with o->xr_bytes the most bytes the extras at one anchor hold. */
+static void
+undo_place_extras(undo_st *st, adv_trace *o)
+{
+    const adv_trace *t = st->t;
+    adv_extra *xr = st->xr;
+    size_t nxr = st->nxr;
     for (size_t r = 0; r < nxr; r++) {
-        xr[r].a_anchor = NP(xr[r].a_anchor);
-        xr[r].f_anchor = NP(xr[r].f_anchor);
+        xr[r].a_anchor = undo_np(st, xr[r].a_anchor);
+        xr[r].f_anchor = undo_np(st, xr[r].f_anchor);
     }
     if (nxr > 1)
         am_sort(xr, nxr, sizeof *xr, xr_cmp);
-    {
-        uint64_t sum = 0, mx = 0;
-        for (size_t r = 0; r < nxr; r++) {
-            sum = r && xr[r].a_anchor == xr[r - 1].a_anchor ? sum + t->a[xr[r].id].size
-                                                            : t->a[xr[r].id].size;
-            if (sum > mx)
-                mx = sum;
-        }
-        o->xr_bytes = mx;
+    uint64_t sum = 0, mx = 0;
+    for (size_t r = 0; r < nxr; r++) {
+        sum = r && xr[r].a_anchor == xr[r - 1].a_anchor ? sum + t->a[xr[r].id].size
+                                                        : t->a[xr[r].id].size;
+        if (sum > mx)
+            mx = sum;
     }
+    o->xr_bytes = mx;
     o->xr = xr;
     o->nxr = nxr;
-    xr = NULL;
+    st->xr = NULL;
+}
+
+/* The rest of o from t: layers and instances with their op positions moved
+ * into the rewritten stream, the trace's scalars (no replays left; an OOM
+ * request a replay made is the replay's). 0, -1 out of memory. */
+static int
+undo_copy_meta(const undo_st *st, adv_trace *o)
+{
+    const adv_trace *t = st->t;
     o->layers = malloc((t->nlayers ? t->nlayers : 1) * sizeof *o->layers);
     o->insts = malloc((t->ninsts ? t->ninsts : 1) * sizeof *o->insts);
     if (!o->layers || !o->insts)
-        goto out;
+        return -1;
     o->nlayers = o->caplayers = t->nlayers;
     o->ninsts = o->capinsts = t->ninsts;
     for (size_t i = 0; i < t->nlayers; i++) {
         adv_layer L = t->layers[i];
-        L.pre_b = NP(L.pre_b);
-        L.begin = NP(L.begin);
-        L.end = NP(L.end);
-        L.attn_b = NP(L.attn_b);
-        L.attn_e = NP(L.attn_e);
-        L.core_b = NP(L.core_b);
-        L.core_e = NP(L.core_e);
-        L.mlp_b = NP(L.mlp_b);
-        L.mlp_e = NP(L.mlp_e);
-        L.moe_act_discard = NP(L.moe_act_discard);
-        L.mla_up_b = NP(L.mla_up_b);
+        L.pre_b = undo_np(st, L.pre_b);
+        L.begin = undo_np(st, L.begin);
+        L.end = undo_np(st, L.end);
+        L.attn_b = undo_np(st, L.attn_b);
+        L.attn_e = undo_np(st, L.attn_e);
+        L.core_b = undo_np(st, L.core_b);
+        L.core_e = undo_np(st, L.core_e);
+        L.mlp_b = undo_np(st, L.mlp_b);
+        L.mlp_e = undo_np(st, L.mlp_e);
+        L.moe_act_discard = undo_np(st, L.moe_act_discard);
+        L.mla_up_b = undo_np(st, L.mla_up_b);
         o->layers[i] = L;
     }
     for (size_t i = 0; i < t->ninsts; i++) {
         o->insts[i] = t->insts[i];
-        o->insts[i].begin = NP(t->insts[i].begin);
-        o->insts[i].end = NP(t->insts[i].end);
+        o->insts[i].begin = undo_np(st, t->insts[i].begin);
+        o->insts[i].end = undo_np(st, t->insts[i].end);
     }
     o->megatron_ranges = t->megatron_ranges;
     o->replays = 0;
@@ -1332,10 +1452,10 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     o->graph_pool_bytes = t->graph_pool_bytes;
     o->graph_capture_oom = t->graph_capture_oom;
     o->last_complete_iter = t->last_complete_iter;
-    o->opt_state_init_end = NP(t->opt_state_init_end);
+    o->opt_state_init_end = undo_np(st, t->opt_state_init_end);
     o->trunc = t->trunc;
     o->oom = t->oom;
-    o->oom_pos = NP(t->oom_pos);
+    o->oom_pos = undo_np(st, t->oom_pos);
     o->oom_phase = t->oom_phase;
     o->oom_boundary = t->oom_boundary;
     o->oom_lib = t->oom_lib;
@@ -1347,19 +1467,51 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     o->oom_device_live = t->oom_device_live;
     o->init_bytes = t->init_bytes;
     o->optimizer_seen = t->optimizer_seen;
-#undef NP
+    return 0;
+}
+
+int
+adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matched,
+               int *units)
+{
+    memset(o, 0, sizeof *o);
+    *matched = *units = 0;
+    adv_setting s;
+    adv_setting_of_cfg(cfg, &s);
+    int rc = -1;
+    undo_st st;
+    memset(&st, 0, sizeof st);
+    st.t = t;
+    st.c.t = t;
+    if (prep(&st.c) < 0)
+        goto out;
+    /* the active setting's units, in replay order */
+    if ((s.full_method ? undo_units_full(&st, &s) : undo_units_selective(&st, &s)) < 0)
+        goto out;
+    undo_drop_kept(&st);
+    if (st.nu > 1)
+        am_sort(st.u, st.nu, sizeof *st.u, uu_cmp);
+    *units = (int)st.nu;
+    /* their replays among the backward thread's allocations, then the trace
+     * without them */
+    if (undo_backward_allocs(&st) < 0 || undo_match(&st, matched) < 0 ||
+        undo_rewrite_ops(&st, o) < 0)
+        goto out;
+    undo_place_extras(&st, o);
+    if (undo_copy_meta(&st, o) < 0)
+        goto out;
     rc = 0;
 out:
-    for (size_t k = 0; k < nu; k++)
-        free(u[k].f);
-    free(u);
-    free(twin);
-    free(newpos);
-    free(bal);
-    free(used);
-    free(ext);
-    free(xr);
-    cf_free(&c);
+    for (size_t k = 0; k < st.nu; k++)
+        free(st.u[k].f);
+    free(st.u);
+    free(st.twin);
+    free(st.newpos);
+    free(st.bal);
+    free(st.used);
+    free(st.ext);
+    free(st.xr);
+    cf_free(&st.c);
     if (rc < 0)
         adv_trace_free(o);
     return rc;
