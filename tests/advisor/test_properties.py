@@ -38,6 +38,12 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_advisor as ta  # noqa: E402  (flag sets shared with the advisor tests)
 
+
+def preload(shim):
+    """LD_PRELOAD for a job under the shim: under the sanitizer tier
+    (tools/sanitize.sh) its runtime must come first"""
+    return " ".join(p for p in (os.environ.get("RS_SANITIZER_RUNTIME"), shim) if p)
+
 GIB = 1 << 30
 PROFILE = ta.PROFILE
 MAIN = ["--sim-preset", "llama3-8b", "--pipeline-model-parallel-size", "2",
@@ -162,7 +168,7 @@ def analyze(path, *extra):
 
 
 def run_scenario(s, extra_flags=()):
-    env = dict(os.environ, MEGASIM_LIB_DIR=ta.LIBDIR, PYTHONPATH=ta.PYDIR, LD_PRELOAD=ta.SHIM)
+    env = dict(os.environ, MEGASIM_LIB_DIR=ta.LIBDIR, PYTHONPATH=ta.PYDIR, LD_PRELOAD=preload(ta.SHIM))
     env.update(s["env"])
     out = tempfile.mkdtemp(prefix="advprop.")
     env["RECOMPSHIM_OUT"] = out

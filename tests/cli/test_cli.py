@@ -32,6 +32,12 @@ import subprocess
 import sys
 import tempfile
 
+
+def preload(shim):
+    """LD_PRELOAD for a job under the shim: under the sanitizer tier
+    (tools/sanitize.sh) its runtime must come first"""
+    return " ".join(p for p in (os.environ.get("RS_SANITIZER_RUNTIME"), shim) if p)
+
 E = os.environ
 SHIM, ANALYZE, DUMP = E["RECOMP_SHIM"], E["RECOMP_ANALYZE"], E["RECOMP_DUMP"]
 README = open(os.path.join(E["SOURCE_ROOT"], "README.md"), encoding="utf-8").read()
@@ -55,7 +61,7 @@ def run(argv, env=None, **kw):
 
 
 def megasim(out, extra_env=None, world=2):
-    env = dict(E, LD_PRELOAD=SHIM, RECOMPSHIM_OUT=out, MEGASIM_LIB_DIR=E["MEGASIM_LIB_DIR"],
+    env = dict(E, LD_PRELOAD=preload(SHIM), RECOMPSHIM_OUT=out, MEGASIM_LIB_DIR=E["MEGASIM_LIB_DIR"],
                PYTHONPATH=E["MEGASIM_PYDIR"])
     for k in ("RECOMPSHIM_RUN_ID", "RECOMPSHIM_TENSORS_REPORTED", "RANK", "SLURM_PROCID",
               "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"):
@@ -211,7 +217,7 @@ def check_warn_once(tmp):
        sum('RECOMPSHIM_LOG="loud"' in l for l in lines) == 1,
        "2-rank job with two bad settings: one line each", "\n".join(lines))
     for rank, want in (("0", 1), ("1", 0), ("3", 0)):
-        env = dict(E, LD_PRELOAD=SHIM, RECOMPSHIM_OUT=out, RECOMPSHIM_TENSORS="bogus",
+        env = dict(E, LD_PRELOAD=preload(SHIM), RECOMPSHIM_OUT=out, RECOMPSHIM_TENSORS="bogus",
                    SLURM_PROCID=rank)
         env.pop("RECOMPSHIM_RUN_ID", None)
         env.pop("RECOMPSHIM_TENSORS_REPORTED", None)

@@ -23,6 +23,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import scenarios  # noqa: E402
 
+
+def preload(shim):
+    """LD_PRELOAD for a job under the shim: under the sanitizer tier
+    (tools/sanitize.sh) its runtime must come first"""
+    return " ".join(p for p in (os.environ.get("RS_SANITIZER_RUNTIME"), shim) if p)
+
 SHIM = os.environ["RECOMP_SHIM"]
 ANALYZE = os.environ["RECOMP_ANALYZE"]
 LIBDIR = os.environ["MEGASIM_LIB_DIR"]
@@ -148,7 +154,7 @@ def run_scenario(name, flags, capacity, extra, keep):
         # cudaMemGetInfo samples are rate-limited by wall time: one an hour
         # leaves the capacity sample, megasim's own calls and the OOMs, the
         # same in every run
-        env = dict(os.environ, MEGASIM_LIB_DIR=LIBDIR, PYTHONPATH=PYDIR, LD_PRELOAD=SHIM,
+        env = dict(os.environ, MEGASIM_LIB_DIR=LIBDIR, PYTHONPATH=PYDIR, LD_PRELOAD=preload(SHIM),
                    RECOMPSHIM_OUT=out, RECOMPSHIM_MEMINFO_MS="3600000")
         args = [sys.executable, "-m", "megasim"] + flags + ["--sim-quiet"]
         if capacity:

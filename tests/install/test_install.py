@@ -16,6 +16,12 @@ import subprocess
 import sys
 import tempfile
 
+
+def preload(shim):
+    """LD_PRELOAD for a job under the shim: under the sanitizer tier
+    (tools/sanitize.sh) its runtime must come first"""
+    return " ".join(p for p in (os.environ.get("RS_SANITIZER_RUNTIME"), shim) if p)
+
 E = os.environ
 n = 0
 failed = 0
@@ -59,7 +65,7 @@ def check_tools(bindir, libdir, tmp):
            "installed %s --version" % os.path.basename(tool), v)
     out = os.path.join(tmp, "traces")
     os.mkdir(out, 0o700)
-    env = dict(E, LD_PRELOAD=shim, RECOMPSHIM_OUT=out, MEGASIM_LIB_DIR=E["MEGASIM_LIB_DIR"],
+    env = dict(E, LD_PRELOAD=preload(shim), RECOMPSHIM_OUT=out, MEGASIM_LIB_DIR=E["MEGASIM_LIB_DIR"],
                PYTHONPATH=E["MEGASIM_PYDIR"])
     env.pop("RECOMPSHIM_RUN_ID", None)
     r = run([sys.executable, "-m", "megasim", "--sim-preset", "llama3-8b", "--num-layers", "2",

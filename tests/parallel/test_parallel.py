@@ -18,6 +18,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 from scenarios import SCENARIOS  # noqa: E402
 
+
+def preload(shim):
+    """LD_PRELOAD for a job under the shim: under the sanitizer tier
+    (tools/sanitize.sh) its runtime must come first"""
+    return " ".join(p for p in (os.environ.get("RS_SANITIZER_RUNTIME"), shim) if p)
+
 ANALYZE = os.environ["RECOMP_ANALYZE"]
 SHIM = os.environ["RECOMP_SHIM"]
 GEN = os.environ["RECOMP_GEN_TRACE"]
@@ -64,7 +70,7 @@ def megasim_job(tmp):
     out = os.path.join(tmp, "megasim")
     os.mkdir(out)
     flags, capacity, _ = SCENARIOS["main"]
-    env = dict(os.environ, MEGASIM_LIB_DIR=LIBDIR, PYTHONPATH=PYDIR, LD_PRELOAD=SHIM,
+    env = dict(os.environ, MEGASIM_LIB_DIR=LIBDIR, PYTHONPATH=PYDIR, LD_PRELOAD=preload(SHIM),
                RECOMPSHIM_OUT=out, RECOMPSHIM_MEMINFO_MS="3600000")
     subprocess.run([sys.executable, "-m", "megasim"] + flags + ["--sim-quiet"], env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -21,6 +21,12 @@ import subprocess
 import sys
 import tempfile
 
+
+def preload(shim):
+    """LD_PRELOAD for a job under the shim: under the sanitizer tier
+    (tools/sanitize.sh) its runtime must come first"""
+    return " ".join(p for p in (os.environ.get("RS_SANITIZER_RUNTIME"), shim) if p)
+
 ANALYZE = os.environ["RECOMP_ANALYZE"]
 SHIM = os.environ["RECOMPSHIM_LIB"]
 LIBDIR = os.environ["MEGASIM_LIB_DIR"]
@@ -46,7 +52,7 @@ def megasim(tmp, name, args):
     """Run megasim under the shim; return its run directory."""
     out = os.path.join(tmp, name)
     os.makedirs(out, mode=0o700)
-    env = dict(os.environ, MEGASIM_LIB_DIR=LIBDIR, PYTHONPATH=PYDIR, LD_PRELOAD=SHIM,
+    env = dict(os.environ, MEGASIM_LIB_DIR=LIBDIR, PYTHONPATH=PYDIR, LD_PRELOAD=preload(SHIM),
                RECOMPSHIM_OUT=out)
     with open(os.path.join(out, "job.stderr"), "w") as err:
         subprocess.run([sys.executable, "-m", "megasim"] + args + ["--sim-quiet"], env=env,

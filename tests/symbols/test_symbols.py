@@ -22,6 +22,12 @@ import subprocess
 import sys
 import tempfile
 
+
+def preload(shim):
+    """LD_PRELOAD for a job under the shim: under the sanitizer tier
+    (tools/sanitize.sh) its runtime must come first"""
+    return " ".join(p for p in (os.environ.get("RS_SANITIZER_RUNTIME"), shim) if p)
+
 E = os.environ
 n = 0
 failed = 0
@@ -59,7 +65,7 @@ def record(prog, tmp, tag):
     recomp-analyze --json names it (innermost first), or None."""
     out = os.path.join(tmp, "traces-" + tag)
     os.mkdir(out, 0o700)
-    env = dict(E, LD_PRELOAD=E["RECOMP_SHIM"], RECOMPSHIM_OUT=out,
+    env = dict(E, LD_PRELOAD=preload(E["RECOMP_SHIM"]), RECOMPSHIM_OUT=out,
                LD_LIBRARY_PATH=E["DOUBLES_DIR"])
     env.pop("RECOMPSHIM_RUN_ID", None)
     r = run([prog, "malloc", "1073741824", "107374182400"], env=env)

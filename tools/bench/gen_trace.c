@@ -25,7 +25,7 @@
 
 typedef struct cbuf {
     uint32_t tid;
-    unsigned char buf[RS_CHUNK_SIZE];
+    _Alignas(8) unsigned char buf[RS_CHUNK_SIZE]; /* holds an rs_chunk_header and records */
     uint32_t used, count;
 } cbuf;
 
