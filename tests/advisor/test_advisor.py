@@ -22,6 +22,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import scenarios as flagsets  # noqa: E402  (tests/scenarios.py: the flags, one place)
+
 SHIM = os.environ["RECOMP_SHIM"]
 ANALYZE = os.environ["RECOMP_ANALYZE"]
 LIBDIR = os.environ["MEGASIM_LIB_DIR"]
@@ -101,32 +104,8 @@ def cand_flags(c):
     return ["--recompute-granularity", "selective", "--recompute-modules"] + c["labels"]
 
 
-SMALL = {
-    # Llama-3 8B-like, PP=2, 8 layers, 2048 tokens
-    "llama3-8b": ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
-                  "--max-position-embeddings", "2048", "--pipeline-model-parallel-size", "2",
-                  "--sim-world-size", "4", "--use-distributed-optimizer",
-                  "--global-batch-size", "8", "--train-iters", "3"],
-    # GPT-3 175B-like shapes scaled down: LayerNorm, dropout, fp16, TP+SP, PP
-    "gpt3-175b": ["--sim-preset", "gpt3-175b", "--num-layers", "4", "--hidden-size", "2048",
-                  "--ffn-hidden-size", "8192", "--num-attention-heads", "16",
-                  "--seq-length", "1024", "--max-position-embeddings", "1024",
-                  "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
-                  "--sim-world-size", "4", "--global-batch-size", "4", "--train-iters", "3"],
-    # Moonlight-16B-like: MLA + MoE (1 dense layer), TP=2 SP, EP=2
-    "moonlight-16b": ["--sim-preset", "moonlight-16b", "--num-layers", "4",
-                      "--moe-layer-freq", "([0]+[1]*3)", "--num-experts", "8",
-                      "--expert-model-parallel-size", "2", "--seq-length", "2048",
-                      "--max-position-embeddings", "2048", "--sim-world-size", "4",
-                      "--global-batch-size", "4", "--train-iters", "3"],
-    # DeepSeek-V2-Lite-like: MLA (no RoPE fusion) + MoE
-    "deepseek-v2-lite": ["--sim-preset", "deepseek-v2-lite", "--num-layers", "4",
-                         "--moe-layer-freq", "([0]+[1]*3)", "--num-experts", "8",
-                         "--expert-model-parallel-size", "2", "--seq-length", "2048",
-                         "--max-position-embeddings", "2048", "--sim-world-size", "4",
-                         "--global-batch-size", "4", "--train-iters", "3"],
-}
-PROFILE = ["--profile", "--nvtx-ranges", "--profile-step-start", "0", "--profile-step-end", "9"]
+SMALL = flagsets.SMALL
+PROFILE = flagsets.PROFILE
 
 
 def accuracy(preset):
@@ -292,9 +271,7 @@ def finding(v, code):
 
 
 # a small dense job whose parameters, grads and Adam state dominate less
-SMALLJOB = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size", "2048",
-            "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "4096",
-            "--max-position-embeddings", "4096", "--train-iters", "3"]
+SMALLJOB = flagsets.SMALLJOB
 
 
 def triage():
@@ -863,10 +840,7 @@ def noop():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-R04 = ["--sim-preset", "moonlight-16b", "--num-layers", "4", "--moe-layer-freq", "([0]+[1]*3)",
-       "--num-experts", "8", "--expert-model-parallel-size", "2", "--seq-length", "4096",
-       "--max-position-embeddings", "4096", "--sim-world-size", "4", "--sim-only-ranks", "0",
-       "--moe-grouped-gemm", "--global-batch-size", "2", "--train-iters", "3"]
+R04 = flagsets.R04
 
 
 def r04():
@@ -944,11 +918,7 @@ def r04():
 # first layer of stage 0, whose checkpoint replay needs 7 GiB more; 18.5 GiB
 # devices. Without recompute rank 0 peaks at 16.55 GiB (device ~17.5 of 18.5),
 # rank 1 at 12.30.
-R02 = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--hidden-size", "2048",
-       "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "4096",
-       "--max-position-embeddings", "4096", "--pipeline-model-parallel-size", "2",
-       "--sim-world-size", "2", "--global-batch-size", "4", "--train-iters", "3",
-       "--sim-aux-module-gib", "3", "--sim-aux-module-transient-gib", "7"]
+R02 = flagsets.R02
 R02_CAP = 18.5
 FULL1 = ["--recompute-granularity", "full", "--recompute-method", "uniform",
          "--recompute-num-layers", "1"]

@@ -38,11 +38,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_advisor as ta  # noqa: E402  (flag sets shared with the advisor tests)
 
-
-def preload(shim):
-    """LD_PRELOAD for a job under the shim: under the sanitizer tier
-    (tools/sanitize.sh) its runtime must come first"""
-    return " ".join(p for p in (os.environ.get("RS_SANITIZER_RUNTIME"), shim) if p)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import preload  # noqa: E402  (tests/harness.py)
 
 GIB = 1 << 30
 PROFILE = ta.PROFILE

@@ -22,11 +22,8 @@ import subprocess
 import sys
 import tempfile
 
-
-def preload(shim):
-    """LD_PRELOAD for a job under the shim: under the sanitizer tier
-    (tools/sanitize.sh) its runtime must come first"""
-    return " ".join(p for p in (os.environ.get("RS_SANITIZER_RUNTIME"), shim) if p)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import preload  # noqa: E402  (tests/harness.py)
 
 E = os.environ
 n = 0
