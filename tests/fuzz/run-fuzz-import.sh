@@ -17,13 +17,15 @@ cc=${CLANG:-clang}
 case $target in kineto|snapshot) ;; *) echo "unknown target $target" >&2; exit 1 ;; esac
 a=$root/analyzer
 mkdir -p "$work/corpus"
+# the importers and everything below them: read/ (symbolize.c without libdw:
+# frames stay module+offset), model/, attribute/, and the shim's launcher
+# rules that the job identity shares
 "$cc" -g -O1 -std=gnu11 -D_GNU_SOURCE -DFUZZ_TARGET -Wno-missing-field-initializers \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -I"$root/include" -I"$a" \
-    "$a/import_kineto.c" "$a/import_snapshot.c" "$a/pickle.c" "$a/source.c" \
-    "$a/source_native.c" "$a/trace_reader.c" "$a/catalog.c" "$a/timeline.c" "$a/live.c" \
-    "$a/peak.c" "$a/ranks.c" "$root/tests/fuzz/fuzz_import_$target.c" \
-    -lyajl -lz -o "$work/fuzz_import_$target"
+    -I"$root/include" -I"$a/read" -I"$a/model" -I"$a/attribute" \
+    "$a"/read/*.c "$a"/model/*.c "$a"/attribute/*.c "$root/shim/jobid_rules.c" \
+    "$root/tests/fuzz/fuzz_import_$target.c" \
+    -lyajl -lz -lpthread -o "$work/fuzz_import_$target"
 cd "$work"
 # Small inputs run fast and still reach every event kind; a dictionary of
 # the importer's keys (kineto.dict) lets mutations hit them.
