@@ -68,14 +68,8 @@ typedef struct cf {
 static int
 push_unit(cf *c, unit u)
 {
-    if (c->nu == c->capu) {
-        size_t n = c->capu ? c->capu * 2 : 64;
-        unit *q = realloc(c->u, n * sizeof *q);
-        if (!q)
-            return -1;
-        c->u = q;
-        c->capu = n;
-    }
+    if (am_grow((void **)&c->u, &c->capu, c->nu + 1, sizeof *c->u, 64) < 0)
+        return -1;
     c->u[c->nu++] = u;
     return 0;
 }
@@ -85,14 +79,8 @@ push_ins(cf *c, uint32_t pos, int kind, uint32_t v)
 {
     if (pos == ADV_NONE)
         return 0;
-    if (c->nin == c->capin) {
-        size_t n = c->capin ? c->capin * 2 : 256;
-        ins *q = realloc(c->in, n * sizeof *q);
-        if (!q)
-            return -1;
-        c->in = q;
-        c->capin = n;
-    }
+    if (am_grow((void **)&c->in, &c->capin, c->nin + 1, sizeof *c->in, 256) < 0)
+        return -1;
     c->in[c->nin++] = (ins){pos, kind, v};
     return 0;
 }
@@ -566,14 +554,8 @@ sweep_discard(sweep *w, uint32_t id)
 static int
 push_out(sweep *w, uint32_t id)
 {
-    if (w->nouts == w->capouts) {
-        size_t nc = w->capouts ? w->capouts * 2 : 64;
-        uint32_t *qq = realloc(w->outs, nc * sizeof *qq);
-        if (!qq)
-            return -1;
-        w->outs = qq;
-        w->capouts = nc;
-    }
+    if (am_grow((void **)&w->outs, &w->capouts, w->nouts + 1, sizeof *w->outs, 64) < 0)
+        return -1;
     w->outs[w->nouts++] = id;
     return 0;
 }
@@ -600,14 +582,8 @@ collect_extras(sweep *w, const unit *u)
         const adv_extra *xr = &t->xr[r];
         if (xr->f_anchor != ADV_NONE && (xr->f_anchor < u->b || xr->f_anchor >= u->e))
             continue;
-        if (w->nxe + 2 > w->capxe) {
-            size_t nc = w->capxe ? w->capxe * 2 : 64;
-            xev *qq = realloc(w->xe, nc * sizeof *qq);
-            if (!qq)
-                return -1;
-            w->xe = qq;
-            w->capxe = nc;
-        }
+        if (am_grow((void **)&w->xe, &w->capxe, w->nxe + 2, sizeof *w->xe, 64) < 0)
+            return -1;
         w->xe[w->nxe++] = (xev){xr->a_anchor, xr->a_seq, xr->id, 1, xr->f_anchor == ADV_NONE};
         if (xr->f_anchor != ADV_NONE)
             w->xe[w->nxe++] = (xev){xr->f_anchor, xr->f_seq, xr->id, 0, 0};
@@ -832,14 +808,8 @@ uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_
 {
     if (k < 0)
         return 0;
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 64;
-        uundo *q = realloc(*u, nc * sizeof *q);
-        if (!q)
-            return -1;
-        *u = q;
-        *cap = nc;
-    }
+    if (am_grow((void **)u, cap, *n + 1, sizeof **u, 64) < 0)
+        return -1;
     uundo *x = &(*u)[*n];
     memset(x, 0, sizeof *x);
     x->inst = k;
@@ -974,14 +944,8 @@ undo_extras(const adv_trace *t, const uint32_t *bal, size_t nbal, uint8_t *used,
             if (q < x->hi)
                 f_anchor = t->a[twin[bal[q]]].a_pos;
         }
-        if (*nxr == *capxr) {
-            size_t nc = *capxr ? *capxr * 2 : 64;
-            adv_extra *qq = realloc(*xr, nc * sizeof *qq);
-            if (!qq)
-                return -1;
-            *xr = qq;
-            *capxr = nc;
-        }
+        if (am_grow((void **)xr, capxr, *nxr + 1, sizeof **xr, 64) < 0)
+            return -1;
         (*xr)[(*nxr)++] = (adv_extra){y, a_anchor, f_anchor, a->a_pos,
                                       a->f_pos == ADV_NONE ? ADV_NONE : a->f_pos};
         used[y] = f_anchor == ADV_NONE ? 3 : 2;

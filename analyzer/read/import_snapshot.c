@@ -283,17 +283,22 @@ frames_info(const pk_val *frames, finfo *fi)
     fi->fn = user_py ? user_py : first_py;
 }
 
-/* "dir/file.py(line): function" */
-static uint32_t
-frame_name(snap *s, const pk_val *fr, const char *prefix)
+/* A Python frame's file (its last two path components), line and function
+ * name, each cut to 200 bytes. */
+typedef struct frame_parts {
+    const char *file, *fn;
+    int nfile, nfn;
+    int64_t line;
+} frame_parts;
+
+static frame_parts
+frame_parts_of(const pk_val *fr)
 {
-    char buf[512];
     const pk_val *f = pk_get(fr, "filename"), *nm = pk_get(fr, "name");
-    int64_t line = 0;
-    pk_int(pk_get(fr, "line"), &line);
+    frame_parts x = {"?", "?", 1, 1, 0};
+    pk_int(pk_get(fr, "line"), &x.line);
     const char *p = f && f->type == PK_STR ? f->u.str.s : "?";
     size_t pn = f && f->type == PK_STR ? f->u.str.n : 1;
-    /* keep the last two path components */
     size_t cut = 0;
     int slashes = 0;
     for (size_t i = pn; i > 0; i--)
@@ -301,14 +306,33 @@ frame_name(snap *s, const pk_val *fr, const char *prefix)
             cut = i;
             break;
         }
-    int w = snprintf(buf, sizeof buf, "%s%.*s(%" PRId64 "): %.*s", prefix ? prefix : "",
-                     (int)(pn - cut > 200 ? 200 : pn - cut), p + cut, line,
-                     nm && nm->type == PK_STR ? (int)(nm->u.str.n > 200 ? 200 : nm->u.str.n)
-                                              : 1,
-                     nm && nm->type == PK_STR ? nm->u.str.s : "?");
+    x.file = p + cut;
+    x.nfile = (int)(pn - cut > 200 ? 200 : pn - cut);
+    if (nm && nm->type == PK_STR) {
+        x.fn = nm->u.str.s;
+        x.nfn = (int)(nm->u.str.n > 200 ? 200 : nm->u.str.n);
+    }
+    return x;
+}
+
+/* Intern buf's first w bytes (w from snprintf; 0 on an error). */
+static uint32_t
+add_formatted(snap *s, const char *buf, size_t size, int w)
+{
     if (w < 0)
         return 0;
-    return add_name(s, buf, (size_t)w < sizeof buf ? (size_t)w : sizeof buf - 1);
+    return add_name(s, buf, (size_t)w < size ? (size_t)w : size - 1);
+}
+
+/* "dir/file.py(line): function" */
+static uint32_t
+frame_name(snap *s, const pk_val *fr, const char *prefix)
+{
+    char buf[512];
+    frame_parts x = frame_parts_of(fr);
+    int w = snprintf(buf, sizeof buf, "%s%.*s(%" PRId64 "): %.*s", prefix ? prefix : "",
+                     x.nfile, x.file, x.line, x.nfn, x.fn);
+    return add_formatted(s, buf, sizeof buf, w);
 }
 
 /* the allocation site: "dir/file.py:line:function" */
@@ -316,26 +340,10 @@ static uint32_t
 frame_site(snap *s, const pk_val *fr)
 {
     char buf[512];
-    const pk_val *f = pk_get(fr, "filename"), *nm = pk_get(fr, "name");
-    int64_t line = 0;
-    pk_int(pk_get(fr, "line"), &line);
-    const char *p = f && f->type == PK_STR ? f->u.str.s : "?";
-    size_t pn = f && f->type == PK_STR ? f->u.str.n : 1;
-    size_t cut = 0;
-    int slashes = 0;
-    for (size_t i = pn; i > 0; i--)
-        if (p[i - 1] == '/' && ++slashes == 2) {
-            cut = i;
-            break;
-        }
-    int w = snprintf(buf, sizeof buf, "%.*s:%" PRId64 ":%.*s",
-                     (int)(pn - cut > 200 ? 200 : pn - cut), p + cut, line,
-                     nm && nm->type == PK_STR ? (int)(nm->u.str.n > 200 ? 200 : nm->u.str.n)
-                                              : 1,
-                     nm && nm->type == PK_STR ? nm->u.str.s : "?");
-    if (w < 0)
-        return 0;
-    return add_name(s, buf, (size_t)w < sizeof buf ? (size_t)w : sizeof buf - 1);
+    frame_parts x = frame_parts_of(fr);
+    int w = snprintf(buf, sizeof buf, "%.*s:%" PRId64 ":%.*s", x.nfile, x.file, x.line, x.nfn,
+                     x.fn);
+    return add_formatted(s, buf, sizeof buf, w);
 }
 
 /* ---- building the event list ---- */
