@@ -175,6 +175,8 @@ usage(FILE *f)
             "  --version       the project version, the trace format and JSON schema versions\n"
             "  --salvage       read every chunk of a damaged native trace that checks out,\n"
             "                  skip the rest; the rank is marked COVERAGE: INCOMPLETE\n"
+            "  --peak-blocks   with --json: list the live blocks [address, bytes] at each\n"
+            "                  peak (compare a trace with a snapshot of the same run)\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
             "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank,\n"
             "      3 a --fail-on gate failed (one summary line on stderr)\n");
@@ -206,6 +208,7 @@ typedef struct cli {
     int compare;              /* the compare subcommand */
     int json, want_rank, iteration, top, advice, all_ranks;
     int workers;              /* --jobs N */
+    int peak_blocks;          /* --peak-blocks (JSON only) */
     const char *markdown;     /* --markdown FILE, NULL none */
     const char *html;         /* --html FILE, NULL none */
     const char *perfetto;     /* --perfetto FILE, NULL none */
@@ -240,6 +243,7 @@ parse_args(int argc, char **argv, cli *o)
         {"jobs", required_argument, 0, 'J'},
         {"version", no_argument, 0, 'V'},
         {"salvage", no_argument, 0, 'S'},
+        {"peak-blocks", no_argument, 0, 'K'},
         {0, 0, 0, 0},
     };
     char err[256];
@@ -311,6 +315,9 @@ parse_args(int argc, char **argv, cli *o)
         case 'S':
             am_source_set_salvage(1);
             break;
+        case 'K':
+            o->peak_blocks = 1;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -331,6 +338,11 @@ parse_args(int argc, char **argv, cli *o)
             fprintf(stderr, "recomp-analyze: compare wants a control and at least one "
                             "candidate run\n");
         usage(stderr);
+        return 1;
+    }
+    if (o->peak_blocks && !o->json) {
+        fprintf(stderr, "recomp-analyze: --peak-blocks lists blocks in the JSON report: add "
+                        "--json\n");
         return 1;
     }
     if (o->compare && o->perfetto) {
@@ -557,7 +569,8 @@ analyze_ranks(run *r, const cli *o)
     /* phase spans are kept only for the reports that list or draw them */
     am_opts opts = {.iteration = o->iteration,
                     .phase_spans = o->json || o->html || o->perfetto || o->markdown ||
-                                   o->compare};
+                                   o->compare,
+                    .peak_blocks = o->peak_blocks};
     am_job *j = &r->job;
     if ((o->html || o->perfetto) && !(r->caps = calloc(r->files.n, sizeof *r->caps))) {
         fprintf(stderr, "recomp-analyze: out of memory\n");

@@ -24,8 +24,8 @@ MIB = 1 << 20
 
 
 def analyze(binary, path):
-    """recomp-analyze --json PATH -> (document or None, error text)."""
-    p = subprocess.run([binary, "--json", path], capture_output=True, text=True)
+    """recomp-analyze --json --peak-blocks PATH -> (document or None, error text)."""
+    p = subprocess.run([binary, "--json", "--peak-blocks", path], capture_output=True, text=True)
     if p.returncode != 0:
         return None, (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
     try:
@@ -61,6 +61,15 @@ class Table:
         out.append("")
         out.append("%d passed, %d failed, %d skipped" % (n["PASS"], n["FAIL"], n["SKIP"]))
         return "\n".join(out)
+
+
+def level_blocks(rank, level):
+    """The live blocks {(address, bytes)} at the peak of one level, or None."""
+    for key in ("peak", "device_peak"):
+        p = rank.get(key)
+        if p and p.get("level") == level and p.get("blocks") is not None:
+            return {tuple(b) for b in p["blocks"]}
+    return None
 
 
 def level_peak(rank, level):
@@ -144,6 +153,11 @@ def check_mode(t, mode, out, binary, dry, fake=False):
     r = ranks[0]
     t.add(mode, "trace closed", "PASS" if r.get("closed") or mode == "oom" else "FAIL",
           r.get("closed"), "closed at exit")
+    if fake:
+        # the fake GPU carries only load-only cuDNN stubs: train.py --no-cudnn
+        t.add(mode, "cuDNN switched off (fake GPU)",
+              "PASS" if c.get("cudnn_enabled") is False else "FAIL",
+              c.get("cudnn_enabled"), False, "torch.backends.cudnn.enabled, cuDNN SDPA off")
 
     if mode == "oom":
         oom = r.get("oom")
@@ -211,6 +225,17 @@ def check_mode(t, mode, out, binary, dry, fake=False):
             t.add(mode, "peak iteration = memory-history snapshot's",
                   "PASS" if srank and ti == si else "FAIL", ti, si,
                   serr or "trace: ProfilerStep# markers; snapshot: forward/backward/optimizer cycle")
+            # ... and the same live blocks (address, size) at that peak.
+            tb = level_blocks(r, "tensor")
+            sb = level_blocks(srank, "tensor") if srank else None
+            same = tb is not None and tb == sb
+            t.add(mode, "live blocks at the tensor peak = memory-history snapshot's",
+                  "PASS" if same else "FAIL",
+                  "%d blocks" % len(tb) if tb is not None else "-",
+                  "%d blocks" % len(sb) if sb is not None else "-",
+                  serr or ("(address, size) sets equal" if same else
+                           "%d only in the trace, %d only in the snapshot" %
+                           (len((tb or set()) - (sb or set())), len((sb or set()) - (tb or set())))))
         else:
             t.add(mode, "tensor peak = memory-history snapshot's", "SKIP", fmt(tensor), "-",
                   "no snapshot (dry run)" if dry else "snapshot missing")

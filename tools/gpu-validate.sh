@@ -120,6 +120,9 @@ run_mode() {
     else
         cmd=("$py" -m torch.distributed.run --standalone --nproc-per-node 1
              "$root/tools/gpu_validate/train.py" --mode "$mode" --out "$out")
+        # the fake GPU has no cuDNN (only load-only stubs): switch it off
+        # explicitly rather than trust that nothing reaches it
+        [ "$fake" = 1 ] && cmd+=(--no-cudnn)
     fi
     log "run $mode: ${env_extra[*]:-} ${cmd[*]}"
     env "${fake_env[@]}" "${env_extra[@]}" RECOMPSHIM_OUT="$tdir" LD_PRELOAD="${RS_SANITIZER_RUNTIME:+$RS_SANITIZER_RUNTIME }$shim" \

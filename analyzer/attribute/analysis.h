@@ -41,6 +41,11 @@ typedef struct am_setter {
 } am_setter;
 
 /* A peak at one level. */
+/* One live allocation at a peak: its address and size in bytes. */
+typedef struct am_block {
+    uint64_t addr, size;
+} am_block;
+
 typedef struct am_peak {
     int known;                /* 0: n/a, reason says why */
     const char *reason;
@@ -56,6 +61,8 @@ typedef struct am_peak {
     uint64_t untracked_bytes; /* source's own total minus the tracked live set */
     uint64_t by_lib[AM_LIB_COUNT]; /* device level: live bytes per owner library */
     uint64_t reserved_bytes;  /* tensor level with totals: PyTorch's reserved then */
+    am_block *blocks;         /* with am_opts.peak_blocks: the live blocks, by address */
+    size_t nblocks;
 } am_peak;
 
 typedef struct am_phase_span {
@@ -184,6 +191,9 @@ typedef struct am_opts {
     int phase_spans;          /* 1: keep each iteration's phase spans (only the JSON
                                * report lists them); 0: drop them, so memory does not
                                * grow with the number of phase changes */
+    int peak_blocks;          /* 1: keep the live blocks (address, size) at each peak
+                               * (am_peak.blocks; --peak-blocks), so that two views of
+                               * one run can be compared block by block */
 } am_opts;
 
 /* Analyse one source (two streaming passes). Fills *out (caller zeroes it);

@@ -90,6 +90,8 @@ am_rank_free(am_rank *r)
     for (int l = 0; l < AM_NLEVELS; l++) {
         free(r->peak[l].groups);
         free(r->iter_peak[l].groups);
+        free(r->peak[l].blocks);
+        free(r->iter_peak[l].blocks);
     }
     for (size_t i = 0; i < r->niters; i++)
         free(r->iters[i].phases);
@@ -884,13 +886,36 @@ choose_grouping(am_rank *out, const am_meta *m)
     out->by_site = !mega;
 }
 
+static int
+block_addr_cmp(const void *a, const void *b)
+{
+    const am_block *x = a, *y = b;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* The live set at one peak as (address, size) pairs sorted by address, into
+ * peak->blocks (left empty when out of memory: the report then has none). */
+static void
+keep_blocks(am_peak *peak, const snapshot *sn)
+{
+    peak->blocks = malloc((sn->n ? sn->n : 1) * sizeof *peak->blocks);
+    if (!peak->blocks)
+        return;
+    for (size_t k = 0; k < sn->n; k++)
+        peak->blocks[k] = (am_block){sn->ents[k].addr, sn->ents[k].size};
+    peak->nblocks = sn->n;
+    am_sort(peak->blocks, peak->nblocks, sizeof *peak->blocks, block_addr_cmp);
+}
+
 /* The live set taken at one peak, grouped into the peak's contributors;
  * bytes the live set does not explain are untracked. */
 static void
-group_snapshot(am_rank *out, snapshot *sn)
+group_snapshot(am_rank *out, snapshot *sn, int blocks)
 {
     if (!sn->ents)
         return;
+    if (blocks && !sn->peak->blocks)
+        keep_blocks(sn->peak, sn);
     const live_ent **v = malloc((sn->n ? sn->n : 1) * sizeof *v);
     if (!v)
         return;
@@ -957,7 +982,7 @@ second_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     if (rc < 0)
         return rc;
     for (size_t i = 0; i < s->nsnaps; i++)
-        group_snapshot(out, &s->snaps[i]);
+        group_snapshot(out, &s->snaps[i], s->opts->peak_blocks);
     return 0;
 }
 

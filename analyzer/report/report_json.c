@@ -135,6 +135,17 @@ peak(yajl_gen g, const am_rank *r, const am_peak *p, int level)
         S(g, cv);
     }
     K(g, "contributors"); groups(g, r, p->groups, p->ngroups);
+    if (p->blocks) {
+        K(g, "blocks"); /* --peak-blocks: [address, bytes] pairs by address */
+        yajl_gen_array_open(g);
+        for (size_t i = 0; i < p->nblocks; i++) {
+            yajl_gen_array_open(g);
+            u64(g, p->blocks[i].addr);
+            u64(g, p->blocks[i].size);
+            yajl_gen_array_close(g);
+        }
+        yajl_gen_array_close(g);
+    }
     yajl_gen_map_close(g);
 }
 

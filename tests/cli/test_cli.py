@@ -353,6 +353,32 @@ def check_visible_skips(tmp):
        s.stdout)
 
 
+def check_peak_blocks(run_dir):
+    """--peak-blocks: the live blocks at each peak, by address, that sum to the
+    peak less its untracked bytes; refused without --json."""
+    r = run([ANALYZE, "--peak-blocks", run_dir])
+    ok(r.returncode == 1 and "--peak-blocks" in r.stderr and "--json" in r.stderr,
+       "--peak-blocks without --json: usage error naming both", r.stderr)
+    r = run([ANALYZE, "--json", "--peak-blocks", "--no-advice", run_dir])
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError as e:
+        ok(False, "--json --peak-blocks parses", e)
+        return
+    for rank in doc.get("ranks", []):
+        for key in ("peak", "device_peak"):
+            p = rank.get(key) or {}
+            b = p.get("blocks")
+            addrs = [a for a, _ in b or []]
+            ok(b is not None and len(b) > 0 and addrs == sorted(set(addrs)) and
+               sum(sz for _, sz in b) == p["bytes"] - p["untracked_bytes"],
+               "rank %s %s: blocks sorted, distinct, sum = peak - untracked" % (rank.get("rank"), key),
+               "%d blocks, sum %d, peak %s untracked %s" % (len(b or []), sum(sz for _, sz in b or []),
+                                                            p.get("bytes"), p.get("untracked_bytes")))
+    r = run([ANALYZE, "--json", "--no-advice", run_dir])
+    ok(r.returncode == 0 and '"blocks"' not in r.stdout, "no blocks in the JSON without --peak-blocks")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="recomp-cli.")
     try:
@@ -365,6 +391,7 @@ def main():
         ok(r.returncode == 0 and len(runs) == 1, "2-rank megasim run under the shim", r.stderr[-2000:])
         if len(runs) == 1:
             check_dump(runs[0])
+            check_peak_blocks(runs[0])
         check_warn_once(tmp)
         check_run_main(tmp)
         check_visible_skips(tmp)

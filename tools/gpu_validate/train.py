@@ -149,7 +149,13 @@ def main():
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--no-cudnn", action="store_true",
+                    help="switch cuDNN off (torch.backends.cudnn and cuDNN attention): "
+                         "the fake GPU has only load-only cuDNN stubs")
     a = ap.parse_args()
+    if a.no_cudnn:
+        torch.backends.cudnn.enabled = False
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
@@ -157,7 +163,8 @@ def main():
     dev = torch.device("cuda", local)
     counters = {"mode": a.mode, "torch": torch.__version__,
                 "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-                "alloc_backend": torch.cuda.get_allocator_backend()}
+                "alloc_backend": torch.cuda.get_allocator_backend(),
+                "cudnn_enabled": bool(torch.backends.cudnn.enabled)}
 
     if a.mode == "oom":
         free, total = torch.cuda.mem_get_info()
