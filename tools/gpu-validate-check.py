@@ -269,9 +269,13 @@ def check_mode(t, mode, out, binary, dry, fake=False):
     by_lib = ((r.get("device_peak") or {}).get("by_library") or
               (r.get("peak") or {}).get("by_library") or {})
     nccl = by_lib.get("nccl")
-    if fake and not nccl:
-        t.add(mode, "NCCL memory attributed", "SKIP", fmt(nccl), "> 0",
-              "the fake GPU's NCCL (tests/doubles/nccl_mock.c) allocates no buffers: real GPU only")
+    if fake:
+        # the mock NCCL maps MOCK_NCCL_BUFFER_BYTES (64 MiB) per communicator
+        # through cuGetProcAddress, like NCCL's cuMem path: exactly that much
+        # is NCCL's at the device peak (one communicator, world size 1)
+        want = 64 * MIB
+        t.add(mode, "NCCL memory attributed", "PASS" if nccl == want else "FAIL", fmt(nccl),
+              fmt(want), "the mock NCCL's cuMem buffers through the driver entry points")
     else:
         t.add(mode, "NCCL memory attributed", "PASS" if nccl else "FAIL", fmt(nccl), "> 0",
               "NCCL's cuMem buffers through the driver entry points")

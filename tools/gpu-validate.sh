@@ -83,7 +83,10 @@ if [ "$fake" = 1 ]; then
     fake_dir="$bdir/tests/doubles/fake_gpu"
     [ -f "$fake_dir/libcudart.so.13" ] || { log "fake GPU not built: $fake_dir"; exit 2; }
     fake_env=(LD_LIBRARY_PATH="$fake_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-              PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONWARNINGS=ignore::UserWarning)
+              PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONWARNINGS=ignore::UserWarning
+              # the mock NCCL maps this much per communicator through the
+              # driver entry points, as NCCL's cuMem path does (nccl_mock.c)
+              MOCK_NCCL_BUFFER_BYTES=$((64 << 20)))
     log "fake GPU: $fake_dir, PyTorch from $site"
 fi
 if [ "$dry" = 0 ]; then

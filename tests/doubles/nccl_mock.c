@@ -11,8 +11,22 @@
  *                  communicator of the same size with rank = key
  *   ncclGroupEnd without ncclGroupStart: ncclInvalidUsage
  *   a NULL comm, bad peer/root or datatype: ncclInvalidArgument
+ *
+ * Buffers: with MOCK_NCCL_BUFFER_BYTES=N (bytes; unset or 0: none, as
+ * before) every communicator maps N bytes (rounded up to 2 MiB) on its
+ * device at init and unmaps them at destroy/abort, the way NCCL >= 2.19
+ * allocates its channel buffers with NCCL_CUMEM_ENABLE=1 (its default): it
+ * links cudart statically, so the calls reach the driver through
+ * dlopen("libcuda.so.1") + cuGetProcAddress_v2 and cuMemAddressReserve/
+ * cuMemCreate/cuMemMap/cuMemSetAccess. A failed cuMemCreate (the device is
+ * full) fails the init with ncclUnhandledCudaError, as NCCL does. The size is
+ * a parameter because NCCL's own depends on channels, peers and protocols
+ * (NCCL_BUFFSIZE, 4 MiB default, per channel and peer).
  */
+#include <cuda.h>
+#include <dlfcn.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +37,114 @@ struct ncclComm {
     int rank;
     int device;
     ncclUniqueId id;
+    CUdeviceptr buf;          /* MOCK_NCCL_BUFFER_BYTES mapped at init, 0 none */
+    size_t buf_bytes;
+    CUmemGenericAllocationHandle buf_handle;
 };
+
+/* ---- channel buffers through the driver (MOCK_NCCL_BUFFER_BYTES) ---- */
+
+typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
+                           CUdriverProcAddressQueryResult *);
+
+static struct {
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                       unsigned long long);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*addr_free)(CUdeviceptr, size_t);
+    CUresult (*ctx_device)(CUdevice *);
+    int ok;
+} g_drv;
+static pthread_once_t g_drv_once = PTHREAD_ONCE_INIT;
+
+static void
+drv_load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    gpa_fn gpa = h ? (gpa_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
+    if (!gpa)
+        return;
+    CUdriverProcAddressQueryResult q;
+    const struct { const char *name; void **fn; } want[] = {
+        {"cuMemAddressReserve", (void **)&g_drv.reserve}, {"cuMemCreate", (void **)&g_drv.create},
+        {"cuMemMap", (void **)&g_drv.map},                {"cuMemSetAccess", (void **)&g_drv.access},
+        {"cuMemUnmap", (void **)&g_drv.unmap},            {"cuMemRelease", (void **)&g_drv.release},
+        {"cuMemAddressFree", (void **)&g_drv.addr_free},  {"cuCtxGetDevice", (void **)&g_drv.ctx_device},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (gpa(want[i].name, want[i].fn, 12000, 0, &q) != CUDA_SUCCESS || !*want[i].fn)
+            return;
+    g_drv.ok = 1;
+}
+
+/* MOCK_NCCL_BUFFER_BYTES rounded up to 2 MiB; 0 when unset or not a number. */
+static size_t
+buffer_bytes(void)
+{
+    const char *v = getenv("MOCK_NCCL_BUFFER_BYTES");
+    char *end;
+    unsigned long long n = v ? strtoull(v, &end, 10) : 0;
+    if (!v || *end || !n)
+        return 0;
+    return (size_t)((n + (2u << 20) - 1) / (2u << 20) * (2u << 20));
+}
+
+/* Map the communicator's buffers on the current device: ncclSuccess, or
+ * ncclUnhandledCudaError when the driver refuses (out of memory). */
+static ncclResult_t
+buffers_map(struct ncclComm *c)
+{
+    size_t n = buffer_bytes();
+    if (!n)
+        return ncclSuccess;
+    pthread_once(&g_drv_once, drv_load);
+    if (!g_drv.ok)
+        return ncclSystemError;
+    CUdevice dev = 0;
+    if (g_drv.ctx_device(&dev) != CUDA_SUCCESS)
+        dev = c->device;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    CUdeviceptr va = 0;
+    CUmemGenericAllocationHandle h = 0;
+    if (g_drv.reserve(&va, n, 0, 0, 0) != CUDA_SUCCESS)
+        return ncclUnhandledCudaError;
+    if (g_drv.create(&h, n, &prop, 0) != CUDA_SUCCESS) {
+        g_drv.addr_free(va, n);
+        return ncclUnhandledCudaError;
+    }
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof d);
+    d.location = prop.location;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (g_drv.map(va, n, 0, h, 0) != CUDA_SUCCESS || g_drv.access(va, n, &d, 1) != CUDA_SUCCESS) {
+        g_drv.release(h);
+        g_drv.addr_free(va, n);
+        return ncclUnhandledCudaError;
+    }
+    c->buf = va;
+    c->buf_bytes = n;
+    c->buf_handle = h;
+    return ncclSuccess;
+}
+
+static void
+buffers_unmap(struct ncclComm *c)
+{
+    if (!c->buf)
+        return;
+    g_drv.unmap(c->buf, c->buf_bytes);
+    g_drv.release(c->buf_handle);
+    g_drv.addr_free(c->buf, c->buf_bytes);
+    c->buf = 0;
+}
 
 static __thread int t_group_depth;
 
@@ -68,6 +189,11 @@ make_comm(ncclComm_t *comm, int nranks, const ncclUniqueId *id, int rank, int de
     c->device = device;
     if (id)
         c->id = *id;
+    ncclResult_t rc = buffers_map(c);
+    if (rc != ncclSuccess) {
+        free(c);
+        return rc;
+    }
     *comm = c;
     return ncclSuccess;
 }
@@ -118,6 +244,7 @@ ncclCommDestroy(ncclComm_t comm)
 {
     if (!comm)
         return ncclInvalidArgument;
+    buffers_unmap(comm);
     free(comm);
     return ncclSuccess;
 }

@@ -121,3 +121,56 @@ Test(nccl, collectives_of_a_step)
     it_run_free(&r);
     it_fini(&c);
 }
+
+Test(nccl, buffers_through_the_driver)
+{
+    /* MOCK_NCCL_BUFFER_BYTES: every communicator maps its buffers the way
+     * NCCL's cuMem path does (cuGetProcAddress from libnccl, then
+     * cuMemAddressReserve/cuMemCreate/cuMemMap), rounded up to 2 MiB, and
+     * unmaps them at destroy: p_nccl's five communicators give five 4 MiB
+     * handles, each created, released and its range freed, all called from
+     * libnccl.so.2. */
+    it_ctx c;
+    it_run r;
+    it_dump d;
+    it_init(&c);
+    it_run_traced(&c, &r, &d, IT_ARGV(IT_PROG("p_nccl")),
+                  IT_ENV("LD_LIBRARY_PATH=" RS_MOCK_DIR, "MOCK_NCCL_BUFFER_BYTES=3145728"));
+    cr_expect_eq(it_count_sub(&d, "api=cuMemCreate dev=0"), 5);
+    cr_expect_eq(it_count_sub(&d, "size=4194304 offset=0"), 5 * 5,
+                 "reserve, create, map, release and free of 4 MiB, five times");
+    cr_expect_eq(it_count_sub(&d, "api=cuMemRelease dev=0"), 5);
+    cr_expect_eq(it_count_sub(&d, "api=cuMemAddressFree dev=0"), 5);
+    for (size_t i = 0; i < d.nlines; i++)
+        if (strstr(d.lines[i], "size=4194304 offset=0"))
+            cr_expect(strstr(d.lines[i], "libnccl.so.2+") != NULL, "not from libnccl: %s", d.lines[i]);
+    it_dump_free(&d);
+    it_run_free(&r);
+    it_fini(&c);
+}
+
+Test(nccl, buffers_do_not_fit)
+{
+    /* On a 2 MiB device the first communicator's 4 MiB do not fit: its init
+     * fails with ncclUnhandledCudaError (1), as NCCL's does, after a failed
+     * cuMemCreate from libnccl that the trace records as an OOM. */
+    it_ctx c;
+    it_run r;
+    it_init(&c);
+    it_run_prog(&c, &r, c.out, IT_ARGV(IT_PROG("p_nccl")),
+                IT_ENV("LD_LIBRARY_PATH=" RS_MOCK_DIR, "MOCK_NCCL_BUFFER_BYTES=3145728",
+                       "MOCK_CUDA_CAPACITY=2097152"));
+    cr_assert(r.exited && r.code == 3, "exit %d\n%s%s", r.code, r.out, r.err);
+    cr_expect(strstr(r.out, "ncclCommInitRank(&comm, 4, id, 1) returned 1") != NULL, "%s", r.out);
+    char **paths = NULL;
+    cr_assert_eq(it_find_traces(c.out, &paths), 1);
+    it_dump d;
+    it_dump_trace(&d, paths[0]);
+    cr_expect_eq(it_count_sub(&d, "OOM t="), 1);
+    cr_expect_eq(it_count_sub(&d, "api=cuMemCreate mem=device dev=0 size=4194304 status=2"), 1);
+    cr_expect_eq(it_count_sub(&d, "api=cuMemAddressFree dev=0"), 1, "the range is given back");
+    it_dump_free(&d);
+    it_free_paths(paths, 1);
+    it_run_free(&r);
+    it_fini(&c);
+}
