@@ -175,6 +175,7 @@ usage(FILE *f)
             "  --version       the project version, the trace format and JSON schema versions\n"
             "  --salvage       read every chunk of a damaged native trace that checks out,\n"
             "                  skip the rest; the rank is marked COVERAGE: INCOMPLETE\n"
+            "  --pretty        with --json: indented JSON (default: compact, one line)\n"
             "  --peak-blocks   with --json: list the live blocks [address, bytes] at each\n"
             "                  peak (compare a trace with a snapshot of the same run)\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
@@ -209,6 +210,7 @@ typedef struct cli {
     int json, want_rank, iteration, top, advice, all_ranks;
     int workers;              /* --jobs N */
     int peak_blocks;          /* --peak-blocks (JSON only) */
+    int pretty;               /* --pretty: indented JSON */
     const char *markdown;     /* --markdown FILE, NULL none */
     const char *html;         /* --html FILE, NULL none */
     const char *perfetto;     /* --perfetto FILE, NULL none */
@@ -244,6 +246,7 @@ parse_args(int argc, char **argv, cli *o)
         {"version", no_argument, 0, 'V'},
         {"salvage", no_argument, 0, 'S'},
         {"peak-blocks", no_argument, 0, 'K'},
+        {"pretty", no_argument, 0, 'Y'},
         {0, 0, 0, 0},
     };
     char err[256];
@@ -318,6 +321,9 @@ parse_args(int argc, char **argv, cli *o)
         case 'K':
             o->peak_blocks = 1;
             break;
+        case 'Y':
+            o->pretty = 1;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -338,6 +344,10 @@ parse_args(int argc, char **argv, cli *o)
             fprintf(stderr, "recomp-analyze: compare wants a control and at least one "
                             "candidate run\n");
         usage(stderr);
+        return 1;
+    }
+    if (o->pretty && !o->json) {
+        fprintf(stderr, "recomp-analyze: --pretty indents the JSON report: add --json\n");
         return 1;
     }
     if (o->peak_blocks && !o->json) {
@@ -769,7 +779,7 @@ main_analyze(const cli *o)
     int rc = load_run(o->inputs, o->ninputs, o, &r);
     if (rc)
         goto out;
-    am_report_opts ro = {o->top, o->iteration, o->all_ranks};
+    am_report_opts ro = {o->top, o->iteration, o->all_ranks, o->pretty};
     if (o->json) {
         if (am_report_json(stdout, &r.job, &ro) < 0) {
             fprintf(stderr, "recomp-analyze: cannot write the JSON document\n");
@@ -860,7 +870,7 @@ main_compare(const cli *o)
     }
     if (!rc) {
         if (o->json)
-            rc = am_compare_json(stdout, &cmp) < 0 ? 2 : 0;
+            rc = am_compare_json(stdout, &cmp, o->pretty) < 0 ? 2 : 0;
         else
             am_compare_text(stdout, &cmp);
         if (fflush(stdout) != 0)

@@ -516,12 +516,12 @@ json_print(void *ctx, const char *s, size_t n)
 }
 
 int
-am_compare_json(FILE *f, const am_comparison *c)
+am_compare_json(FILE *f, const am_comparison *c, int pretty)
 {
     yajl_gen g = yajl_gen_alloc(NULL);
     if (!g)
         return -1;
-    yajl_gen_config(g, yajl_gen_beautify, 1);
+    yajl_gen_config(g, yajl_gen_beautify, pretty ? 1 : 0);
     yajl_gen_config(g, yajl_gen_print_callback, json_print, f);
     yajl_gen_map_open(g);
     JS(g, "schema_version"); JS(g, AM_SCHEMA_VERSION);

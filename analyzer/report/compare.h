@@ -60,10 +60,11 @@ int am_settings_diff(const am_runsum *a, const am_runsum *b, char *buf, size_t n
  * fatal OOM and every rank's trace was closed (not killed). */
 int am_run_passes(const am_runsum *s);
 
-/* The comparison as a terminal table (text), Markdown, or JSON (0, -1). */
+/* The comparison as a terminal table (text), Markdown, or JSON (0, -1 on a
+ * write error; compact unless pretty, streamed as it is generated). */
 void am_compare_text(FILE *f, const am_comparison *c);
 void am_compare_markdown(FILE *f, const am_comparison *c);
-int am_compare_json(FILE *f, const am_comparison *c);
+int am_compare_json(FILE *f, const am_comparison *c, int pretty);
 
 /* The comparison as one self-contained HTML page: the table, then each
  * run's section (run_html[i]: HTML, e.g. its hot rank's timeline; NULL

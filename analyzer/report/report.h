@@ -13,6 +13,7 @@ typedef struct am_report_opts {
     int top;                  /* text: contributors shown per peak (0 = all) */
     int iteration;            /* --iteration K, -1 none */
     int all_ranks;            /* --ranks all: text lists every rank in full */
+    int pretty;               /* --pretty: indented JSON (default compact) */
 } am_report_opts;
 
 /* The terminal report of a job (stdout): the verdict first, one line per

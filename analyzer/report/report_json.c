@@ -405,14 +405,32 @@ rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
     yajl_gen_map_close(g);
 }
 
+/* yajl's print callback: the document goes to the FILE as it is generated,
+ * so it is never held whole in memory (issue 19); a short write is
+ * remembered and reported once the document is done. */
+typedef struct json_sink {
+    FILE *f;
+    int failed;
+} json_sink;
+
+static void
+sink_print(void *ctx, const char *s, size_t n)
+{
+    json_sink *k = ctx;
+    if (!k->failed && fwrite(s, 1, n, k->f) != n)
+        k->failed = 1;
+}
+
 int
 am_report_json(FILE *f, const am_job *j, const am_report_opts *o)
 {
     yajl_gen g = yajl_gen_alloc(NULL);
     if (!g)
         return -1;
-    yajl_gen_config(g, yajl_gen_beautify, 1);
+    json_sink sink = {f, 0};
+    yajl_gen_config(g, yajl_gen_beautify, o->pretty ? 1 : 0);
     yajl_gen_config(g, yajl_gen_validate_utf8, 1);
+    yajl_gen_config(g, yajl_gen_print_callback, sink_print, &sink);
     yajl_gen_map_open(g);
     K(g, "schema_version"); S(g, AM_SCHEMA_VERSION);
     K(g, "tool"); S(g, "recomp-analyze");
@@ -469,12 +487,8 @@ am_report_json(FILE *f, const am_job *j, const am_report_opts *o)
         S(g, "the recompute advisor was not run (--no-advice)");
     }
     yajl_gen_map_close(g);
-    const unsigned char *buf;
-    size_t len;
-    int rc = -1;
-    if (yajl_gen_get_buf(g, &buf, &len) == yajl_gen_status_ok) {
-        rc = fwrite(buf, 1, len, f) == len ? 0 : -1;
-    }
     yajl_gen_free(g);
-    return rc;
+    if (!o->pretty)
+        sink_print(&sink, "\n", 1); /* yajl ends a beautified document with one */
+    return sink.failed || fflush(f) != 0 ? -1 : 0;
 }

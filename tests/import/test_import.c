@@ -636,7 +636,7 @@ Test(cli, no_memory_events_exit_0_peak_null_and_baseline_in_json)
     size_t n = fread(out, 1, sizeof out - 1, f);
     out[n] = 0;
     cr_expect_eq(WEXITSTATUS(pclose(f)), 0);
-    cr_expect(strstr(out, "\"peak\": null"), "peak null");
+    cr_expect(strstr(out, "\"peak\":null"), "peak null");
     cr_expect(strstr(out, "\"peak_note\""));
     path = fixture("kineto/worker0.1623143089861.pt.trace.json.gz");
     snprintf(cmd, sizeof cmd, "'%s' --json '%s' 2>/dev/null", RECOMP_ANALYZE_PATH, path);
