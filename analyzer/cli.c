@@ -1102,8 +1102,6 @@ load_summaries(const cli *o, am_summary **sv, size_t *ns, run *r)
         rc = 2;
     }
     free(errs);
-    for (size_t i = 0; i < files.n && !rc; i++)
-        rc = check_summary_options(&(*sv)[0], &(*sv)[i], o);
     size_t total = 0;
     for (size_t i = 0; i < files.n && !rc; i++)
         total += (*sv)[i].nranks;
@@ -1122,10 +1120,16 @@ load_summaries(const cli *o, am_summary **sv, size_t *ns, run *r)
     for (size_t i = 0; i < files.n; i++)
         free(files.v[i]);
     free(files.v);
-    if (!rc && r->files.n > 1)
-        rc = check_one_job(r);
+    if (!rc && r->files.n > 1 && (rc = check_one_job(r)) != 0) {
+        fprintf(stderr, "recomp-analyze: merge: those traces' summaries (field job):\n");
+        for (size_t i = 0; i < *ns; i++)
+            fprintf(stderr, "  %s: %zu rank(s), job %s\n", (*sv)[i].path, (*sv)[i].nranks,
+                    (*sv)[i].ranks[0].src->meta.run_id);
+    }
     if (r->srcs)
         memset(r->srcs, 0, r->files.n * sizeof *r->srcs); /* the ranks own them */
+    for (size_t i = 0; i < *ns && !rc; i++)
+        rc = check_summary_options(&(*sv)[0], &(*sv)[i], o);
     return rc;
 }
 
