@@ -148,10 +148,10 @@ def two_nodes(name, rundir, tmp):
         f.write("not a summary: skipped\n")
     same("%s: two nodes merged from a directory, JSON" % name, analyze("--json", a, b),
          analyze("merge", "--json", sdir))
-    return sa, sb
+    return a, b, sa, sb
 
 
-def options(rundir, summ, tmp):
+def options(rundir, summ, nodes, tmp):
     same("--rank 2 through a summary", analyze("--rank", "2", rundir),
          analyze("merge", "--rank", "2", summ))
     s1 = os.path.join(tmp, "iter1.rssum")
@@ -169,8 +169,8 @@ def options(rundir, summ, tmp):
     ok(rc[0] == 2 and "no advisor part" in rc[2] and s0 in rc[2],
        "merge with advice of a --no-advice summary: exit 2, names the file", rc[2])
     sb = os.path.join(tmp, "budget.rssum")
-    analyze("summarize", "--budget", "70GiB", rundir, "--out", sb)
-    rc = analyze("merge", summ, sb)
+    analyze("summarize", "--budget", "70GiB", nodes[1], "--out", sb)
+    rc = analyze("merge", nodes[2], sb)
     ok(rc[0] == 2 and "field budget" in rc[2] and sb in rc[2],
        "summaries made with other options: exit 2, names the file and the field", rc[2])
     rc = analyze("merge", "--budget", "60GiB", summ)
@@ -272,10 +272,11 @@ def main():
             got[name] = compare_scenario(name, tmp)
         if got.get("main"):
             rundir, summ = got["main"]
-            sa, _ = two_nodes("main", rundir, tmp)
+            nodes = two_nodes("main", rundir, tmp)
+            sa = nodes[2]
             if got.get("main-full-block-3"):
                 two_nodes("main-full-block-3", got["main-full-block-3"][0], tmp)
-            options(rundir, summ, tmp)
+            options(rundir, summ, nodes, tmp)
             other = got.get("R09") or got.get("R01")
             corrupt(summ, other[1] if other else sa, tmp)
             size = os.path.getsize(summ)
