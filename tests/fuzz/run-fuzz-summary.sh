@@ -5,7 +5,7 @@
 #   SECONDS   how long libFuzzer runs (default 60)
 #   WORKDIR   binary, grown corpus and crash files (default /tmp/recomp-fuzz-summary)
 # Seeds come from tests/fuzz/corpus_summary (never written to): summaries of
-# megasim jobs (tests/fuzz/make-summary-corpus.sh). Exits non-zero when
+# the megasim scenarios nccl-failing and R04 (recomp-analyze summarize). Exits non-zero when
 # libFuzzer finds a crash; replay with WORKDIR/fuzz_summary FILE.
 set -eu
 secs=${1:-60}
