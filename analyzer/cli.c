@@ -24,6 +24,7 @@
 #include "compare.h"
 #include "gates.h"
 #include "report.h"
+#include "summary.h"
 #include "grow.h"
 
 typedef struct paths {
@@ -143,11 +144,17 @@ usage(FILE *f)
     fprintf(f,
             "usage: recomp-analyze [OPTIONS] TRACE...|DIR\n"
             "       recomp-analyze compare [OPTIONS] CONTROL CANDIDATE...\n"
+            "       recomp-analyze summarize [OPTIONS] TRACE...|DIR --out FILE\n"
+            "       recomp-analyze merge [OPTIONS] SUMMARY...|DIR\n"
             "       recomp-analyze --help | --version\n"
             "  Per-rank GPU memory peaks (tensor and device level), the phase, module\n"
             "  boundary and layer of what was live, OOMs, the hot rank and the recompute\n"
             "  verdict. compare: each argument is one run (a run directory or a file); the\n"
             "  matched-comparison table of every candidate against the control.\n"
+            "  summarize: the local ranks' per-rank summary (docs/summary-format.md) into\n"
+            "  --out FILE, one per node; merge: the report and verdict of the job from its\n"
+            "  summaries, the same as analysing all traces at once (not --html/--perfetto:\n"
+            "  timelines need the traces).\n"
             "  --json          the JSON document (docs/json-schema.md) on stdout\n"
             "  --rank N        only rank N\n"
             "  --ranks all     the full per-rank listing (default: one line per pipeline\n"
@@ -171,6 +178,7 @@ usage(FILE *f)
             "  --no-advice     skip the recompute advisor\n"
             "  --jobs N        ranks read and analysed N at a time (default: one per CPU;\n"
             "                  the output is the same for every N)\n"
+            "  --out FILE      summarize: the summary file to write\n"
             "  -h, --help      this text on stdout\n"
             "  --version       the project version, the trace format and JSON schema versions\n"
             "  --salvage       read every chunk of a damaged native trace that checks out,\n"
@@ -207,6 +215,9 @@ rank_cmp(const void *a, const void *b)
 /* The command line, parsed (parse_args). */
 typedef struct cli {
     int compare;              /* the compare subcommand */
+    int summarize, merge;     /* the summarize and merge subcommands */
+    const char *out;          /* summarize --out FILE */
+    int headroom_given, salvage; /* --headroom and --salvage were given */
     int json, want_rank, iteration, top, advice, all_ranks;
     int workers;              /* --jobs N */
     int peak_blocks;          /* --peak-blocks (JSON only) */
@@ -228,7 +239,50 @@ typedef struct run {
     adv_verdict verdict;
     int have_verdict;
     am_capture *caps;         /* per file, with --html/--perfetto; NULL none */
+    adv_rank_part *parts;     /* summarize: the advisor's part of each rank */
+    size_t *own_notes;        /* summarize: each rank's notes before am_job_finish's
+                               * job-level ones (merge adds those for the whole job) */
 } run;
+
+/* The options summarize and merge take. 0, or -1 with a message. */
+static int
+check_sub_options(const cli *o)
+{
+    if (o->summarize && !o->out) {
+        fprintf(stderr, "recomp-analyze: summarize wants --out FILE (the summary to write)\n");
+        return -1;
+    }
+    if (!o->summarize && o->out) {
+        fprintf(stderr, "recomp-analyze: --out FILE is summarize's\n");
+        return -1;
+    }
+    if (o->summarize && (o->json || o->markdown || o->html || o->perfetto || o->gates.n ||
+                         o->want_rank >= 0 || o->all_ranks || o->top >= 0)) {
+        fprintf(stderr, "recomp-analyze: summarize writes only the summary (--out FILE); the "
+                        "report's options (--json, --markdown, --fail-on, --rank, --ranks, "
+                        "--top) go to merge\n");
+        return -1;
+    }
+    if (o->merge && (o->html || o->perfetto)) {
+        fprintf(stderr, "recomp-analyze: merge: --%s draws memory timelines, which need the "
+                        "traces themselves (a summary holds the peaks, not the timelines): "
+                        "run recomp-analyze --%s on the run directories\n",
+                o->html ? "html" : "perfetto", o->html ? "html" : "perfetto");
+        return -1;
+    }
+    if (o->merge && o->peak_blocks) {
+        fprintf(stderr, "recomp-analyze: merge: --peak-blocks lists every live block, which a "
+                        "summary does not keep: run recomp-analyze --json --peak-blocks on the "
+                        "run directories\n");
+        return -1;
+    }
+    if (o->merge && o->salvage) {
+        fprintf(stderr, "recomp-analyze: merge: --salvage reads damaged traces: give it to "
+                        "summarize\n");
+        return -1;
+    }
+    return 0;
+}
 
 /* Options into *o. Returns -1 to go on, else the exit code (0 --help, 1 usage). */
 static int
@@ -247,12 +301,16 @@ parse_args(int argc, char **argv, cli *o)
         {"salvage", no_argument, 0, 'S'},
         {"peak-blocks", no_argument, 0, 'K'},
         {"pretty", no_argument, 0, 'Y'},
+        {"out", required_argument, 0, 'O'},
         {0, 0, 0, 0},
     };
     char err[256];
     int c;
-    if (argc > 1 && strcmp(argv[1], "compare") == 0) {
-        o->compare = 1;
+    if (argc > 1 && (strcmp(argv[1], "compare") == 0 || strcmp(argv[1], "summarize") == 0 ||
+                     strcmp(argv[1], "merge") == 0)) {
+        o->compare = argv[1][0] == 'c';
+        o->summarize = argv[1][0] == 's';
+        o->merge = argv[1][0] == 'm';
         argv[1] = argv[0]; /* getopt starts after the subcommand */
         argv++;
         argc--;
@@ -274,6 +332,7 @@ parse_args(int argc, char **argv, cli *o)
             break;
         case 'B':
         case 'H':
+            o->headroom_given |= c == 'H';
             if (am_parse_size(optarg, c == 'B' ? &o->aopts.budget : &o->aopts.headroom) < 0) {
                 fprintf(stderr, "recomp-analyze: --%s wants a size (e.g. 80GiB), got '%s'\n",
                         c == 'B' ? "budget" : "headroom", optarg);
@@ -317,6 +376,10 @@ parse_args(int argc, char **argv, cli *o)
             break;
         case 'S':
             am_source_set_salvage(1);
+            o->salvage = 1;
+            break;
+        case 'O':
+            o->out = optarg;
             break;
         case 'K':
             o->peak_blocks = 1;
@@ -355,6 +418,8 @@ parse_args(int argc, char **argv, cli *o)
                         "--json\n");
         return 1;
     }
+    if ((o->summarize || o->merge) && check_sub_options(o) < 0)
+        return 1;
     if (o->compare && o->perfetto) {
         fprintf(stderr, "recomp-analyze: --perfetto shows one run: not with compare\n");
         return 1;
@@ -579,7 +644,7 @@ analyze_ranks(run *r, const cli *o)
     /* phase spans are kept only for the reports that list or draw them */
     am_opts opts = {.iteration = o->iteration,
                     .phase_spans = o->json || o->html || o->perfetto || o->markdown ||
-                                   o->compare,
+                                   o->compare || o->summarize,
                     .peak_blocks = o->peak_blocks};
     am_job *j = &r->job;
     if ((o->html || o->perfetto) && !(r->caps = calloc(r->files.n, sizeof *r->caps))) {
@@ -684,6 +749,9 @@ load_run(char *const *in, int n, const cli *o, run *r)
     r->job.rank_selected = o->want_rank >= 0;
     r->job.rank_filter = o->want_rank;
     r->job.nfiles = r->files.n;
+    if (o->summarize && (r->own_notes = calloc(r->job.nranks, sizeof *r->own_notes)))
+        for (size_t i = 0; i < r->job.nranks; i++)
+            r->own_notes[i] = r->job.ranks[i].nnotes;
     am_job_finish(&r->job);
     if (o->advice) {
         if (isatty(STDERR_FILENO))
@@ -691,7 +759,16 @@ load_run(char *const *in, int n, const cli *o, run *r)
                     r->job.nranks);
         adv_opts ao = o->aopts;
         ao.workers = o->workers;
-        int bad = adv_run(&r->job, &ao, &r->verdict, err, sizeof err) < 0;
+        int bad;
+        if (o->summarize) {
+            r->parts = calloc(r->job.nranks, sizeof *r->parts);
+            bad = !r->parts ||
+                  adv_run_summarize(&r->job, &ao, &r->verdict, r->parts, err, sizeof err) < 0;
+            if (!r->parts)
+                snprintf(err, sizeof err, "out of memory");
+        } else {
+            bad = adv_run(&r->job, &ao, &r->verdict, err, sizeof err) < 0;
+        }
         if (isatty(STDERR_FILENO))
             fprintf(stderr, "\r\033[K");
         if (bad) {
@@ -709,6 +786,10 @@ run_free(run *r)
 {
     if (r->have_verdict)
         adv_verdict_free(&r->verdict);
+    for (size_t i = 0; r->parts && i < r->job.nranks; i++)
+        adv_rank_part_free(&r->parts[i]);
+    free(r->parts);
+    free(r->own_notes);
     for (size_t i = 0; i < r->job.nranks; i++)
         am_rank_free(&r->job.ranks[i]);
     for (size_t i = 0; i < r->files.n; i++) {
@@ -771,14 +852,12 @@ perfetto_job(FILE *f, const out_args *a)
     return am_report_perfetto(f, &a->r->job, a->r->caps, a->r->files.n);
 }
 
-/* recomp-analyze TRACE...|DIR: reports of one run, then its gates. */
+/* The reports of an analysed (or merged) run, then its gates: 0, 2 or 3. */
 static int
-main_analyze(const cli *o)
+report_run(run *rp, const cli *o)
 {
-    run r = {0};
-    int rc = load_run(o->inputs, o->ninputs, o, &r);
-    if (rc)
-        goto out;
+    run r = *rp;
+    int rc = 0;
     am_report_opts ro = {o->top, o->iteration, o->all_ranks, o->pretty};
     if (o->json) {
         if (am_report_json(stdout, &r.job, &ro) < 0) {
@@ -804,7 +883,17 @@ main_analyze(const cli *o)
         if (am_gates_eval(&o->gates, NULL, &s, 1, stderr) > 0)
             rc = 3;
     }
-out:
+    return rc;
+}
+
+/* recomp-analyze TRACE...|DIR: reports of one run, then its gates. */
+static int
+main_analyze(const cli *o)
+{
+    run r = {0};
+    int rc = load_run(o->inputs, o->ninputs, o, &r);
+    if (!rc)
+        rc = report_run(&r, o);
     run_free(&r);
     return rc;
 }
@@ -891,6 +980,286 @@ main_compare(const cli *o)
     return rc;
 }
 
+/* ---- summarize and merge (docs/summary-format.md) ---- */
+
+/* recomp-analyze summarize TRACE...|DIR --out FILE: the run analysed as
+ * usual (one node's ranks), written as per-rank summaries. 0, 1, or 2. */
+static int
+main_summarize(const cli *o)
+{
+    run r = {0};
+    char err[1024];
+    int rc = load_run(o->inputs, o->ninputs, o, &r);
+    if (!rc && !r.own_notes) {
+        fprintf(stderr, "recomp-analyze: out of memory\n");
+        rc = 2;
+    }
+    for (size_t i = 0; !rc && i < r.job.nranks; i++) { /* the job's notes are merge's */
+        am_rank *rk = &r.job.ranks[i];
+        while (rk->nnotes > r.own_notes[i])
+            free(rk->notes[--rk->nnotes]);
+    }
+    if (!rc) {
+        am_summary_opts so = {.budget = o->aopts.budget, .headroom = o->aopts.headroom,
+                              .iteration = o->iteration, .advice = r.have_verdict};
+        snprintf(so.config, sizeof so.config, "%s", o->aopts.config ? o->aopts.config : "");
+        if (am_summary_write(o->out, &r.job, &so, &r.verdict.cfg, r.parts, err, sizeof err) < 0) {
+            fprintf(stderr, "recomp-analyze: summarize: %s\n", err);
+            rc = 2;
+        }
+    }
+    run_free(&r);
+    return rc;
+}
+
+/* The summary files of the inputs: files as given, in a directory every
+ * file that starts with the summary's magic (sorted by name). 0, or 2. */
+static int
+collect_summaries(char *const *in, int n, paths *files)
+{
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        if (stat(in[i], &st) < 0) {
+            fprintf(stderr, "recomp-analyze: merge: %s: cannot open: %s\n", in[i],
+                    strerror(errno));
+            return 2;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            if (add_path(files, in[i]) < 0)
+                return 2;
+            continue;
+        }
+        paths local = {0};
+        DIR *d = opendir(in[i]);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", in[i], e->d_name);
+            if (e->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode) &&
+                am_summary_sniff(p) && add_path(&local, p) < 0)
+                break;
+        }
+        if (d)
+            closedir(d);
+        am_sort(local.v, local.n, sizeof *local.v, cmp_str);
+        if (!local.n)
+            fprintf(stderr, "recomp-analyze: merge: %s: no summaries in this directory\n",
+                    in[i]);
+        for (size_t k = 0; k < local.n; k++) {
+            add_path(files, local.v[k]);
+            free(local.v[k]);
+        }
+        free(local.v);
+        if (!local.n)
+            return 2;
+    }
+    return 0;
+}
+
+typedef struct sum_read {
+    const paths *files;
+    am_summary *s;
+    char (*errs)[1024];
+} sum_read;
+
+static int
+read_one_summary(void *arg, size_t i)
+{
+    sum_read *c = arg;
+    return am_summary_read(c->files->v[i], &c->s[i], c->errs[i], sizeof c->errs[i]);
+}
+
+/* Summaries made with other options than s0's, or than merge's own: 0, or
+ * 2 naming the file and the field. */
+static int
+check_summary_options(const am_summary *s0, const am_summary *s, const cli *o)
+{
+    const am_summary_opts *a = &s0->opts, *b = &s->opts;
+    const char *field = a->budget != b->budget       ? "budget"
+                        : a->headroom != b->headroom ? "headroom"
+                        : strcmp(a->config, b->config) ? "config"
+                        : a->iteration != b->iteration ? "iteration"
+                        : a->advice != b->advice     ? "advice"
+                        : a->advice && memcmp(&s0->cfg, &s->cfg, sizeof s->cfg) ? "cfg"
+                                                                               : NULL;
+    if (field) {
+        fprintf(stderr, "recomp-analyze: merge: %s: field %s: differs from %s's (summarize "
+                        "every node with the same options and the same job's command line)\n",
+                s->path, field, s0->path);
+        return 2;
+    }
+    if ((o->aopts.budget && o->aopts.budget != a->budget) ||
+        (o->headroom_given && o->aopts.headroom != a->headroom) ||
+        (o->aopts.config && strcmp(o->aopts.config, a->config)) ||
+        (o->iteration >= 0 && o->iteration != a->iteration)) {
+        fprintf(stderr, "recomp-analyze: merge: --budget, --headroom, --config and --iteration "
+                        "decide the per-rank figures: give them to summarize (%s was made with "
+                        "budget %llu, headroom %llu, config '%s', iteration %d)\n",
+                s0->path, (unsigned long long)a->budget, (unsigned long long)a->headroom,
+                a->config, a->iteration);
+        return 1;
+    }
+    if (o->advice && !a->advice) {
+        fprintf(stderr, "recomp-analyze: merge: %s holds no advisor part (summarized with "
+                        "--no-advice): merge with --no-advice, or summarize again\n",
+                s0->path);
+        return 2;
+    }
+    return 0;
+}
+
+/* Every summary read (`workers` at a time) and checked: one job (the join
+ * key and the overlap in time of check_one_job), one set of options, each
+ * rank once. Their ranks are listed in r->srcs / r->files (named
+ * "SUMMARY: TRACE"). 0, 1, or 2. */
+static int
+load_summaries(const cli *o, am_summary **sv, size_t *ns, run *r)
+{
+    paths files = {0};
+    int rc = collect_summaries(o->inputs, o->ninputs, &files);
+    *ns = files.n;
+    *sv = calloc(files.n ? files.n : 1, sizeof **sv);
+    char(*errs)[1024] = calloc(files.n ? files.n : 1, sizeof *errs);
+    if (!rc && (!*sv || !errs)) {
+        fprintf(stderr, "recomp-analyze: out of memory\n");
+        rc = 2;
+    }
+    sum_read c = {&files, *sv, errs};
+    size_t bad = rc ? 0 : am_parallel_for(files.n, o->workers, read_one_summary, &c);
+    if (!rc && bad < files.n) {
+        fprintf(stderr, "recomp-analyze: merge: %s\n", errs[bad]);
+        rc = 2;
+    }
+    free(errs);
+    size_t total = 0;
+    for (size_t i = 0; i < files.n && !rc; i++)
+        total += (*sv)[i].nranks;
+    if (!rc && !(r->srcs = calloc(total, sizeof *r->srcs))) {
+        fprintf(stderr, "recomp-analyze: out of memory\n");
+        rc = 2;
+    }
+    for (size_t i = 0; i < files.n && !rc; i++)
+        for (size_t k = 0; k < (*sv)[i].nranks; k++) {
+            char name[4096];
+            snprintf(name, sizeof name, "%s: %s", files.v[i], (*sv)[i].ranks[k].path);
+            r->srcs[r->files.n] = (*sv)[i].ranks[k].src;
+            if (add_path(&r->files, name) < 0)
+                rc = 2;
+        }
+    for (size_t i = 0; i < files.n; i++)
+        free(files.v[i]);
+    free(files.v);
+    if (!rc && r->files.n > 1 && (rc = check_one_job(r)) != 0) {
+        fprintf(stderr, "recomp-analyze: merge: those traces' summaries (field job):\n");
+        for (size_t i = 0; i < *ns; i++)
+            fprintf(stderr, "  %s: %zu rank(s), job %s\n", (*sv)[i].path, (*sv)[i].nranks,
+                    (*sv)[i].ranks[0].src->meta.run_id);
+    }
+    if (r->srcs)
+        memset(r->srcs, 0, r->files.n * sizeof *r->srcs); /* the ranks own them */
+    for (size_t i = 0; i < *ns && !rc; i++)
+        rc = check_summary_options(&(*sv)[0], &(*sv)[i], o);
+    return rc;
+}
+
+/* A merged rank and its advisor part, for sorting. */
+typedef struct merged {
+    am_rank r;
+    adv_rank_part *part;
+} merged;
+
+static int
+merged_cmp(const void *a, const void *b)
+{
+    return rank_cmp(&((const merged *)a)->r, &((const merged *)b)->r);
+}
+
+/* The ranks of every summary (those of --rank N) moved into r->job, sorted
+ * as analyse sorts them; parts[i] is job rank i's advisor part. 0, 1 or 2. */
+static int
+merge_ranks(const cli *o, am_summary *sv, size_t ns, run *r, adv_rank_part ***parts)
+{
+    size_t total = r->files.n, n = 0;
+    merged *m = calloc(total ? total : 1, sizeof *m);
+    *parts = calloc(total ? total : 1, sizeof **parts);
+    r->job.ranks = calloc(total ? total : 1, sizeof *r->job.ranks);
+    if (!m || !*parts || !r->job.ranks) {
+        free(m);
+        fprintf(stderr, "recomp-analyze: out of memory\n");
+        return 2;
+    }
+    for (size_t i = 0; i < ns; i++)
+        for (size_t k = 0; k < sv[i].nranks; k++) {
+            if (o->want_rank >= 0 && sv[i].ranks[k].rank != o->want_rank)
+                continue;
+            m[n].r = sv[i].ranks[k];
+            m[n].part = sv[i].parts ? &sv[i].parts[k] : NULL;
+            memset(&sv[i].ranks[k], 0, sizeof sv[i].ranks[k]); /* moved */
+            n++;
+        }
+    am_sort(m, n, sizeof *m, merged_cmp);
+    for (size_t i = 0; i < n; i++) {
+        r->job.ranks[i] = m[i].r;
+        (*parts)[i] = m[i].part;
+    }
+    r->job.nranks = n;
+    free(m);
+    if (!n) {
+        fprintf(stderr, "recomp-analyze: no trace of rank %d among %zu rank(s)\n", o->want_rank,
+                total);
+        return 1;
+    }
+    return 0;
+}
+
+/* recomp-analyze merge SUMMARY...|DIR: the job's reports and verdict from
+ * its summaries, then its gates. 0, 1, 2 or 3. */
+static int
+main_merge(const cli *o)
+{
+    run r = {0};
+    am_summary *sv = NULL;
+    adv_rank_part **parts = NULL;
+    size_t ns = 0;
+    char err[1024];
+    int rc = load_summaries(o, &sv, &ns, &r);
+    if (!rc)
+        rc = merge_ranks(o, sv, ns, &r, &parts);
+    if (!rc)
+        rc = check_iteration(&r.job, o->iteration >= 0 ? o->iteration : sv[0].opts.iteration);
+    if (!rc) {
+        r.job.rank_selected = o->want_rank >= 0;
+        r.job.rank_filter = o->want_rank;
+        r.job.nfiles = r.files.n;
+        am_job_finish(&r.job);
+        adv_opts ao = o->aopts;
+        ao.budget = sv[0].opts.budget;
+        ao.headroom = sv[0].opts.headroom;
+        ao.config = sv[0].opts.config[0] ? sv[0].opts.config : NULL;
+        ao.workers = o->workers;
+        if (o->advice && adv_run_merge(&r.job, &ao, &sv[0].cfg, parts, &r.verdict, err,
+                                       sizeof err) < 0) {
+            fprintf(stderr, "recomp-analyze: advisor: %s\n", err);
+            rc = 2;
+        } else if (o->advice) {
+            r.have_verdict = 1;
+            r.job.verdict = &r.verdict;
+        }
+    }
+    if (!rc) {
+        cli o2 = *o;
+        o2.iteration = sv[0].opts.iteration;
+        o2.aopts.config = sv[0].opts.config[0] ? sv[0].opts.config : NULL;
+        rc = report_run(&r, &o2);
+    }
+    run_free(&r);
+    free(parts);
+    for (size_t i = 0; i < ns; i++)
+        am_summary_free(&sv[i]);
+    free(sv);
+    return rc;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -899,7 +1268,8 @@ main(int argc, char **argv)
     o.workers = am_workers_default();
     int rc = parse_args(argc, argv, &o);
     if (rc < 0)
-        rc = o.compare ? main_compare(&o) : main_analyze(&o);
+        rc = o.compare ? main_compare(&o) : o.summarize ? main_summarize(&o)
+           : o.merge ? main_merge(&o) : main_analyze(&o);
     am_gates_free(&o.gates);
     return rc;
 }

@@ -2,8 +2,9 @@
 # fuzz.sh: the fuzz tier. Builds each libFuzzer target with clang
 # (-fsanitize=fuzzer,address,undefined) and runs it for SECONDS (default 60;
 # longer on demand: tools/fuzz.sh 3600): the trace reader
-# (tests/fuzz/run-fuzz.sh) and the Kineto and snapshot importers
-# (tests/fuzz/run-fuzz-import.sh), seeded from the corpora in tests/fuzz/.
+# (tests/fuzz/run-fuzz.sh), the Kineto and snapshot importers
+# (tests/fuzz/run-fuzz-import.sh) and the summary reader
+# (tests/fuzz/run-fuzz-summary.sh), seeded from the corpora in tests/fuzz/.
 # A target passes when libFuzzer finds no crash; a crash input is copied to
 # tests/fuzz/crashes/TARGET/ (commit it into the target's corpus: the suite's
 # test_fuzz_corpus and the next fuzz run replay it) and the target fails.
@@ -15,11 +16,13 @@ eval "$(RS_NEED_CLANG=1 tools/bootstrap.sh)" || exit 2
 work="$(mktemp -d "${TMPDIR:-/tmp}/rs-fuzz-XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 pass=0 fail=0
-for target in reader kineto snapshot; do
+for target in reader kineto snapshot summary; do
     w="$work/$target"
     mkdir -p "$w"
     if [ "$target" = reader ]; then
         tests/fuzz/run-fuzz.sh "$secs" "$w" >"$w/log" 2>&1
+    elif [ "$target" = summary ]; then
+        tests/fuzz/run-fuzz-summary.sh "$secs" "$w" >"$w/log" 2>&1
     else
         tests/fuzz/run-fuzz-import.sh "$target" "$secs" "$w" >"$w/log" 2>&1
     fi

@@ -313,4 +313,54 @@ unsigned adv_model_labels(const adv_cfg *c);
 uint64_t adv_predict_optimizer_state(const adv_cfg *c, uint64_t init_bytes, char *note,
                                      size_t n);
 
+
+/* ---- the per-rank part, for summaries (advisor_parts.c; recomp-analyze
+ * summarize and merge, docs/summary-format.md) ----
+ * adv_run reads every rank's trace. Split in two: the per-rank part is what
+ * the job part reads of a rank's op trace (its scalars, its undo, triage's
+ * findings for it, and the counterfactual of every setting the candidate
+ * sweep can ask for); the job part (adv_run_merge) runs the same pipeline on
+ * those values, so its verdict is the one adv_run gives on the traces. */
+typedef struct adv_cf {
+    adv_setting s;
+    uint8_t undone;           /* 1: evaluated on the trace with the recorded recompute undone */
+    uint8_t phase;            /* am_phase of the allocated peak */
+    uint64_t peak, reserved;  /* allocated and modelled reserved peak (bytes) */
+} adv_cf;
+
+typedef struct adv_rank_part {
+    adv_trace scal;           /* the op trace's scalars (no allocations, ops, layers,
+                               * instances or extras; nlayers kept as a count) */
+    int undo_matched, undo_units; /* adv_trace_undo of this rank (recompute on) */
+    uint64_t undo_nxr, undo_xr_bytes;
+    uint64_t undone_peak;     /* adv_counterfactual of the undone trace, no recompute (bytes) */
+    adv_finding *findings;    /* triage's findings for this rank, in triage's order */
+    size_t nfindings;
+    adv_cf *cf;               /* the counterfactual table (adv_part_settings) */
+    size_t ncf;
+    int missing;              /* merge: a setting the table lacked was asked for */
+} adv_rank_part;
+
+/* The settings the candidate sweep can ask of a rank (into out, at most max;
+ * returns how many): none, the active one, every subset of the model's labels
+ * and the active labels, every full[method,n] with n in 1..layers per chunk. */
+size_t adv_part_settings(const adv_cfg *c, const adv_setting *active, adv_setting *out,
+                         size_t max);
+/* The table entry of (undone, s), or NULL. */
+const adv_cf *adv_part_find(const adv_rank_part *p, int undone, const adv_setting *s);
+void adv_rank_part_free(adv_rank_part *p);
+/* Append a copy of f to v's findings (dropped when out of memory). */
+void adv_part_finding_append(adv_verdict *v, const adv_finding *f);
+
+/* adv_run over the job's traces that also fills parts[i] (zeroed by the
+ * caller) for every rank i < v->nranks. 0, or -1 with err. */
+int adv_run_summarize(am_job *j, const adv_opts *o, adv_verdict *v, adv_rank_part *parts,
+                      char *err, size_t errlen);
+/* The job part alone: the verdict from rank i's part parts[i] (i in the job's
+ * rank order, < min(nranks, ADV_MAX_RANKS)) and the configuration the parts
+ * were computed with; the sources are not read. -1 with err when a part lacks
+ * a setting the sweep asks for (written by another build). */
+int adv_run_merge(am_job *j, const adv_opts *o, const adv_cfg *cfg, adv_rank_part *const *parts,
+                  adv_verdict *v, char *err, size_t errlen);
+
 #endif

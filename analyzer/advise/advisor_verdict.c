@@ -104,7 +104,30 @@ typedef struct eval_ctx {
     uint64_t base_max;        /* measured (current setting) */
     uint64_t ref_max;         /* without recompute: what effects are judged against */
     int stage_layers;
+    adv_rank_part *const *parts; /* merge: each rank's part, the traces absent; else NULL */
 } eval_ctx;
+
+/* Rank i's counterfactual of setting s (undone: on the trace with the
+ * recorded recompute undone): from its trace (adv_counterfactual_reserved),
+ * or under merge from its part's table (a missing entry is marked in the
+ * part and reads 0; adv_run_merge then fails). */
+static uint64_t
+cf_at(const adv_trace *t, adv_rank_part *const *parts, size_t i, int undone, const adv_cfg *c,
+      const adv_setting *s, uint64_t extra, uint8_t *ph, uint64_t lim, uint64_t *res)
+{
+    if (!parts)
+        return adv_counterfactual_reserved(t, c, s, extra, ph, lim, res);
+    const adv_cf *f = adv_part_find(parts[i], undone, s);
+    if (!f) {
+        parts[i]->missing = 1;
+        *ph = 0;
+        *res = 0;
+        return 0;
+    }
+    *ph = f->phase;
+    *res = f->reserved;
+    return f->peak;
+}
 
 static int
 same_setting(const adv_setting *a, const adv_setting *b)
@@ -149,11 +172,11 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
         uint8_t ph = 0;
         uint64_t lim = limit_of(v, i);
         if (cur)
-            c->peak[i] = adv_counterfactual_reserved(&e->tr[i], &v->cfg, &(adv_setting){0},
-                                                     e->extra[i], &ph, lim, &c->reserved[i]);
+            c->peak[i] = cf_at(&e->tr[i], e->parts, i, 0, &v->cfg, &(adv_setting){0},
+                               e->extra[i], &ph, lim, &c->reserved[i]);
         else
-            c->peak[i] = adv_counterfactual_reserved(e->t0 ? &e->t0[i] : &e->tr[i], &v->cfg, s,
-                                                     e->extra[i], &ph, lim, &c->reserved[i]);
+            c->peak[i] = cf_at(e->t0 ? &e->t0[i] : &e->tr[i], e->parts, i, e->t0 != NULL,
+                               &v->cfg, s, e->extra[i], &ph, lim, &c->reserved[i]);
         if (c->peak[i] > c->max_peak)
             c->max_peak = c->peak[i];
         /* a prediction carries the model's error bound (2%, what the accuracy
@@ -436,6 +459,10 @@ typedef struct run_state {
     unsigned ineff;           /* labels judged ineffective */
     int pick;                 /* the fitting candidate of least cost, -1 */
     int cur_idx;              /* the current setting's candidate, -1 */
+    adv_rank_part *const *mparts; /* adv_run_merge: each rank's part (no traces); else NULL */
+    const adv_cfg *mcfg;      /* adv_run_merge: the parts' configuration */
+    adv_rank_part *sparts;    /* adv_run_summarize: the parts to fill; else NULL */
+    size_t ntriage;           /* findings triage added (the per-rank ones) */
     char *err;
     size_t errlen;
 } run_state;
@@ -452,7 +479,10 @@ run_read_config(run_state *st)
         *sl = 0;
     else
         snprintf(dir, sizeof dir, ".");
-    adv_config_read(&st->j->ranks[0].src->meta, st->o->config, dir, &st->v->cfg);
+    if (st->mcfg)
+        st->v->cfg = *st->mcfg;
+    else
+        adv_config_read(&st->j->ranks[0].src->meta, st->o->config, dir, &st->v->cfg);
     st->cfg = &st->v->cfg;
     snprintf(st->v->cost_source, sizeof st->v->cost_source,
              "FLOP model of the replayed forward (no GPU kernel times in the trace)");
@@ -484,8 +514,11 @@ static int
 run_build_traces(run_state *st)
 {
     adv_verdict *v = st->v;
-    if (st->tensor && build_traces(st->j, st->cfg, st->tr, v->nranks, st->o->workers, st->err,
-                                   st->errlen) < 0)
+    if (st->mparts)
+        for (size_t i = 0; i < v->nranks; i++)
+            st->tr[i] = st->mparts[i]->scal;
+    else if (st->tensor && build_traces(st->j, st->cfg, st->tr, v->nranks, st->o->workers,
+                                        st->err, st->errlen) < 0)
         return -1;
     for (size_t i = 0; i < v->nranks; i++) {
         am_rank *r = &st->j->ranks[i];
@@ -515,9 +548,8 @@ run_build_traces(run_state *st)
                                                        sizeof v->next_wall);
         if (st->tensor) {
             uint8_t ph;
-            v->baseline[i] = adv_counterfactual_reserved(t, st->cfg, &(adv_setting){0},
-                                                         st->extra[i], &ph, limit_of(v, i),
-                                                         &v->reserved[i]);
+            v->baseline[i] = cf_at(t, st->mparts, i, 0, st->cfg, &(adv_setting){0},
+                                   st->extra[i], &ph, limit_of(v, i), &v->reserved[i]);
         } else {
             v->baseline[i] = dp->known ? dp->bytes : 0;
             /* the failed request enters the prediction (device level) */
@@ -542,7 +574,13 @@ run_triage(run_state *st)
     adv_verdict *v = st->v;
     am_job *j = st->j;
     adv_cfg *cfg = st->cfg;
-    adv_triage(j, st->tr, v);
+    if (st->mparts)
+        for (size_t i = 0; i < v->nranks; i++)
+            for (size_t f = 0; f < st->mparts[i]->nfindings; f++)
+                adv_part_finding_append(v, &st->mparts[i]->findings[f]);
+    else
+        adv_triage(j, st->tr, v);
+    st->ntriage = v->nfindings;
     st->base_max = 0;
     st->base_fits = 1;
     for (size_t i = 0; i < v->nranks; i++) {
@@ -620,12 +658,25 @@ run_undo_active(run_state *st)
     for (size_t i = 0; i < v->nranks; i++) {
         adv_trace *t0 = &st->t0[i];
         int m = 0, u = 0;
-        if (adv_trace_undo(&st->tr[i], cfg, t0, &m, &u) < 0)
+        if (st->mparts) {
+            const adv_rank_part *p = st->mparts[i];
+            m = p->undo_matched;
+            u = p->undo_units;
+            t0->nxr = p->undo_nxr;
+            t0->xr_bytes = p->undo_xr_bytes;
+        } else if (adv_trace_undo(&st->tr[i], cfg, t0, &m, &u) < 0) {
             return -1;
+        }
         matched += m;
         units += u;
+        if (st->sparts) {
+            st->sparts[i].undo_matched = m;
+            st->sparts[i].undo_units = u;
+            st->sparts[i].undo_nxr = t0->nxr;
+            st->sparts[i].undo_xr_bytes = t0->xr_bytes;
+        }
         nextra += t0->nxr;
-        if (getenv("RECOMP_ADVISOR_DEBUG"))
+        if (getenv("RECOMP_ADVISOR_DEBUG") && t0->xr)
             for (size_t r = 0; r < t0->nxr; r++)
                 fprintf(stderr, "advisor: rank %d replay extra %u (%llu bytes) at %u, free %u\n",
                         v->rank_id[i], t0->xr[r].id,
@@ -636,7 +687,11 @@ run_undo_active(run_state *st)
     }
     st->ref_max = 0;
     for (size_t i = 0; i < v->nranks; i++) {
-        uint64_t p = adv_counterfactual(&st->t0[i], cfg, &(adv_setting){0}, st->extra[i], NULL);
+        uint64_t p = st->mparts ? st->mparts[i]->undone_peak
+                                : adv_counterfactual(&st->t0[i], cfg, &(adv_setting){0},
+                                                     st->extra[i], NULL);
+        if (st->sparts)
+            st->sparts[i].undone_peak = p;
         if (p > st->ref_max)
             st->ref_max = p;
     }
@@ -753,7 +808,7 @@ run_sweep_candidates(run_state *st)
         return;
     adv_verdict *v = st->v;
     eval_ctx ec = {st->tr, st->t0, &st->active, st->extra, st->base_max, st->ref_max,
-                   stage_layers_of(st->cfg)};
+                   stage_layers_of(st->cfg), st->mparts};
     unsigned have = adv_model_labels(st->cfg);
     if (st->t0) {
         try_setting(v, &ec, &st->active);
@@ -1252,17 +1307,88 @@ run_confirm(run_state *st)
     }
 }
 
-int
-adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
+/* adv_run_summarize, rank i: its part's scalars and counterfactual table
+ * (every setting adv_part_settings lists, as evaluate() would compute it). */
+static int
+fill_part(void *arg, size_t i)
 {
+    run_state *st = arg;
+    adv_rank_part *p = &st->sparts[i];
+    const adv_trace *t = &st->tr[i];
+    p->scal = *t;
+    p->scal.a = NULL;
+    p->scal.ops = NULL;
+    p->scal.layers = NULL;
+    p->scal.insts = NULL;
+    p->scal.xr = NULL;
+    p->scal.na = p->scal.capa = p->scal.nops = p->scal.capops = p->scal.caplayers = 0;
+    p->scal.ninsts = p->scal.capinsts = p->scal.nxr = 0;
+    if (!st->tensor)
+        return 0;
+    size_t max = 2 + (1u << ADV_NLABELS) + 2 * 1024;
+    adv_setting *set = malloc(max * sizeof *set);
+    size_t ns = st->can_cf ? adv_part_settings(st->cfg, &st->active, set, max) : 0;
+    p->cf = calloc(ns + 1, sizeof *p->cf);
+    if (!set || !p->cf) {
+        free(set);
+        return -1;
+    }
+    uint64_t lim = limit_of(st->v, i);
+    adv_cf *f = &p->cf[p->ncf++];
+    f->peak = adv_counterfactual_reserved(t, st->cfg, &f->s, st->extra[i], &f->phase, lim,
+                                          &f->reserved);
+    for (size_t k = 0; k < ns; k++) {
+        if (!st->t0 && !set[k].labels && !set[k].full_method)
+            continue; /* (0, none) is the first entry */
+        f = &p->cf[p->ncf++];
+        f->s = set[k];
+        f->undone = st->t0 != NULL;
+        f->peak = adv_counterfactual_reserved(st->t0 ? &st->t0[i] : t, st->cfg, &f->s,
+                                              st->extra[i], &f->phase, lim, &f->reserved);
+    }
+    free(set);
+    return 0;
+}
+
+/* adv_run_summarize: every rank's part (after the undo, before the sweep);
+ * triage's findings go to the rank they name. 0, or -1 (out of memory). */
+static int
+run_fill_parts(run_state *st)
+{
+    adv_verdict *v = st->v;
+    if (am_parallel_for(v->nranks, st->o->workers, fill_part, st) < v->nranks)
+        return -1;
+    for (size_t f = 0; f < st->ntriage; f++) {
+        size_t i = 0;
+        while (i < v->nranks && st->j->ranks[i].rank != v->findings[f].rank)
+            i++;
+        if (i == v->nranks)
+            i = 0; /* triage names the rank of every finding; kept with the first */
+        adv_rank_part *p = &st->sparts[i];
+        adv_finding *q = realloc(p->findings, (p->nfindings + 1) * sizeof *q);
+        if (!q)
+            return -1;
+        p->findings = q;
+        q[p->nfindings++] = v->findings[f];
+    }
+    return 0;
+}
+
+/* adv_run's pipeline over st (adv_run, adv_run_summarize, adv_run_merge). */
+static int
+run_pipeline(run_state st)
+{
+    am_job *j = st.j;
+    const adv_opts *o = st.o;
+    adv_verdict *v = st.v;
+    char *err = st.err;
+    size_t errlen = st.errlen;
     memset(v, 0, sizeof *v);
     v->chosen = -1;
     v->headroom = o->headroom;
     if (!j->nranks)
         return 0;
     v->nranks = j->nranks < ADV_MAX_RANKS ? j->nranks : ADV_MAX_RANKS;
-    run_state st = {.j = j, .o = o, .v = v, .pick = -1, .cur_idx = -1, .err = err,
-                    .errlen = errlen};
     int rc = -1;
     st.tr = calloc(v->nranks, sizeof *st.tr);
     st.extra = calloc(v->nranks, sizeof *st.extra);
@@ -1275,6 +1401,10 @@ adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
         goto out;
     run_triage(&st);
     if (run_undo_active(&st) < 0) {
+        snprintf(err, errlen, "advisor: out of memory");
+        goto out;
+    }
+    if (st.sparts && run_fill_parts(&st) < 0) {
         snprintf(err, errlen, "advisor: out of memory");
         goto out;
     }
@@ -1293,5 +1423,39 @@ out:
     free(st.t0);
     free(st.tr);
     free(st.extra);
+    if (!rc && st.mparts)
+        for (size_t i = 0; i < v->nranks; i++)
+            if (st.mparts[i]->missing) {
+                snprintf(err, errlen, "advisor: the summary of rank %d lacks a counterfactual "
+                                      "the candidate sweep asks for (written by another build "
+                                      "of recomp-analyze? summarize again)",
+                         j->ranks[i].rank);
+                rc = -1;
+                break;
+            }
     return rc;
+}
+
+int
+adv_run(am_job *j, const adv_opts *o, adv_verdict *v, char *err, size_t errlen)
+{
+    return run_pipeline((run_state){.j = j, .o = o, .v = v, .pick = -1, .cur_idx = -1,
+                                    .err = err, .errlen = errlen});
+}
+
+int
+adv_run_summarize(am_job *j, const adv_opts *o, adv_verdict *v, adv_rank_part *parts,
+                  char *err, size_t errlen)
+{
+    return run_pipeline((run_state){.j = j, .o = o, .v = v, .pick = -1, .cur_idx = -1,
+                                    .sparts = parts, .err = err, .errlen = errlen});
+}
+
+int
+adv_run_merge(am_job *j, const adv_opts *o, const adv_cfg *cfg, adv_rank_part *const *parts,
+              adv_verdict *v, char *err, size_t errlen)
+{
+    return run_pipeline((run_state){.j = j, .o = o, .v = v, .pick = -1, .cur_idx = -1,
+                                    .mparts = parts, .mcfg = cfg, .err = err,
+                                    .errlen = errlen});
 }

@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""recomp-analyze summarize and merge (docs/summary-format.md; TAP).
+
+- summarize RUNDIR then merge gives the same text, JSON, --ranks all text,
+  Markdown, exit code and --fail-on result as recomp-analyze RUNDIR, on the
+  README's main job and on scenarios of tests/scenarios.py that take every
+  path of the advisor's job part: recompute on (full and selective: the undo,
+  the measured current setting), MoE/MLA (more labels), replays with extra
+  work, triage findings (fragmentation, CUDA graphs, NCCL, retention), an
+  explicit --budget;
+- two "nodes": the ranks of one job in two run directories of the same name,
+  one summary each, merged (files, or a directory of them) = the direct
+  analysis of both directories;
+- --rank, --iteration and --no-advice through summaries;
+- bad summaries: not a summary, truncated, a flipped payload byte (checksum),
+  another format version, a payload cut at every field boundary or with
+  random bytes changed (checksum fixed, so the fields are checked): a clear
+  error naming the file and the field, exit 2, never a crash; mixed jobs,
+  one rank twice, summaries made with other options; options merge refuses
+  (--html, --perfetto, --budget) and summarize's own (--out).
+
+Environment (tests/summary/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
+MEGASIM_LIB_DIR, MEGASIM_PYDIR.
+"""
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import scenarios  # noqa: E402
+from harness import preload  # noqa: E402  (tests/harness.py)
+
+SHIM = os.environ["RECOMP_SHIM"]
+ANALYZE = os.environ["RECOMP_ANALYZE"]
+LIBDIR = os.environ["MEGASIM_LIB_DIR"]
+PYDIR = os.environ["MEGASIM_PYDIR"]
+
+# the scenarios compared (each takes another path of the advisor's job part)
+COMPARED = ["main", "main-full-block-3", "main-selective-mlp", "acc-moonlight-16b",
+            "R01", "R02-full-uniform-1", "R09", "R12", "nccl-failing", "retention"]
+
+n = 0
+failed = 0
+
+
+def ok(cond, name, detail=""):
+    global n, failed
+    n += 1
+    print("%s %d - %s" % ("ok" if cond else "not ok", n, name))
+    if not cond:
+        failed += 1
+        for line in str(detail).splitlines()[:40]:
+            print("#   " + line)
+    sys.stdout.flush()
+    return cond
+
+
+def analyze(*args):
+    p = subprocess.run([ANALYZE] + list(args), capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def megasim(name, out):
+    """scenario `name` under the shim into out; its run directory"""
+    flags, capacity, _ = scenarios.SCENARIOS[name]
+    env = dict(os.environ, MEGASIM_LIB_DIR=LIBDIR, PYTHONPATH=PYDIR, LD_PRELOAD=preload(SHIM),
+               RECOMPSHIM_OUT=out, RECOMPSHIM_MEMINFO_MS="3600000")
+    args = [sys.executable, "-m", "megasim"] + flags + ["--sim-quiet"]
+    if capacity:
+        args += ["--sim-capacity-gib", str(capacity)]
+    subprocess.run(args, env=env, capture_output=True)
+    runs = [os.path.join(out, d) for d in sorted(os.listdir(out))]
+    return runs[0] if len(runs) == 1 else None
+
+
+def diff(a, b):
+    import difflib
+    return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), "direct",
+                                        "merged", n=1))[:4000]
+
+
+def same(label, direct, merged):
+    """direct and merged (rc, stdout, stderr) alike; stderr's gate line names
+    the input (the run directory, or the summary) and is compared without it"""
+    def norm(e):
+        return re.sub(r"\((\S+?): ", "(<input>: ", e)
+    okay = direct[0] == merged[0] and direct[1] == merged[1] and norm(direct[2]) == norm(merged[2])
+    return ok(okay, label, "exit %d vs %d\n%s%s\n%s" % (direct[0], merged[0],
+                                                      diff(direct[1], merged[1]),
+                                                      norm(direct[2]), norm(merged[2])))
+
+
+def compare_scenario(name, tmp):
+    rundir = megasim(name, os.path.join(tmp, name))
+    if not ok(rundir, "%s: megasim left one run directory" % name):
+        return None
+    extra = scenarios.SCENARIOS[name][2]
+    summ = os.path.join(tmp, name + ".rssum")
+    rc = analyze("summarize", *extra, rundir, "--out", summ)
+    if not ok(rc[0] == 0 and os.path.getsize(summ) > 0, "%s: summarize" % name, rc[2]):
+        return None
+    same("%s: text identical" % name, analyze(*extra, rundir), analyze("merge", summ))
+    same("%s: JSON identical" % name, analyze("--json", *extra, rundir),
+         analyze("merge", "--json", summ))
+    if name == "main":
+        md_d, md_m = os.path.join(tmp, "d.md"), os.path.join(tmp, "m.md")
+        same("main: --ranks all, --markdown, --fail-on identical",
+             analyze("--ranks", "all", "--markdown", md_d, "--fail-on", "oom,verdict!=OK:FITS",
+                     rundir),
+             analyze("merge", "--ranks", "all", "--markdown", md_m, "--fail-on",
+                     "oom,verdict!=OK:FITS", summ))
+        ok(open(md_d).read() == open(md_m).read(), "main: Markdown identical")
+    return rundir, summ
+
+
+def split_nodes(rundir, tmp, name):
+    """the ranks of rundir in two run directories of its name ("two nodes")"""
+    base = os.path.basename(rundir)
+    files = sorted(os.listdir(rundir))
+    half = len(files) // 2
+    dirs = []
+    for k, part in enumerate((files[:half], files[half:])):
+        d = os.path.join(tmp, "%s-node%d" % (name, k), base)
+        os.makedirs(d)
+        for f in part:
+            shutil.copy2(os.path.join(rundir, f), d)
+        dirs.append(d)
+    return dirs
+
+
+def two_nodes(name, rundir, tmp):
+    a, b = split_nodes(rundir, tmp, name)
+    sa, sb = os.path.join(tmp, name + "-a.rssum"), os.path.join(tmp, name + "-b.rssum")
+    ok(analyze("summarize", a, "--out", sa)[0] == 0 and
+       analyze("summarize", b, "--out", sb)[0] == 0, "%s: summarize per node" % name)
+    same("%s: two nodes merged, text" % name, analyze(a, b), analyze("merge", sa, sb))
+    sdir = os.path.join(tmp, name + "-summaries")
+    os.makedirs(sdir)
+    shutil.copy(sa, sdir)
+    shutil.copy(sb, sdir)
+    with open(os.path.join(sdir, "README.txt"), "w") as f:
+        f.write("not a summary: skipped\n")
+    same("%s: two nodes merged from a directory, JSON" % name, analyze("--json", a, b),
+         analyze("merge", "--json", sdir))
+    return a, b, sa, sb
+
+
+def options(rundir, summ, nodes, tmp):
+    same("--rank 2 through a summary", analyze("--rank", "2", rundir),
+         analyze("merge", "--rank", "2", summ))
+    s1 = os.path.join(tmp, "iter1.rssum")
+    analyze("summarize", "--iteration", "1", rundir, "--out", s1)
+    same("--iteration 1 through a summary", analyze("--json", "--iteration", "1", rundir),
+         analyze("merge", "--json", s1))
+    rc = analyze("merge", "--iteration", "2", s1)
+    ok(rc[0] == 1 and "give them to summarize" in rc[2], "merge --iteration other than "
+       "summarize's: exit 1, says where it belongs", rc[2])
+    s0 = os.path.join(tmp, "noadv.rssum")
+    analyze("summarize", "--no-advice", rundir, "--out", s0)
+    same("--no-advice through a summary", analyze("--no-advice", rundir),
+         analyze("merge", "--no-advice", s0))
+    rc = analyze("merge", s0)
+    ok(rc[0] == 2 and "no advisor part" in rc[2] and s0 in rc[2],
+       "merge with advice of a --no-advice summary: exit 2, names the file", rc[2])
+    sb = os.path.join(tmp, "budget.rssum")
+    analyze("summarize", "--budget", "70GiB", nodes[1], "--out", sb)
+    rc = analyze("merge", nodes[2], sb)
+    ok(rc[0] == 2 and "field budget" in rc[2] and sb in rc[2],
+       "summaries made with other options: exit 2, names the file and the field", rc[2])
+    rc = analyze("merge", "--budget", "60GiB", summ)
+    ok(rc[0] == 1 and "give them to summarize" in rc[2], "merge --budget: exit 1", rc[2])
+    for opt in ("--html", "--perfetto"):
+        rc = analyze("merge", opt, os.path.join(tmp, "x"), summ)
+        ok(rc[0] == 1 and "need the" in rc[2] and "traces" in rc[2],
+           "merge %s refused: timelines need the traces" % opt, rc[2])
+    rc = analyze("summarize", rundir)
+    ok(rc[0] == 1 and "--out" in rc[2], "summarize without --out: exit 1", rc[2])
+    rc = analyze("summarize", "--json", rundir, "--out", os.path.join(tmp, "y"))
+    ok(rc[0] == 1, "summarize --json: exit 1 (report options go to merge)", rc[2])
+
+
+def header(buf):
+    return struct.unpack_from("<8sHHIQQ", buf, 0)
+
+
+def fnv(b):
+    h = 1469598103934665603
+    for x in b:
+        h = ((h ^ x) * 1099511628211) & 0xffffffffffffffff
+    return h
+
+
+def reseal(payload):
+    """a summary around payload with a valid header (length and checksum)"""
+    return struct.pack("<8sHHIQQ", b"RSSUMMRY", 1, 0, 0, len(payload), fnv(payload)) + payload
+
+
+def bad(label, data, tmp, *want):
+    p = os.path.join(tmp, "bad.rssum")
+    with open(p, "wb") as f:
+        f.write(data)
+    rc = analyze("merge", p)
+    okay = rc[0] == 2 and p in rc[2] and all(w in rc[2] for w in want)
+    return ok(okay, label, "exit %d: %s" % (rc[0], rc[2]))
+
+
+def corrupt(summ, other, tmp):
+    buf = open(summ, "rb").read()
+    pay = buf[32:]
+    bad("not a summary: field magic", b"hello world, not a summary" * 3, tmp, "field magic")
+    bad("truncated file: payload_length, truncated", buf[:len(buf) // 2], tmp,
+        "payload_length", "truncated")
+    bad("header only, cut: truncated header", buf[:20], tmp, "truncated header")
+    flip = bytearray(buf)
+    flip[len(buf) // 3] ^= 0x40
+    bad("a flipped payload byte: field checksum", bytes(flip), tmp, "checksum")
+    v2 = bytearray(buf)
+    v2[8] = 2
+    bad("format 2.0: field version, says to summarize again", bytes(v2), tmp, "field version",
+        "2.0")
+    bad("trailing bytes after the last rank: field (end)", reseal(pay + b"\0" * 9), tmp,
+        "(end)")
+    # every cut of the payload: a clean error naming a field, never a crash
+    cuts = sorted(set([0, 1, 7, 8, 20] + random.Random(18).sample(range(len(pay)), 150)))
+    crashes, unnamed = [], []
+    p = os.path.join(tmp, "cut.rssum")
+    for k in cuts:
+        with open(p, "wb") as f:
+            f.write(reseal(pay[:k]))
+        rc = analyze("merge", p)
+        if rc[0] != 2:
+            crashes.append((k, rc[0], rc[2][-200:]))
+        elif "field " not in rc[2] or "offset" not in rc[2]:
+            unnamed.append((k, rc[2]))
+    ok(not crashes and not unnamed, "payload cut at %d places (checksum fixed): exit 2 with "
+       "offset and field every time" % len(cuts), "%s %s" % (crashes[:5], unnamed[:5]))
+    # random bytes changed, checksum fixed: exit 0 or 2, never a signal
+    rnd = random.Random(1818)
+    sig = []
+    for _ in range(60):
+        b = bytearray(pay)
+        for _ in range(rnd.randint(1, 8)):
+            i = rnd.randrange(len(b))
+            b[i] = rnd.choice([0, 0xff, 0x7f, 0x80, rnd.randrange(256)])
+        with open(p, "wb") as f:
+            f.write(reseal(bytes(b)))
+        rc = analyze("merge", "--json", p)
+        if rc[0] not in (0, 2):
+            sig.append((rc[0], rc[2][-300:]))
+    ok(not sig, "60 payloads with random bytes changed (checksum fixed): exit 0 or 2, no "
+       "crash", sig[:3])
+    rc = analyze("merge", summ, other)
+    ok(rc[0] == 2 and ("different jobs" in rc[2] or "did not run at the same time" in rc[2])
+       and summ in rc[2] and other in rc[2] and "field job" in rc[2],
+       "summaries of two jobs: exit 2, names both summaries", rc[2])
+    rc = analyze("merge", summ, summ)
+    ok(rc[0] == 2 and "two traces of rank" in rc[2], "one summary twice: exit 2, "
+       "'two traces of rank'", rc[2])
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="summary.", dir=os.environ.get("TMPDIR"))
+    try:
+        got = {}
+        for name in COMPARED:
+            got[name] = compare_scenario(name, tmp)
+        if got.get("main"):
+            rundir, summ = got["main"]
+            nodes = two_nodes("main", rundir, tmp)
+            sa = nodes[2]
+            if got.get("main-full-block-3"):
+                two_nodes("main-full-block-3", got["main-full-block-3"][0], tmp)
+            options(rundir, summ, nodes, tmp)
+            other = got.get("R09") or got.get("R01")
+            corrupt(summ, other[1] if other else sa, tmp)
+            size = os.path.getsize(summ)
+            ok(size < 64 * 1024, "the main job's summary is small: %d bytes for 4 ranks" % size)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("1..%d" % n)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
