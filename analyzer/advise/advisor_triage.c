@@ -128,7 +128,8 @@ triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                  GB(state - state / (uint64_t)c->dp), GB(peak - (state - state / (uint64_t)c->dp)));
     adv_finding_add(v, "X:OPTIMIZER_STATE", "state_growth", rank,
                     "the first optimizer step (iteration %d) left %s in %zu tensors live: the "
-                    "iteration floor rose from %s to %s. The peak %s is over the %s budget by "
+                    "iteration floor rose from %s to %s. The peak %s is over the %s left for "
+                    "allocations (the budget less the allocator cache) by "
                     "%s and would fit without those bytes (%s). Levers on these bytes: %s"
                     "optimizer CPU offload, or more DP/TP/PP; recompute can only offset them "
                     "with activation bytes",
@@ -239,7 +240,8 @@ triage_retention_trend(const adv_trace *t, const am_rank *r, const adv_cfg *c, a
                     "iteration grow by %s per iteration (%s at iteration %d, %s at iteration "
                     "%d): something keeps references (logged tensors, a cache, replay "
                     "outputs). Iteration %d peaks at %s allocated; at this rate it passes the "
-                    "%s budget in iteration %" PRId64 "%s, %s. Recompute cannot free them: "
+                    "%s left for allocations (the budget less the allocator cache) in iteration "
+                    "%" PRId64 "%s, %s. Recompute cannot free them: "
                     "drop the references",
                     GB(g), GB(l0), k0, GB(l1), k1, kl, GB(peak), GB(budget), it_b, dev, horizon);
     return 1;
@@ -325,7 +327,8 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
                     rank,
                     "the output layer's logits and the loss's copies hold %s at the %s (the "
                     "loss %s), more than the %s of activations of %d transformer layers there; "
-                    "the peak %s is over the %s budget by %s and would fit without them. Layer "
+                    "the peak %s is over the %s left for allocations (the budget less the "
+                    "allocator cache) by %s and would fit without them. Layer "
                     "recompute does not touch them. Levers: %sBF16 logits / chunked cross-"
                     "entropy; --tensor-model-parallel-size %d splits the vocabulary-parallel "
                     "logits (-%s); an uneven pipeline layout "
@@ -424,8 +427,9 @@ triage_loaded_state(const adv_trace *t, adv_verdict *v, size_t i, int rank)
                     "%s in %zu tensors made before the first forward (model build / checkpoint "
                     "loading) are still live at the %s and freed only later (in iteration %d): "
                     "a loaded state dict or its copy still referenced, not parameters, grads or "
-                    "optimizer state (those hold %s and stay). The peak %s is over the %s "
-                    "budget by %s and would fit without them. Drop the references when loading "
+                    "optimizer state (those hold %s and stay). The peak %s is over the %s left "
+                    "for allocations (the budget less the allocator cache) by %s and would fit "
+                    "without them. Drop the references when loading "
                     "ends (del the state dict, gc.collect(), torch.cuda.empty_cache()): peak "
                     "%s; or load it to CPU (map_location='cpu'): peak %s; both at no compute "
                     "cost",

@@ -886,17 +886,34 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg)
                               : "--cross-entropy-loss-fusion";
     if (strstr(prim->code, "RETENTION"))
         return "drop the references that keep last iteration's activations alive";
+    /* levers already in use are not offered again (a public report: the
+     * distributed optimizer recommended to a job that had it on) */
     if (strstr(prim->code, "PARAM_STATE"))
-        return cfg->megatron ? "shard the parameters and gradients: more TP/PP (EP for experts), "
-                               "--use-distributed-optimizer, or a larger device (recompute "
-                               "cannot help: the activations are not what fills it)"
-                             : "shard the parameters and gradients (FSDP/ZeRO-3, tensor or "
-                               "pipeline parallelism) or use a larger device";
-    return cfg->megatron ? "--use-distributed-optimizer over more ranks, "
-                           "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
-                           "--exp-avg-sq-dtype bf16, or optimizer CPU offload"
-                         : "shard the optimizer state (ZeRO/FSDP), keep its moments in bf16, "
-                           "or offload it to the CPU";
+        return !cfg->megatron ? "shard the parameters and gradients (FSDP/ZeRO-3, tensor or "
+                                "pipeline parallelism) or use a larger device"
+               : cfg->dist_opt ? "shard the parameters and gradients: more TP/PP (EP for "
+                                 "experts), the distributed optimizer (on) over more "
+                                 "data-parallel ranks, or a larger device (recompute cannot "
+                                 "help: the activations are not what fills it)"
+                               : "shard the parameters and gradients: more TP/PP (EP for "
+                                 "experts), --use-distributed-optimizer, or a larger device "
+                                 "(recompute cannot help: the activations are not what "
+                                 "fills it)";
+    if (!cfg->megatron)
+        return "shard the optimizer state (ZeRO/FSDP), keep its moments in bf16, or offload it "
+               "to the CPU";
+    if (cfg->dist_opt && cfg->exp_avg_bf16)
+        return "the distributed optimizer (on) over more data-parallel ranks, or optimizer CPU "
+               "offload (the moments are already bf16)";
+    if (cfg->dist_opt)
+        return "the distributed optimizer (on) over more data-parallel ranks, "
+               "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, "
+               "or optimizer CPU offload";
+    return cfg->exp_avg_bf16 ? "--use-distributed-optimizer, or optimizer CPU offload (the "
+                               "moments are already bf16)"
+                             : "--use-distributed-optimizer, --use-precision-aware-optimizer "
+                               "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, or optimizer "
+                               "CPU offload";
 }
 
 /* Among findings with bytes (state growth, logits, loaded state): the one
@@ -1174,6 +1191,7 @@ explain_oom(run_state *st, const am_rank *r, size_t i)
 }
 
 static void coverage_guard(run_state *st);
+static void cutoff_guard(run_state *st);
 
 /* Step 7: the guards that keep the verdict from being confidently wrong
  * (docs/advisor.md "Rules"): an unknown budget, ranks without memory events, a
@@ -1223,6 +1241,8 @@ run_guards(run_state *st)
         why_add(v, "budget unknown: pass --budget (no device capacity recorded)");
     }
     coverage_guard(st);
+    if (strncmp(v->code, "n/a", 3) != 0)
+        cutoff_guard(st);
     for (size_t i = 0; i < v->nranks; i++)
         if (j->ranks[i].oom) {
             explain_oom(st, &j->ranks[i], i);
@@ -1283,6 +1303,114 @@ coverage_guard(run_state *st)
              r->rank, r->coverage.summary, was, need);
     snprintf(v->change, sizeof v->change, "none (record the whole live set first)");
     snprintf(v->config_diff, sizeof v->config_diff, "%s", v->change);
+}
+
+/* 1 when the rank's fatal OOM cut its trace before one forward and backward
+ * had completed: during model construction (before iteration 0), or in an
+ * activation phase (or an unknown one) of the first iteration the trace
+ * records, with no earlier iteration finished. The rest of that forward
+ * (later layers, the logits and loss) and the whole backward were never
+ * recorded, so every prediction built from the trace is a lower bound. */
+static int
+oom_cut_first_step(const am_rank *r)
+{
+    const am_oom *o = r->oom;
+    if (!o || o->past_limit)
+        return 0;
+    if (o->iteration < 0)
+        return 1;
+    if (r->niters && o->iteration > r->iters[0].number)
+        return 0;
+    return activation_phase(o->phase) || o->phase == AM_PH_unknown;
+}
+
+/* The candidate whose predicted reserved peak, over the ranks, is lowest:
+ * the setting that saves the most; NULL when none was evaluated. */
+static const adv_cand *
+most_saving(const adv_verdict *v)
+{
+    const adv_cand *best = NULL;
+    uint64_t best_max = 0;
+    for (size_t k = 0; k < v->ncands; k++) {
+        const adv_cand *c = &v->cands[k];
+        if (!c->valid || (!c->labels && !c->full_method))
+            continue;
+        uint64_t mx = 0;
+        for (size_t i = 0; i < v->nranks; i++)
+            mx = c->reserved[i] > mx ? c->reserved[i] : mx;
+        if (!best || mx < best_max) {
+            best = c;
+            best_max = mx;
+        }
+    }
+    return best;
+}
+
+/* An OOM before the first forward and backward completed (oom_cut_first_step):
+ * the predictions are lower bounds. A setting whose lower bound fits may
+ * still not fit, so a recommended setting (R:<setting>) is withheld and the
+ * change becomes the run that would show a whole iteration: the setting that
+ * saves the most. Codes that lower bounds cannot overturn (no setting fits:
+ * R:INSUFFICIENT; a triage code decided by what was live) stay, with their
+ * byte figures called lower bounds. Found by replaying public OOM reports
+ * (an OOM at layer 30 of 32 in the first forward: full[block,11] predicted
+ * at 73.95 GiB, 85.14 GiB when executed). */
+static void
+cutoff_guard(run_state *st)
+{
+    adv_verdict *v = st->v;
+    const am_rank *r = NULL;
+    for (size_t i = 0; i < v->nranks && !r; i++)
+        if (oom_cut_first_step(&st->j->ranks[i]))
+            r = &st->j->ranks[i];
+    if (!r)
+        return;
+    char where[160];
+    if (r->oom->iteration < 0)
+        snprintf(where, sizeof where, "before iteration 0 (model and buffer construction or "
+                                      "checkpoint loading)");
+    else
+        snprintf(where, sizeof where, "in the %s of iteration %d, the first the trace records",
+                 am_phase_name(r->oom->phase), r->oom->iteration);
+    int recommends = strncmp(v->code, "R:", 2) == 0 && strcmp(v->code, "R:INSUFFICIENT") != 0;
+    if (!recommends) {
+        size_t l = strlen(v->why);
+        snprintf(v->why + l, sizeof v->why - l,
+                 ". The OOM cut rank %d's trace %s, before one forward and backward had "
+                 "completed: the byte figures here are lower bounds",
+                 r->rank, where);
+        return;
+    }
+    const adv_cand *best = most_saving(v);
+    char was[sizeof v->code], flags[512], diff[1024];
+    snprintf(was, sizeof was, "%s", v->code);
+    uint64_t was_max = 0, base_max = 0, budget = 0;
+    for (size_t i = 0; i < v->nranks; i++) {
+        was_max = v->pred_reserved[i] > was_max ? v->pred_reserved[i] : was_max;
+        base_max = v->reserved[i] > base_max ? v->reserved[i] : base_max;
+        budget = !budget || (v->budget[i] && v->budget[i] < budget) ? v->budget[i] : budget;
+    }
+    flags[0] = diff[0] = 0;
+    if (best)
+        config_diff(v, best, diff, sizeof diff, flags, sizeof flags);
+    withhold(v,
+             "the job ran out of memory on rank %d %s, before one forward and backward had "
+             "completed: the rest of that forward (later layers, logits and loss) and the "
+             "backward were never recorded, so every prediction is a lower bound (%s: at "
+             "least %s reserved; no recompute: at least %s; budget %s) and no setting can be "
+             "claimed to fit. To diagnose, rerun with the setting that saves the most%s%s so "
+             "that one iteration completes, and analyse that run: the advisor undoes its "
+             "recompute to predict every other setting from it",
+             r->rank, where, was, GB(was_max), GB(base_max), GB(budget),
+             best ? ", " : "", best ? best->name : "");
+    if (best) {
+        snprintf(v->change, sizeof v->change, "rerun with %.400s (to record one whole "
+                 "iteration), then recomp-analyze that run", flags);
+        snprintf(v->config_diff, sizeof v->config_diff, "%s", diff);
+    } else {
+        snprintf(v->change, sizeof v->change, "none (record one whole iteration first)");
+        snprintf(v->config_diff, sizeof v->config_diff, "%s", v->change);
+    }
 }
 
 /* Step 8: the matched run that would confirm the verdict */

@@ -403,8 +403,10 @@ advisor_brief(FILE *f, const am_job *j)
         fprintf(f, "  note: %s\n", v->level_note);
     size_t tight = 0;
     long long tmargin = 0;
+    /* the margin is the JSON's margin_bytes: budget - the prediction's
+     * reserved peak (its allocated peak plus its own modelled cache) */
     for (size_t i = 0; i < v->nranks; i++) {
-        long long m = (long long)v->budget[i] - (long long)v->predicted[i];
+        long long m = (long long)v->budget[i] - (long long)v->pred_reserved[i];
         if (!i || m < tmargin) {
             tight = i;
             tmargin = m;
@@ -412,12 +414,12 @@ advisor_brief(FILE *f, const am_job *j)
     }
     if (v->nranks) {
         long long m = tmargin;
-        fprintf(f, "  tightest rank %d: budget %s (capacity %s - outside PyTorch %s - cache %s "
-                   "- headroom %s), peak now %s, projected %s, margin %s%s\n",
+        fprintf(f, "  tightest rank %d: budget %s (capacity %s - outside PyTorch %s - headroom "
+                   "%s), peak now %s, projected %s + cache %s = %s reserved, margin %s%s\n",
                 v->rank_id[tight], GB(v->budget[tight]), GB(v->capacity[tight]),
-                GB(v->outside[tight]), GB(v->cache[tight]), GB(v->headroom),
-                GB(v->baseline[tight]), GB(v->predicted[tight]), m < 0 ? "-" : "",
-                GB((uint64_t)(m < 0 ? -m : m)));
+                GB(v->outside[tight]), GB(v->headroom), GB(v->baseline[tight]),
+                GB(v->predicted[tight]), GB(v->cache[tight]), GB(v->pred_reserved[tight]),
+                m < 0 ? "-" : "", GB((uint64_t)(m < 0 ? -m : m)));
     }
     for (size_t k = 0; k < v->nfindings; k++)
         fprintf(f, "  finding %s (%s): %s\n", v->findings[k].code, v->findings[k].subtype,

@@ -21,7 +21,14 @@ violations):
      run, rerunning with it and re-analysing keeps it (or says OK:FITS);
   5. the advice never names a label judged ineffective, never Megatron flags
      for a non-Megatron job, never an invalid candidate, never labels the
-     model does not have.
+     model does not have;
+  6. an OOM that cut a rank's trace before one forward and backward had
+     completed (in construction, or in an activation phase of the first
+     recorded iteration) makes every prediction a lower bound: no setting is
+     recommended (R:<setting>) and nothing is said to fit; when the verdict is
+     withheld, its change is a rerun with the valid setting of the lowest
+     predicted reserved peak, and following it (invariant 4) records a whole
+     iteration.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -124,11 +131,28 @@ SCENARIOS = [
     sc("16 layers at 60 GiB", ["--sim-preset", "llama3-8b", "--num-layers", "16",
                                "--train-iters", "2", "--seq-length", "2048",
                                "--profile", "--nvtx-ranges"], 60),
+    # an OOM in the first forward (found replaying a public report): before
+    # the cut-off guard, selective[mlp] was recommended from a lower bound of
+    # 23.48 GiB on a 23.50 GiB budget, and the logits the trace never reached
+    # (5.93 GiB) made it fail; the diagnosis run shows X:LOGITS
+    sc("OOM in first forward", ["--sim-preset", "llama3-8b", "--num-layers", "8",
+                                "--sim-world-size", "8", "--sim-only-ranks", "0",
+                                "--use-distributed-optimizer", "--micro-batch-size", "1",
+                                "--global-batch-size", "8", "--train-iters", "2"], 26,
+       expect=("n/a", "before one forward and backward had completed")),
     # OOM before iteration 0: the parameters' construction does not fit 8 GiB
     sc("OOM in init", ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
                        "--max-position-embeddings", "2048", "--global-batch-size", "1",
                        "--train-iters", "2"], 8,
        expect=("X:PARAM_STATE", "before iteration 0")),
+    # the same with the distributed optimizer on (DP=2): not advised again
+    sc("OOM in init, distributed optimizer", ["--sim-preset", "llama3-8b", "--num-layers", "8",
+                                              "--seq-length", "2048",
+                                              "--max-position-embeddings", "2048",
+                                              "--sim-world-size", "2", "--sim-only-ranks", "0",
+                                              "--use-distributed-optimizer",
+                                              "--global-batch-size", "2", "--train-iters", "2"],
+       8, expect=("X:PARAM_STATE", "before iteration 0")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -295,20 +319,89 @@ def inv5_advice(c):
     moe = "--num-experts" in flags or any("moonlight" in f or "deepseek" in f for f in flags)
     if c.scenario and not moe and re.search(r"\bmoe|shared_experts", code + " " + change):
         bad.append("MoE labels on a dense model: %s / %s" % (code, change))
+    # a switch the job already has on is not advised again (a public report:
+    # --use-distributed-optimizer recommended to a job running with it)
+    for sw in SWITCHES:
+        if sw in flags and re.search(re.escape(sw) + r"(?![\w-])", change):
+            bad.append("the advice turns on %s, which the job already has on: %s" % (sw, change))
+    return bad
+
+
+SWITCHES = ("--use-distributed-optimizer", "--use-precision-aware-optimizer",
+            "--cross-entropy-loss-fusion", "--sequence-parallel", "--overlap-grad-reduce",
+            "--optimizer-cpu-offload")
+
+
+ACTIVATION_PHASES = ("forward", "backward", "backward_replay", "eval", "other", "unknown")
+
+
+def cut_before_first_step(r):
+    """the rank's OOM came before one forward and backward had completed"""
+    o = r.get("oom")
+    if not o or o.get("past_limit"):
+        return False
+    it = o.get("iteration")
+    if it is None or it < 0:
+        return True
+    iters = r.get("iterations") or []
+    if iters and it > iters[0]["iteration"]:
+        return False
+    return o.get("phase") in ACTIVATION_PHASES
+
+
+def lowest_reserved(v):
+    """the valid recompute candidate with the lowest predicted reserved peak"""
+    best, best_max = None, None
+    for k in v.get("candidates", []):
+        if not k.get("valid") or (not k.get("labels") and not k["setting"].startswith("full")):
+            continue
+        mx = max((k.get("predicted_reserved_bytes") or {"": 0}).values())
+        if best is None or mx < best_max:
+            best, best_max = k, mx
+    return best
+
+
+def inv6_cutoff(c):
+    """an OOM before the first forward and backward completed: lower bounds,
+    no recommended setting, the diagnosis run named"""
+    cut = [r for r in c.doc.get("ranks", []) if cut_before_first_step(r)]
+    if not cut:
+        return []
+    v, bad = c.v, []
+    code = v.get("code", "")
+    if code == "OK:FITS" or (code.startswith("R:") and code != "R:INSUFFICIENT"):
+        bad.append("rank %d's OOM cut the trace before one forward and backward completed, "
+                   "yet the verdict is %s" % (cut[0]["rank"], code))
+    if code == "n/a" and v.get("change", "").startswith("rerun with"):
+        best = lowest_reserved(v)
+        want = " ".join(ta.cand_flags(best)) if best else None
+        if not want or want not in v["change"]:
+            bad.append("the diagnosis run is not the lowest-reserved valid setting (%s): %s"
+                       % (best and best["setting"], v["change"]))
     return bad
 
 
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
-              ("5 advice names only effective, valid, existing labels", inv5_advice)]
+              ("5 advice names only effective, valid, existing labels", inv5_advice),
+              ("6 an OOM before the first step gives lower bounds only", inv6_cutoff)]
+
+
+def diagnosis_run(v):
+    """the megasim flags of a withheld verdict's diagnosis run (invariant 6),
+    or None"""
+    if v.get("code") != "n/a" or not v.get("change", "").startswith("rerun with --recompute"):
+        return None
+    best = lowest_reserved(v)
+    return ta.cand_flags(best) if best else None
 
 
 def setting_flags(v):
     """the megasim flags of the recommended setting, or None"""
     ch = [k for k in v.get("candidates", []) if k.get("chosen")]
     if not ch or not v.get("code", "").startswith("R:"):
-        return None
+        return diagnosis_run(v)
     return ta.cand_flags(ch[0])
 
 
@@ -341,6 +434,14 @@ def inv4_converge(c):
         v2 = analyze(run, *s["args"])["verdict"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if diagnosis_run(c.v):
+        # the diagnosis run records a whole iteration: its verdict is no
+        # longer withheld for want of one
+        cut = "before one forward and backward had completed" in v2.get("why", "")
+        if cut:
+            return ["the diagnosis run with %s (exit %d) was cut off again: %s" %
+                    (" ".join(sf), rc, v2["why"][:300])]
+        return []
     keep = v2["code"] == c.v["code"] or (v2["code"] == "OK:FITS" and
                                          "remove" not in v2.get("change", ""))
     if rc != 0 or not keep:
