@@ -219,6 +219,47 @@ def optimizer_checks():
               "need --use-precision-aware-optimizer" in str(e), True)
 
 
+def offload_checks():
+    """--optimizer-cpu-offload (HybridDeviceOptimizer, docs/megasim.md): the
+    params in order go to the host while the offloaded count is below
+    fraction x all; the rest keep an fp32 copy and fp32 Adam moments on the
+    device whatever --exp-avg-dtype says (12 bytes per kept parameter); the
+    grad buffer stays. Llama-3 8B, 4 layers, one rank: the embedding, 4
+    layers and the output layer (with the final norm), hand-counted."""
+    P = P_LLAMA4
+    order = [128256 * 4096] + [218112000] * 4 + [128256 * 4096 + 4096]
+    pa = ["--use-precision-aware-optimizer", "--use-distributed-optimizer",
+          "--optimizer-cpu-offload"]
+    for frac in (1.0, 0.5, 0.25, 0.0):
+        off, kept = 0, 0
+        for n in order:
+            if off < frac * P:
+                off += n
+            else:
+                kept += n
+        check("offload %.2f: device main params, grads, Adam state = 4, 4, 8 bytes x the %d "
+              "params kept" % (frac, kept),
+              optimizer_bytes(pa + ["--optimizer-offload-fraction", str(frac)]),
+              (4 * kept, 4 * P, 8 * kept))
+    # 0.5 of 1,923,125,248: the embedding and layers 0-2 (1,179,672,576) go, layer 3 and the
+    # output layer (743,452,672) stay: layer 2 starts 2,048 elements below the threshold
+    check("offload 0.5 keeps layer 3 and the output layer",
+          optimizer_bytes(pa + ["--optimizer-offload-fraction", "0.5"])[0], 4 * 743452672)
+    check("offload 0: bf16 moments asked for, fp32 moments made (the hybrid optimizer's Adam)",
+          optimizer_bytes(pa + ["--optimizer-offload-fraction", "0", "--exp-avg-dtype", "bf16",
+                                "--exp-avg-sq-dtype", "bf16"])[2], 8 * P)
+    for extra, msg in ((["--optimizer-cpu-offload", "--use-distributed-optimizer"],
+                        "must be used in conjunction with `--use-precision-aware-optimizer`"),
+                       (["--optimizer-cpu-offload", "--use-precision-aware-optimizer"],
+                        "only supported with distributed optimizer")):
+        try:
+            args_for("llama3-8b", extra)
+            got = "accepted"
+        except Exception as e:  # noqa: BLE001 - Megatron's AssertionError / ValueError
+            got = str(e)
+        check("%s is rejected (%s)" % (" ".join(extra), msg), msg in got, True)
+
+
 def loss_bytes(extra):
     """(live bytes the output layer + loss keep for the backward, the forward's
     peak above its input) of one microbatch of Llama-3 8B (s 8192, V 128256) on
@@ -288,6 +329,7 @@ def main():
     table_checks()
     sim_checks()
     optimizer_checks()
+    offload_checks()
     loss_checks()
     resume_checks()
     print("TAP version 13")

@@ -135,6 +135,11 @@ def build_parser():
     a("--exp-avg-sq-dtype", default="fp32", choices=["fp32", "fp16", "bf16", "fp8"])
     a("--main-params-dtype", default="fp32", choices=["fp32", "fp16"])
     a("--main-grads-dtype", default="fp32", choices=["fp32", "bf16"])
+    # optimizer CPU offload (HybridDeviceOptimizer; arguments.py's defaults)
+    a("--optimizer-cpu-offload", action="store_true")
+    a("--optimizer-offload-fraction", type=float, default=1.0)
+    a("--use-torch-optimizer-for-cpu-offload", action="store_true")
+    a("--overlap-cpu-optimizer-d2h-h2d", action="store_true")
     # recompute
     a("--recompute-granularity", default=None)
     a("--recompute-method", default=None)
@@ -277,6 +282,16 @@ def finalize(args):
                args.main_grads_dtype == "fp32",
                "--exp-avg-dtype, --exp-avg-sq-dtype, --main-params-dtype and --main-grads-dtype "
                "other than fp32 need --use-precision-aware-optimizer")
+    if args.optimizer_cpu_offload:      # arguments.py validate_args (Megatron's message)
+        _check(args.use_precision_aware_optimizer,
+               "The optimizer cpu offload must be used in conjunction with "
+               "`--use-precision-aware-optimizer`, as the hybrid device optimizer reuses the code "
+               "path of this flag.")
+        _check(args.use_distributed_optimizer,
+               "--use-precision-aware-optimizer only supported with distributed optimizer",
+               ValueError)
+        _check(0.0 <= args.optimizer_offload_fraction <= 1.0,
+               "megasim: --optimizer-offload-fraction must be between 0 and 1")
     if args.enable_cuda_graph or args.external_cuda_graph:
         _check(args.cuda_graph_impl == "none",
                "Do not use enable_cuda_graph or external_cuda_graph with cuda_graph_impl.")

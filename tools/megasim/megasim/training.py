@@ -91,6 +91,23 @@ def param_counts(args, S, layer_number):
     return attn + h + (h * S.gamma * S.f + S.f * h) // t, 0
 
 
+def offload_split(shards, fraction):
+    """HybridDeviceOptimizer._get_sub_optimizer_param_groups ([M] in
+    docs/sources.md): walking the params in order, a param goes to the host
+    while the elements offloaded so far are below fraction x all elements (so
+    the param that crosses the threshold goes too). shards: (name, full
+    elements, elements the optimizer holds). Returns (elements offloaded, the
+    shards kept on the device)."""
+    threshold = sum(s[2] for s in shards) * fraction
+    off, kept = 0, []
+    for s in shards:
+        if off < threshold:
+            off += s[2]
+        else:
+            kept.append(s)
+    return off, kept
+
+
 class Rank:
     def __init__(self, args):
         self.args = args
@@ -208,13 +225,39 @@ class Rank:
         # shards them); main_param_elems: their element counts, for the Adam state
         self.main_params, self.main_param_elems = [], []
         mb = DTYPE_BYTES[a.main_params_dtype]
+        shards = []
         for name, d, e in self.layer_params:
             for n, dp in ((d, par.dp), (e, par.edp)):
-                if not n:
-                    continue
-                shard = n // dp if a.use_distributed_optimizer else n
-                self.main_params.append(Tensor(shard * mb, name + ".main_param", "main_param"))
-                self.main_param_elems.append(shard)
+                if n:
+                    shards.append((name, n, n // dp if a.use_distributed_optimizer else n))
+        if a.optimizer_cpu_offload:
+            self.build_hybrid_optimizer(shards)
+            return
+        for name, _, shard in shards:
+            self.main_params.append(Tensor(shard * mb, name + ".main_param", "main_param"))
+            self.main_param_elems.append(shard)
+
+    def build_hybrid_optimizer(self, shards):
+        """--optimizer-cpu-offload: Megatron-Core's HybridDeviceOptimizer
+        (docs/megasim.md, "Optimizer CPU offload"). get_megatron_optimizer
+        first builds one over the whole (unsharded) params, then
+        DistributedOptimizer.__init__ builds it again over its shards; each
+        offloads a prefix of its params (in order, while the offloaded count is
+        below fraction x all) to pinned host memory and clones every other one
+        to an fp32 copy on the device (param_update_in_fp32). The first one's
+        copies are a transient here (freed once the second exists). The
+        device's Adam moments (fp32: the dtype flags do not reach it) follow
+        the kept shards at the first step. shards: (name, full elements, shard
+        elements) in the optimizer's parameter order (megasim's granularity:
+        one per layer's dense and expert weights)."""
+        f = self.args.optimizer_offload_fraction
+        first = [Tensor(n * 4, name + ".hdo_fp32_copy", "main_param")
+                 for name, n, _ in offload_split([(nm, n, n) for nm, n, _ in shards], f)[1]]
+        self.offloaded_elems, kept = offload_split(shards, f)
+        for name, _, shard in kept:
+            self.main_params.append(Tensor(shard * 4, name + ".main_param", "main_param"))
+            self.main_param_elems.append(shard)
+        del first
 
     def load_checkpoint(self):
         """Resume (fault): optimizer state created before the first forward by
@@ -231,10 +274,12 @@ class Rank:
         """Adam's exp_avg and exp_avg_sq per main param, fp32 or, with
         --use-precision-aware-optimizer, --exp-avg-dtype / --exp-avg-sq-dtype."""
         a = self.args
+        # --optimizer-cpu-offload: the hybrid optimizer's device Adam gets no dtype arguments
+        m1, m2 = (4, 4) if a.optimizer_cpu_offload else (DTYPE_BYTES[a.exp_avg_dtype],
+                                                         DTYPE_BYTES[a.exp_avg_sq_dtype])
         for n in self.main_param_elems:
-            self.optimizer_state.append(Tensor(n * DTYPE_BYTES[a.exp_avg_dtype], "exp_avg", "optim"))
-            self.optimizer_state.append(Tensor(n * DTYPE_BYTES[a.exp_avg_sq_dtype], "exp_avg_sq",
-                                               "optim"))
+            self.optimizer_state.append(Tensor(n * m1, "exp_avg", "optim"))
+            self.optimizer_state.append(Tensor(n * m2, "exp_avg_sq", "optim"))
 
     # ------------------------------------------------------------- schedules
     def get_batch(self, model):
