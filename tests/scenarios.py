@@ -61,6 +61,12 @@ R02 = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--hidden-size", "2048"
        "--sim-world-size", "2", "--global-batch-size", "4", "--train-iters", "3",
        "--sim-aux-module-gib", "3", "--sim-aux-module-transient-gib", "7"]
 
+# optimizer CPU offload (Megatron-Core's HybridDeviceOptimizer): SMALLJOB's two
+# microbatches on a 17 GiB device, where the first Adam step's fp32 moments decide
+# the OOM; --optimizer-offload-fraction is added per scenario
+OFFLOAD = SMALLJOB + ["--global-batch-size", "2", "--use-distributed-optimizer",
+                      "--use-precision-aware-optimizer", "--optimizer-cpu-offload"]
+
 # name -> (flags, capacity GiB or None, extra recomp-analyze arguments)
 SCENARIOS = {
     "main": (MAIN, None, []),
@@ -109,6 +115,8 @@ SCENARIOS = {
     "retention-control": (SMALLJOB + ["--global-batch-size", "8", "--recompute-granularity",
                                       "selective", "--recompute-modules", "mlp"] + PROFILE,
                           24, []),
+    "offload-none": (OFFLOAD + ["--optimizer-offload-fraction", "0"] + PROFILE, 17, []),
+    "offload-all": (OFFLOAD + PROFILE, 17, []),
 }
 
 # matched comparisons (recomp-analyze compare CONTROL CANDIDATE...) of the

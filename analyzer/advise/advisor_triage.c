@@ -67,6 +67,51 @@ live_at(const adv_trace *t, uint32_t p)
     return live;
 }
 
+/* The lever on optimizer state the first step left on the device when the
+ * job already offloads optimizer state (--optimizer-cpu-offload, Megatron-
+ * Core's HybridDeviceOptimizer, docs/megasim.md "Optimizer CPU offload"):
+ * the device keeps, per parameter not offloaded, an fp32 main-param copy (4
+ * B, made at construction) and fp32 Adam moments (8 B, made at the first
+ * step: the state measured here); --exp-avg-dtype does not reach that Adam,
+ * so 16-bit moments are no lever. Raising the fraction from f to F moves
+ * (F - f)/(1 - f) of the kept parameters, 12/8 x state x that share; the
+ * threshold rule offloads the parameter that crosses it too, so the real
+ * move is at least that. F: the least multiple of 0.05 whose predicted peak
+ * with the model's 2% error bound fits the budget (1.0 when none does: then
+ * the text says it is not enough alone). Writes the lever's text and the
+ * change; returns the bytes it removes from the peak. */
+static uint64_t
+offload_lever(const adv_cfg *c, uint64_t state, uint64_t peak, uint64_t budget, char *lever,
+              size_t n, char *change, size_t cn)
+{
+    double f = c->offload_fraction, kept = 1.0 - f;
+    if (kept <= 0.0) {
+        snprintf(lever, n, "the optimizer state is already all on the host "
+                           "(--optimizer-offload-fraction %.2f); ", f);
+        return 0;
+    }
+    double F = 1.0, per = 1.5 * (double)state / kept; /* bytes per unit of fraction */
+    for (int q = (int)(f * 20.0) + 1; q <= 20; q++) {
+        double pred = (double)peak - per * (q / 20.0 - f);
+        if (pred * 1.02 <= (double)budget) {
+            F = q / 20.0;
+            break;
+        }
+    }
+    uint64_t fix = (uint64_t)(per * (F - f));
+    if (fix > peak)
+        fix = peak;
+    snprintf(lever, n,
+             "--optimizer-offload-fraction %.2f (now %.2f) moves the fp32 main-param copies and "
+             "Adam moments of %.0f%% of the parameters the device still updates to the host: "
+             "-%s (peak %s%s; 16-bit moments do not apply: the hybrid optimizer's Adam takes no "
+             "--exp-avg-dtype); ",
+             F, f, 100.0 * (F - f) / kept, GB(fix), GB(peak - fix),
+             (double)(peak - fix) * 1.02 <= (double)budget ? "" : ", not enough alone");
+    snprintf(change, cn, "--optimizer-offload-fraction %.2f", F);
+    return fix;
+}
+
 /* Optimizer state recognised by what it does (issue 14 item 7): the first
  * iteration k whose successor's first forward allocation (the floor of k+1)
  * is recorded; bytes allocated after k's last backward-thread allocation
@@ -115,9 +160,14 @@ triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
     if (state < ((uint64_t)256 << 20) || peak <= budget || peak - state > budget)
         return 0;
     uint64_t f0 = live_at(t, first_fwd[k]), f1 = live_at(t, hi);
-    char lever[320];
+    char lever[512];
     int off = 0;
-    if (!c->exp_avg_bf16)
+    uint64_t fix = c->exp_avg_bf16 ? 0 : state / 2;
+    char change[128] = "";
+    if (c->optimizer_cpu_offload) {
+        fix = offload_lever(c, state, peak, budget, lever, sizeof lever, change, sizeof change);
+        off = (int)strlen(lever);
+    } else if (!c->exp_avg_bf16)
         off += snprintf(lever + off, sizeof lever - (size_t)off,
                         "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype "
                         "bf16 halves fp32 Adam moments: up to -%s (peak %s); ",
@@ -130,11 +180,13 @@ triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                     "the first optimizer step (iteration %d) left %s in %zu tensors live: the "
                     "iteration floor rose from %s to %s. The peak %s is over the %s budget by "
                     "%s and would fit without those bytes (%s). Levers on these bytes: %s"
-                    "optimizer CPU offload, or more DP/TP/PP; recompute can only offset them "
-                    "with activation bytes",
+                    "%sor more DP/TP/PP; recompute can only offset them with activation bytes",
                     k, GB(state), n, GB(f0), GB(f1), GB(peak), GB(budget), GB(peak - budget),
-                    GB(peak - state), lever);
-    set_bytes(v, "X:OPTIMIZER_STATE", state, c->exp_avg_bf16 ? 0 : state / 2);
+                    GB(peak - state), lever,
+                    c->optimizer_cpu_offload ? "" : "optimizer CPU offload, ");
+    set_bytes(v, "X:OPTIMIZER_STATE", state, fix);
+    if (v->nfindings && strcmp(v->findings[v->nfindings - 1].code, "X:OPTIMIZER_STATE") == 0)
+        snprintf(v->findings[v->nfindings - 1].lever, sizeof v->findings[0].lever, "%s", change);
     return 1;
 }
 

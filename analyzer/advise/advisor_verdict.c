@@ -232,9 +232,12 @@ adv_predict_optimizer_state(const adv_cfg *c, uint64_t init_bytes, char *note, s
      * [P] in docs/sources.md; Adam adds m and v like the main params (4+4, or
      * 2+2 with bf16 moments), sharded like them */
     double d = c->dist_opt ? (c->dp > 0 ? c->dp : 1) : 1;
-    double per = (c->bf16 || c->fp16 ? 2 : 4) + 4 + 4 / d;
+    /* --optimizer-cpu-offload: only the share not offloaded keeps its fp32
+     * copy and fp32 moments on the device (advisor_triage.c offload_lever) */
+    double dev = c->optimizer_cpu_offload ? 1.0 - c->offload_fraction : 1.0;
+    double per = (c->bf16 || c->fp16 ? 2 : 4) + 4 + 4 * dev / d;
     double P = (double)init_bytes / per;
-    double mv = c->exp_avg_bf16 ? 4 : 8;
+    double mv = (c->exp_avg_bf16 && !c->optimizer_cpu_offload ? 4 : 8) * dev;
     uint64_t st = (uint64_t)(P * mv / d);
     snprintf(note, n,
              "the trace ends before the first optimizer step: %s of Adam state (exp_avg + "
@@ -837,6 +840,8 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg)
                                "cannot help: the activations are not what fills it)"
                              : "shard the parameters and gradients (FSDP/ZeRO-3, tensor or "
                                "pipeline parallelism) or use a larger device";
+    if (prim->lever[0])
+        return prim->lever;
     return cfg->megatron ? "--use-distributed-optimizer over more ranks, "
                            "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
                            "--exp-avg-sq-dtype bf16, or optimizer CPU offload"

@@ -1001,6 +1001,49 @@ def r02():
     shutil.rmtree(tmp2, ignore_errors=True)
 
 
+def offload():
+    """issue 21: optimizer CPU offload (Megatron-Core's HybridDeviceOptimizer). With
+    the fraction at 0 the first Adam step's fp32 moments decide the OOM: the lever is a
+    larger --optimizer-offload-fraction (never 16-bit moments: the hybrid optimizer's
+    Adam takes no dtype flags); megasim running the recommended fraction fits, at or
+    under the predicted peak (an upper bound: the parameter that crosses the threshold
+    is offloaded too). Everything offloaded (the default fraction 1.0) fits."""
+    flags, cap, _ = flagsets.SCENARIOS["offload-none"]
+    v = scenario("offload none", flags[:-len(PROFILE)], cap, expect_code="X:OPTIMIZER_STATE",
+                 expect_findings=["X:OPTIMIZER_STATE"],
+                 must_not=["R:SELECTIVE", "R:FULL", "OK:FITS"])
+    f = v and finding(v, "X:OPTIMIZER_STATE")
+    if ok(f is not None, "offload none: state finding", v and codes(v)):
+        ok("exp-avg-dtype bf16" not in v["change"] and "halves fp32 Adam moments" not in
+           f["evidence"] and "do not apply" in f["evidence"],
+           "offload none: no 16-bit-moments lever (the hybrid optimizer ignores the dtypes)",
+           f["evidence"])
+        m = re.match(r"--optimizer-offload-fraction ([0-9.]+)$", v["change"])
+        pm = re.search(r"--optimizer-offload-fraction \S+ \(now 0.00\) .*?: -(\S+ GiB) "
+                       r"\(peak (\S+ GiB)", f["evidence"])
+        if ok(m is not None and pm is not None and 0 < float(m.group(1)) < 1,
+              "offload none: the change is a fraction below 1 with its bytes",
+              (v["change"], f["evidence"])):
+            run, rc, tmp, err = run_megasim(OFFLOAD_BASE + ["--optimizer-offload-fraction",
+                                                            m.group(1)] + PROFILE, cap)
+            doc = analyze(run)
+            sim = tensor_peaks(doc).get(0, 0)
+            ok(rc == 0 and doc["verdict"]["code"] == "OK:FITS" and
+               sim <= gib_of(pm.group(2)) + 0.01 * GIB,
+               "offload none: megasim with --optimizer-offload-fraction %s fits, peak %.2f GiB "
+               "<= predicted %s" % (m.group(1), sim / GIB, pm.group(2)),
+               (rc, doc["verdict"]["code"], err[-600:]))
+            shutil.rmtree(tmp, ignore_errors=True)
+    flags, cap, _ = flagsets.SCENARIOS["offload-all"]
+    v = scenario("offload all", flags[:-len(PROFILE)], cap, expect_code="OK:FITS",
+                 must_not=["X:OPTIMIZER_STATE"])
+    ok(v is not None and finding(v, "X:OPTIMIZER_STATE") is None,
+       "offload all: no optimizer-state finding", v and codes(v))
+
+
+OFFLOAD_BASE = flagsets.OFFLOAD
+
+
 def main():
     only = sys.argv[1:]
     for p in SMALL:
@@ -1024,6 +1067,8 @@ def main():
         retention_trend()
     if not only or "optimizer-state" in only:
         optimizer_state()
+    if not only or "offload" in only:
+        offload()
     if not only or "recompute-on" in only:
         recompute_on()
     if not only or "undo-moe-mla" in only:

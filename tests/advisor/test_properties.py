@@ -124,6 +124,10 @@ SCENARIOS = [
     sc("16 layers at 60 GiB", ["--sim-preset", "llama3-8b", "--num-layers", "16",
                                "--train-iters", "2", "--seq-length", "2048",
                                "--profile", "--nvtx-ranges"], 60),
+    # optimizer CPU offload: none offloaded (OOM, the fraction is the lever), all offloaded
+    sc("optimizer offload none", ta.flagsets.OFFLOAD + ["--optimizer-offload-fraction", "0"], 17,
+       expect=("X:OPTIMIZER_STATE", "--optimizer-offload-fraction")),
+    sc("optimizer offload all", ta.flagsets.OFFLOAD, 17),
     # OOM before iteration 0: the parameters' construction does not fit 8 GiB
     sc("OOM in init", ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
                        "--max-position-embeddings", "2048", "--global-batch-size", "1",
