@@ -15,6 +15,9 @@ MAIN = ["--sim-preset", "llama3-8b", "--pipeline-model-parallel-size", "2",
 
 # Megatron's NVTX ranges for every iteration of the small jobs
 PROFILE = ["--profile", "--nvtx-ranges", "--profile-step-start", "0", "--profile-step-end", "9"]
+# ... and for jobs of up to 100 iterations
+PROFILE_ALL = ["--profile", "--nvtx-ranges", "--profile-step-start", "0",
+               "--profile-step-end", "100"]
 
 # accuracy presets: small layer counts, real layer shapes
 SMALL = {
@@ -67,6 +70,14 @@ R02 = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--hidden-size", "2048"
 OFFLOAD = SMALLJOB + ["--global-batch-size", "2", "--use-distributed-optimizer",
                       "--use-precision-aware-optimizer", "--optimizer-cpu-offload"]
 
+# retention not tied to recompute: SMALLJOB without recompute, (a) a logging hook
+# that keeps 128 MiB after every one of 4 microbatches' forward (512 MiB more each
+# iteration), 4 of 60 iterations recorded; (b) the last (only) pipeline stage keeps
+# each of 8 microbatches' bf16 logits until the training step returns
+LEAK_MICROBATCH = SMALLJOB[:-2] + ["--global-batch-size", "4", "--sim-leak-mib", "128",
+                                   "--sim-leak-every", "microbatch", "--train-iters", "60"]
+KEEP_OUTPUTS = SMALLJOB + ["--global-batch-size", "8", "--sim-keep-outputs"]
+
 # name -> (flags, capacity GiB or None, extra recomp-analyze arguments)
 SCENARIOS = {
     "main": (MAIN, None, []),
@@ -117,6 +128,8 @@ SCENARIOS = {
                           24, []),
     "offload-none": (OFFLOAD + ["--optimizer-offload-fraction", "0"] + PROFILE, 17, []),
     "offload-all": (OFFLOAD + PROFILE, 17, []),
+    "leak-per-microbatch": (LEAK_MICROBATCH + ["--exit-interval", "4"] + PROFILE_ALL, 32, []),
+    "keep-outputs": (KEEP_OUTPUTS + PROFILE, 24, []),
 }
 
 # matched comparisons (recomp-analyze compare CONTROL CANDIDATE...) of the

@@ -773,6 +773,89 @@ triage_retention_once(const triage_rank *k, adv_verdict *v)
     return 1;
 }
 
+/* Retention until the step ends (issue 21): tensors the main thread made in
+ * the forward of a complete iteration k (not inside a CUDA-graph capture)
+ * that outlive every backward-thread op of that iteration (the last
+ * allocation or free made by a backward of k) and are freed on the main
+ * thread before iteration k+1's first forward allocation: the training step
+ * keeps each microbatch's outputs (a loss function handing back undetached
+ * tensors into the schedule's forward_data_store, a metrics list) until it
+ * returns. In a real backward every saved activation dies on the backward
+ * thread, so nothing of the forward is left for the main thread to free
+ * after it. K = their bytes, all live together when the last backward ends.
+ * Over 256 MiB while the job is over its budget: a finding with K as its
+ * bytes and its fix (the lever: stop keeping them), so it is the primary
+ * when dropping them covers the deficit. Returns 1 when a finding was added. */
+static int
+triage_retention_step(const triage_rank *k, adv_verdict *v)
+{
+    enum { NIT = 64 };
+    const adv_trace *t = k->t;
+    uint32_t first_fwd[NIT], last_bwd[NIT];
+    for (int q = 0; q < NIT; q++)
+        first_fwd[q] = last_bwd[q] = ADV_NONE;
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (x->iteration >= 0 && x->iteration < NIT && !x->bwd && x->phase == AM_PH_forward &&
+            first_fwd[x->iteration] == ADV_NONE)
+            first_fwd[x->iteration] = x->a_pos;
+    }
+    /* the last backward-thread op (allocation, or free of an allocation of the
+     * same iteration) before the next iteration's first forward allocation: a
+     * free the garbage collector makes later on that thread is not its backward */
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        int it = x->iteration;
+        if (it < 0 || it + 1 >= NIT)
+            continue;
+        uint32_t end = first_fwd[it + 1], last = x->bwd ? x->a_pos : ADV_NONE;
+        if (x->fbwd && x->f_pos != ADV_NONE && (end == ADV_NONE || x->f_pos < end) &&
+            (last == ADV_NONE || x->f_pos > last))
+            last = x->f_pos;
+        if (last != ADV_NONE && (end == ADV_NONE || last < end) &&
+            (last_bwd[it] == ADV_NONE || last > last_bwd[it]))
+            last_bwd[it] = last;
+    }
+    int it = -1;
+    for (int q = 0; q + 1 < NIT && it < 0; q++)
+        if (last_bwd[q] != ADV_NONE && first_fwd[q + 1] != ADV_NONE &&
+            last_bwd[q] < first_fwd[q + 1])
+            it = q;
+    if (it < 0)
+        return 0;
+    uint64_t kept = 0, largest = 0;
+    size_t n = 0;
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (x->iteration != it || x->bwd || x->graph || x->phase != AM_PH_forward ||
+            x->fbwd || x->f_pos == ADV_NONE || x->f_pos <= last_bwd[it] ||
+            x->f_pos >= first_fwd[it + 1] || x->a_pos >= last_bwd[it])
+            continue;
+        kept += x->size;
+        largest = x->size > largest ? x->size : largest;
+        n++;
+    }
+    uint64_t budget = alloc_budget(v, k->i), peak = v->baseline[k->i];
+    if (kept < ((uint64_t)256 << 20) || peak <= budget)
+        return 0;
+    adv_finding_add(v, "X:RETENTION", "step", k->r->rank,
+                    "%s in %zu tensors made in iteration %d's forward (the largest %s) outlive "
+                    "its last backward and are freed only when the training step ends: the "
+                    "step keeps each microbatch's outputs (a loss function handing back "
+                    "tensors that are not detached, kept in the schedule's "
+                    "forward_data_store or a metrics list); recompute cannot free them. The "
+                    "peak %s is over the %s budget by %s and %s without them (%s)",
+                    GB(kept), n, it, GB(largest), GB(peak), GB(budget), GB(peak - budget),
+                    peak - kept <= budget ? "would fit" : "would still not fit",
+                    GB(peak > kept ? peak - kept : 0));
+    set_bytes(v, "X:RETENTION", kept, kept);
+    if (v->nfindings && strcmp(v->findings[v->nfindings - 1].code, "X:RETENTION") == 0)
+        snprintf(v->findings[v->nfindings - 1].lever, sizeof v->findings[0].lever,
+                 "keep only detached values (.detach(), .item()) of what each microbatch's "
+                 "loss function returns");
+    return 1;
+}
+
 int
 adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
 {
@@ -806,6 +889,9 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
         /* 5. retention: a trend over three or more iterations, else activation/
          * replay bytes alive into the next iteration */
         if (triage_retention_trend(t, r, &v->cfg, v, i) || triage_retention_once(&k, v))
+            primary |= 16;
+        /* 5b. retention until the step ends (outputs kept per microbatch) */
+        if (triage_retention_step(&k, v))
             primary |= 16;
     }
     return primary;

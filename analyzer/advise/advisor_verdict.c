@@ -832,6 +832,8 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg)
                                 "vocabulary-parallel logits, or fewer layers on the last "
                                 "pipeline stage"
                               : "--cross-entropy-loss-fusion";
+    if (prim->lever[0])
+        return prim->lever;
     if (strstr(prim->code, "RETENTION"))
         return "drop the references that keep last iteration's activations alive";
     if (strstr(prim->code, "PARAM_STATE"))
@@ -840,8 +842,6 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg)
                                "cannot help: the activations are not what fills it)"
                              : "shard the parameters and gradients (FSDP/ZeRO-3, tensor or "
                                "pipeline parallelism) or use a larger device";
-    if (prim->lever[0])
-        return prim->lever;
     return cfg->megatron ? "--use-distributed-optimizer over more ranks, "
                            "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
                            "--exp-avg-sq-dtype bf16, or optimizer CPU offload"

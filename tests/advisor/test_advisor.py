@@ -1044,6 +1044,57 @@ def offload():
 OFFLOAD_BASE = flagsets.OFFLOAD
 
 
+def retention_no_recompute():
+    """issue 21: retention not tied to recompute. (a) A hook keeps 128 MiB after
+    every microbatch's forward (4 per iteration): growth of exactly 512 MiB per
+    iteration, and megasim's own OOM lands between the advisor's two projections
+    (the budget's and the device's). (b) The last stage keeps each microbatch's bf16
+    logits (2 s V bytes) until the step returns: X:RETENTION (step), never X:LOGITS
+    or its fused-loss lever (the fused loss does not free kept logits); the peak
+    predicted without them against megasim without the fault, within 2%."""
+    flags, cap, _ = flagsets.SCENARIOS["leak-per-microbatch"]
+    v = scenario("leak per microbatch", flags[:-len(flagsets.PROFILE_ALL)], cap,
+                 expect_code="X:RETENTION", expect_findings=["X:RETENTION"],
+                 must_not=["R:SELECTIVE", "R:FULL", "OK:FITS"], profile=flagsets.PROFILE_ALL)
+    f = v and finding(v, "X:RETENTION")
+    if ok(f is not None and f["subtype"] == "growth" and
+          "grow by 512.00 MiB per iteration" in f["evidence"],
+          "leak per microbatch: growth of 4 x 128 MiB per iteration", f):
+        mb = re.search(r"passes the \S+ GiB budget in iteration (\d+)", f["evidence"])
+        md = re.search(r"reaches the \S+ GiB device in iteration (\d+)", f["evidence"])
+        run, rc, tmp, err = run_megasim(flagsets.LEAK_MICROBATCH + flagsets.PROFILE_ALL, cap)
+        oom = analyze(run)["ranks"][0]["oom"]
+        ok(mb and md and rc != 0 and oom and
+           int(mb.group(1)) <= oom["iteration"] <= int(md.group(1)),
+           "leak per microbatch: megasim's OOM (iteration %s) between the projected budget "
+           "and device iterations (%s, %s)" % (oom and oom["iteration"], mb and mb.group(1),
+                                               md and md.group(1)), f["evidence"])
+        shutil.rmtree(tmp, ignore_errors=True)
+    flags, cap, _ = flagsets.SCENARIOS["keep-outputs"]
+    v = scenario("keep outputs", flags[:-len(PROFILE)], cap, expect_code="X:RETENTION",
+                 expect_findings=["X:RETENTION"],
+                 must_not=["X:LOGITS", "R:SELECTIVE", "R:FULL", "OK:FITS"])
+    f = v and finding(v, "X:RETENTION")
+    logits = 2 * 4096 * 128256
+    if ok(f is not None and f["subtype"] == "step", "keep outputs: subtype step", f):
+        m = re.match(r"(\S+ \S+) in (\d+) tensors made in iteration 0's forward \(the largest "
+                     r"(\S+ \S+)\)", f["evidence"])
+        ok(m is not None and abs(gib_of(m.group(1)) - 8 * logits) < 0.01 * GIB and
+           m.group(2) == "8" and gib_of(m.group(3)) == logits,
+           "keep outputs: 8 microbatches' bf16 logits kept (8 x %d bytes)" % logits,
+           f["evidence"])
+        ok("--cross-entropy-loss-fusion" not in v["change"] and "detach" in v["change"],
+           "keep outputs: the change drops the references, not the fused loss", v["change"])
+        p = re.search(r"would fit without them \((\S+ GiB)\)", f["evidence"])
+        run, rc, tmp, err = run_megasim(flagsets.SMALLJOB + ["--global-batch-size", "8"] +
+                                        PROFILE, cap)
+        sim = tensor_peaks(analyze(run)).get(0, 0)
+        ok(p is not None and rc == 0 and sim and abs(gib_of(p.group(1)) - sim) <= 0.02 * sim,
+           "keep outputs: peak without the kept outputs %s, megasim without them %.2f GiB" %
+           (p and p.group(1), sim / GIB), f["evidence"])
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     only = sys.argv[1:]
     for p in SMALL:
@@ -1069,6 +1120,8 @@ def main():
         optimizer_state()
     if not only or "offload" in only:
         offload()
+    if not only or "retention-no-recompute" in only:
+        retention_no_recompute()
     if not only or "recompute-on" in only:
         recompute_on()
     if not only or "undo-moe-mla" in only:

@@ -128,6 +128,11 @@ SCENARIOS = [
     sc("optimizer offload none", ta.flagsets.OFFLOAD + ["--optimizer-offload-fraction", "0"], 17,
        expect=("X:OPTIMIZER_STATE", "--optimizer-offload-fraction")),
     sc("optimizer offload all", ta.flagsets.OFFLOAD, 17),
+    # retention without recompute: a leak after every microbatch; outputs kept to the step's end
+    sc("leak per microbatch", ta.flagsets.LEAK_MICROBATCH + ["--exit-interval", "4"], 32,
+       expect=("X:RETENTION", "grow by 512.00 MiB per iteration")),
+    sc("keep outputs", ta.flagsets.KEEP_OUTPUTS, 24,
+       expect=("X:RETENTION", "freed only when the training step ends")),
     # OOM before iteration 0: the parameters' construction does not fit 8 GiB
     sc("OOM in init", ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
                        "--max-position-embeddings", "2048", "--global-batch-size", "1",

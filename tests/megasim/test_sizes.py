@@ -260,6 +260,52 @@ def offload_checks():
         check("%s is rejected (%s)" % (" ".join(extra), msg), msg in got, True)
 
 
+def step_bytes(extra, M=3):
+    """one training step of M microbatches of a 1-layer Llama-like model (h 1024,
+    s 1024, V 128256) on one rank: (bytes the step's forward_data_store holds at
+    the optimizer step, bytes the leak hook holds after the step, live bytes
+    after the step beyond those before it and the Adam state it created)"""
+    import gc
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "1", "--hidden-size", "1024",
+                               "--ffn-hidden-size", "3584", "--num-attention-heads", "8",
+                               "--seq-length", "1024", "--train-iters", "1",
+                               "--global-batch-size", str(M), "--sim-quiet"] + list(extra))
+    r = training.Rank(a)
+    r.setup()
+    store = []
+    step = r.optimizer_step
+
+    def spy():
+        store.append(sum(t.nbytes for t in (r.models[0].output.kept or [])))
+        step()
+    r.optimizer_step = spy
+    before = cuda.LIVE[0]
+    r.train_step(0, M)
+    leaked = sum(t.nbytes for t in r.leaked)
+    rest = cuda.LIVE[0] - before - sum(t.nbytes for t in r.optimizer_state) - leaked
+    r.engine.stop()
+    del r
+    gc.collect()
+    return store[0], leaked, rest
+
+
+def retention_checks():
+    """--sim-keep-outputs: the last stage's forward_data_store holds every
+    microbatch's bf16 logits (2 s b V/t) at the optimizer step and nothing once
+    the step returns; --sim-leak-mib with --sim-leak-every: X MiB kept per
+    microbatch or once per iteration, for good"""
+    logits = 2 * 1024 * 128256
+    check("keep outputs: 3 microbatches' logits held at the optimizer step, none after",
+          step_bytes(["--sim-keep-outputs"]), (3 * logits, 0, 0))
+    check("leak 64 MiB every microbatch: 3 x 64 MiB after a step of 3",
+          step_bytes(["--sim-leak-mib", "64", "--sim-leak-every", "microbatch"]),
+          (0, 3 * 64 << 20, 0))
+    check("leak 64 MiB every iteration: 64 MiB after a step of 3",
+          step_bytes(["--sim-leak-mib", "64"]), (0, 64 << 20, 0))
+
+
 def loss_bytes(extra):
     """(live bytes the output layer + loss keep for the backward, the forward's
     peak above its input) of one microbatch of Llama-3 8B (s 8192, V 128256) on
@@ -330,6 +376,7 @@ def main():
     sim_checks()
     optimizer_checks()
     offload_checks()
+    retention_checks()
     loss_checks()
     resume_checks()
     print("TAP version 13")

@@ -196,6 +196,13 @@ def build_parser():
     g.add_argument("--sim-leak-mib", type=float, default=0.0,
                    help="fault: every iteration a logging hook keeps X MiB of the first "
                         "microbatch's activations alive for good (retention that grows)")
+    g.add_argument("--sim-leak-every", default="iteration", choices=["iteration", "microbatch"],
+                   help="with --sim-leak-mib: keep X MiB once per iteration (its first "
+                        "microbatch) or after every microbatch's forward")
+    g.add_argument("--sim-keep-outputs", action="store_true",
+                   help="fault: on the last pipeline stage the loss function hands back each "
+                        "microbatch's logits undetached and the schedule's forward_data_store "
+                        "keeps them until the training step returns")
     g.add_argument("--sim-nccl-buffers-mib", type=float, default=0.0,
                    help="fault: NCCL buffers (outside PyTorch) per communicator, growing with each "
                         "communicator created")

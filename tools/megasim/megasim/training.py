@@ -309,8 +309,10 @@ class Rank:
         with ag.tape_scope(tape):
             out = m.forward(tokens, pos, labels, measure)
         del tokens, pos, labels
-        if self.args.sim_leak_mib and not self.leaked_this_iter:
-            # fault: a user's logging hook keeps a copy of this iteration's activations
+        if self.args.sim_leak_mib and (self.args.sim_leak_every == "microbatch" or
+                                       not self.leaked_this_iter):
+            # fault: a user's logging hook keeps a copy of this iteration's (or with
+            # --sim-leak-every microbatch, of every microbatch's) activations
             self.leaked_this_iter = True
             self.leaked.append(Tensor(int(self.args.sim_leak_mib * MIB), "logged_activations",
                                       "act"))
@@ -545,6 +547,10 @@ class Rank:
         finalize_model_grads (inside the interleaved schedule's misc range),
         optimizer.step"""
         measure = self.args.sim_print_layer_bytes and it == 0
+        forward_data_store = []           # --sim-keep-outputs: what the loss function returned
+        for m in self.models:
+            if m.output is not None and self.args.sim_keep_outputs:
+                m.output.kept = forward_data_store
         self.get_forward_backward_func()(M, measure)
         self.loaded_resident = None       # --sim-resume-resident-stages: dropped at last
         if self.par.vp > 1:
@@ -553,6 +559,10 @@ class Rank:
         else:
             self.finalize_model_grads()
         self.optimizer_step()
+        for m in self.models:
+            if m.output is not None:
+                m.output.kept = None
+        del forward_data_store            # train_step returns: the kept outputs go
 
     def report_memory(self, it):
         s = self.dev.stats()
