@@ -78,6 +78,24 @@ LEAK_MICROBATCH = SMALLJOB[:-2] + ["--global-batch-size", "4", "--sim-leak-mib",
                                    "--sim-leak-every", "microbatch", "--train-iters", "60"]
 KEEP_OUTPUTS = SMALLJOB + ["--global-batch-size", "8", "--sim-keep-outputs"]
 
+# a checkpoint save after every iteration: SMALLJOB's shapes at 1024 tokens, DP=2 (rank 0
+# only), distributed optimizer; with --dist-ckpt-optim-fully-reshardable the optimizer
+# state is all-gathered over DP with NCCL on the device and the save runs out of a 12 GiB
+# device; with the mem-efficient (Gloo) gather it does not
+SAVE = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size", "2048",
+        "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "1024",
+        "--max-position-embeddings", "1024", "--train-iters", "3", "--global-batch-size", "4",
+        "--sim-world-size", "2", "--sim-only-ranks", "0", "--use-distributed-optimizer",
+        "--save", "/nonexistent/megasim-ckpt", "--save-interval", "1",
+        "--dist-ckpt-optim-fully-reshardable"]
+
+# shapes that change: every fourth microbatch is an 8192-token sample among 2048-token
+# ones (SMALLJOB's layers, a 32000-token vocabulary so the layers dominate), 12 GiB
+SEQ_LENGTHS = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size", "2048",
+               "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "2048",
+               "--max-position-embeddings", "8192", "--vocab-size", "32000",
+               "--train-iters", "3", "--global-batch-size", "4"]
+
 # name -> (flags, capacity GiB or None, extra recomp-analyze arguments)
 SCENARIOS = {
     "main": (MAIN, None, []),
@@ -130,6 +148,10 @@ SCENARIOS = {
     "offload-all": (OFFLOAD + PROFILE, 17, []),
     "leak-per-microbatch": (LEAK_MICROBATCH + ["--exit-interval", "4"] + PROFILE_ALL, 32, []),
     "keep-outputs": (KEEP_OUTPUTS + PROFILE, 24, []),
+    "checkpoint-save": (SAVE + PROFILE, 12, []),
+    "seq-lengths": (SEQ_LENGTHS + ["--sim-seq-lengths", "2048*3,8192"] + PROFILE, 12, []),
+    "checkpoint-save-gloo": (SAVE + ["--distrib-optim-fully-reshardable-mem-efficient"] +
+                             PROFILE, 12, []),
 }
 
 # matched comparisons (recomp-analyze compare CONTROL CANDIDATE...) of the

@@ -61,6 +61,9 @@ typedef struct adv_cfg {
     int optimizer_cpu_offload; /* --optimizer-cpu-offload (HybridDeviceOptimizer) */
     double offload_fraction;  /* --optimizer-offload-fraction; < 0 not given (resolved: the
                                  CLI's default 1.0, OptimizerConfig's 0.0) */
+    int ckpt_fully_reshardable; /* --dist-ckpt-optim-fully-reshardable */
+    int ckpt_mem_efficient;   /* --distrib-optim-fully-reshardable-mem-efficient */
+    int ckpt_torch;           /* --ckpt-format torch (legacy: gathers with Gloo) */
 } adv_cfg;
 
 /* Fill cfg from the source's argv and environment (and a --config file named

@@ -228,6 +228,12 @@ apply(adv_cfg *c, seen *s, const char *key, const char *v)
         return 1;
     }
     BOOL("optimizer_cpu_offload", optimizer_cpu_offload)
+    BOOL("dist_ckpt_optim_fully_reshardable", ckpt_fully_reshardable)
+    BOOL("distrib_optim_fully_reshardable_mem_efficient", ckpt_mem_efficient)
+    if (strcmp(key, "ckpt_format") == 0) {
+        c->ckpt_torch = v && strcmp(v, "torch") == 0;
+        return 1;
+    }
     if (strcmp(key, "optimizer_offload_fraction") == 0) {
         c->offload_fraction = v ? atof(v) : -1;
         return 1;

@@ -16,6 +16,8 @@
  *   X:RETENTION        activation or replay bytes alive into the next iteration
  *   X:HOT_RANK[pp=k]   one pipeline stage's peak stands out (a finding: where,
  *                      not why)
+ *   X:SHAPE_OUTLIER    one microbatch's layers keep far more than the others'
+ *                      (a longer sequence, more routed tokens: a finding)
  * Returns a bitmask of primary-capable findings per rank in v (the verdict
  * code is decided in advisor_verdict.c).
  */
@@ -856,6 +858,150 @@ triage_retention_step(const triage_rank *k, adv_verdict *v)
     return 1;
 }
 
+/* A checkpoint save (issue 21): the OOM, or the over-budget tensor-level
+ * peak, is in phase checkpoint_save (a range around save_checkpoint,
+ * docs/analysis.md). What the save allocates on the device (its tensors live
+ * there, and the failed request) comes on top of what the job keeps between
+ * steps; no layer's activations are live, so recompute cannot help. With the
+ * distributed optimizer's fully reshardable format gathered over NCCL
+ * (--dist-ckpt-optim-fully-reshardable without
+ * --distrib-optim-fully-reshardable-mem-efficient) the bytes are that
+ * gather's buffers (docs/megasim.md "Checkpoint save"), and the change is
+ * the Gloo gather on the host or the default dp_reshardable format. Returns 1
+ * when a finding was added. */
+static int
+triage_checkpoint_save(const triage_rank *k, adv_verdict *v)
+{
+    const adv_trace *t = k->t;
+    const am_rank *r = k->r;
+    int in_oom = t->oom && t->oom_phase == AM_PH_checkpoint_save;
+    uint64_t budget = alloc_budget(v, k->i), peak = v->baseline[k->i];
+    if (!in_oom && !(r->peak[AM_L_TENSOR].known &&
+                     r->peak[AM_L_TENSOR].phase == AM_PH_checkpoint_save && peak > budget))
+        return 0;
+    uint32_t at = peak_pos(t);
+    uint64_t save = in_oom ? t->oom_request : 0, kept = 0;
+    for (size_t q = 0; q < t->na && at != ADV_NONE; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (x->a_pos < at && (x->f_pos == ADV_NONE || x->f_pos >= at)) {
+            if (x->phase == AM_PH_checkpoint_save)
+                save += x->size;
+            else
+                kept += x->size;
+        }
+    }
+    const adv_cfg *c = &v->cfg;
+    int gather = c->dist_opt && !c->ckpt_torch && c->ckpt_fully_reshardable &&
+                 !c->ckpt_mem_efficient;
+    adv_finding_add(v, "X:CHECKPOINT_SAVE", in_oom ? "oom_in_save" : "peak_in_save", r->rank,
+                    "the checkpoint save %s: its own device buffers hold %s%s on top of the %s "
+                    "the job keeps between steps (parameters, grads, optimizer state); no "
+                    "activations are live, so recompute cannot help%s",
+                    in_oom ? "ran out of memory" : "sets the peak", GB(save),
+                    in_oom ? " (the failed request included)" : "", GB(kept),
+                    gather ? ". They are the fully reshardable optimizer state's NCCL gather "
+                             "(--dist-ckpt-optim-fully-reshardable): every DP shard of each "
+                             "bucket's fp32 params and Adam moments, one key at a time"
+                           : "");
+    set_bytes(v, "X:CHECKPOINT_SAVE", save, peak > save && peak - save <= budget ? save : 0);
+    if (v->nfindings && strcmp(v->findings[v->nfindings - 1].code, "X:CHECKPOINT_SAVE") == 0)
+        snprintf(v->findings[v->nfindings - 1].lever, sizeof v->findings[0].lever, "%s",
+                 gather ? "--distrib-optim-fully-reshardable-mem-efficient (gathers on the host "
+                          "with Gloo), or drop --dist-ckpt-optim-fully-reshardable"
+                        : "make the save allocate less on the device (its buffers are listed), "
+                          "or save from host copies");
+    return 1;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Shapes that change (issue 21): the bytes each forward instance (one
+ * microbatch of one model chunk) allocates inside its layers, over the
+ * instances that allocate any (a captured CUDA graph allocates none). With
+ * four or more, when the largest is at least 1.5 x the median and 256 MiB
+ * above it, that microbatch carried more tokens (a longer sequence, an
+ * expert-parallel rank receiving more routed tokens): a finding, not a
+ * primary code; whether it is live at the peak (the OOM or the recorded
+ * tensor peak) is stated, and the counterfactuals, made from the same trace,
+ * already size every setting for it. Returns 1 when a finding was added. */
+static int
+triage_shape_outlier(const adv_trace *t, adv_verdict *v, int rank)
+{
+    if (t->ninsts < 4)
+        return 0;
+    uint64_t *b = calloc(t->ninsts, sizeof *b), *sorted = calloc(t->ninsts, sizeof *b);
+    if (!b || !sorted) {
+        free(b);
+        free(sorted);
+        return 0;
+    }
+    for (size_t q = 0; q < t->na; q++)
+        if (t->a[q].inst >= 0 && (size_t)t->a[q].inst < t->ninsts && !t->a[q].bwd)
+            b[t->a[q].inst] += t->a[q].size;
+    size_t n = 0, big = 0;
+    for (size_t q = 0; q < t->ninsts; q++) {
+        if (b[q])
+            sorted[n++] = b[q];
+        if (b[q] > b[big])
+            big = q;
+    }
+    int added = 0;
+    if (n >= 4) {
+        qsort(sorted, n, sizeof *sorted, cmp_u64);
+        uint64_t med = sorted[n / 2], top = b[big];
+        if (top >= med + med / 2 && top - med >= ((uint64_t)256 << 20)) {
+            /* the outliers (>= 1.5 x the median); the one most live at the peak */
+            uint32_t at = peak_pos(t);
+            size_t nout = 0, hot = big;
+            uint64_t hot_live = 0;
+            for (size_t i = 0; i < t->ninsts; i++) {
+                if (b[i] < med + med / 2)
+                    continue;
+                nout++;
+                uint64_t live = 0;
+                for (size_t q = 0; q < t->na && at != ADV_NONE; q++) {
+                    const adv_alloc *x = &t->a[q];
+                    if (x->inst == (int32_t)i && x->a_pos < at &&
+                        (x->f_pos == ADV_NONE || x->f_pos >= at))
+                        live += x->size;
+                }
+                if (live > hot_live) {
+                    hot = i;
+                    hot_live = live;
+                }
+            }
+            int k = 0;
+            for (size_t q = 0; q < hot; q++)
+                k += t->insts[q].iteration == t->insts[hot].iteration;
+            char where[160];
+            if (hot_live)
+                snprintf(where, sizeof where, "forward instance %d of iteration %d (microbatch x "
+                         "chunk) holds %s of them at %s", k, t->insts[hot].iteration,
+                         GB(hot_live), t->oom ? "the OOM" : "the peak");
+            else
+                snprintf(where, sizeof where, "none of them is live at %s",
+                         t->oom ? "the OOM" : "the peak");
+            adv_finding_add(v, "X:SHAPE_OUTLIER", "microbatch", rank,
+                            "%zu of the %zu recorded forward instances allocate at least 1.5x "
+                            "the median %s in their layers, the largest %s (%.1fx): they "
+                            "carried more tokens (longer sequences, or more tokens routed to "
+                            "this rank's experts); %s. The predictions are sized for them; "
+                            "capping or splitting the longest samples lowers what they add",
+                            nout, n, GB(med), GB(top), (double)top / (double)(med ? med : 1),
+                            where);
+            added = 1;
+        }
+    }
+    free(b);
+    free(sorted);
+    return added;
+}
+
 int
 adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
 {
@@ -878,6 +1024,9 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
         /* 2. memory outside PyTorch failing or starved; 3. fragmentation */
         if (!graphs && (t->oom || r->oom))
             primary |= triage_oom_cause(&k, v);
+        /* 3b. a checkpoint save's own buffers */
+        if (triage_checkpoint_save(&k, v))
+            primary |= 1;
         /* 4a. the output layer's logits and the loss; a loaded state dict */
         if (triage_logits(t, &v->cfg, v, i, r->rank))
             primary |= 32;
@@ -893,6 +1042,8 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
         /* 5b. retention until the step ends (outputs kept per microbatch) */
         if (triage_retention_step(&k, v))
             primary |= 16;
+        /* 6. a microbatch far larger than the others (a finding) */
+        triage_shape_outlier(t, v, r->rank);
     }
     return primary;
 }

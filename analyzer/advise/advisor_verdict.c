@@ -886,7 +886,7 @@ static const adv_finding *
 primary_finding(const adv_verdict *v)
 {
     static const char *const order[] = {"X:CUDA_GRAPH_POOL", "X:NCCL_BUFFERS",
-                                        "X:FRAGMENTATION", "X:OPTIMIZER_STATE",
+                                        "X:CHECKPOINT_SAVE", "X:FRAGMENTATION", "X:OPTIMIZER_STATE",
                                         "X:PARAM_STATE", "X:RETENTION"};
     const adv_finding *prim = NULL;
     for (size_t k = 0; k < v->nfindings && !prim; k++)

@@ -1044,6 +1044,70 @@ def offload():
 OFFLOAD_BASE = flagsets.OFFLOAD
 
 
+def seq_lengths():
+    """issue 21: shapes that change. Every fourth microbatch is an 8192-token sample
+    among 2048-token ones: X:SHAPE_OUTLIER names the 4x microbatches as a finding, the
+    verdict is the recompute setting sized for them, and megasim running it with the
+    same lengths peaks within 2% of the prediction and fits. The same job with fixed
+    2048-token microbatches has no outlier."""
+    flags, cap, _ = flagsets.SCENARIOS["seq-lengths"]
+    v = scenario("seq lengths", flags[:-len(PROFILE)], cap, expect_code="R:FULL",
+                 expect_findings=["X:SHAPE_OUTLIER"], must_not=["OK:FITS", "X:"])
+    f = v and finding(v, "X:SHAPE_OUTLIER")
+    if ok(f is not None and "3 of the 12 recorded forward instances" in f["evidence"] and
+          "(4.0x)" in f["evidence"] and "holds" in f["evidence"],
+          "seq lengths: the three 8192-token microbatches, 4x the median, one live at the peak",
+          f):
+        c = next(c for c in v["candidates"] if c.get("chosen"))
+        run, rc, tmp, err = run_megasim(flags + cand_flags(c), cap)
+        doc = analyze(run)
+        sim = tensor_peaks(doc).get(0, 0)
+        pred = c["max_predicted_peak_bytes"]
+        ok(rc == 0 and sim and abs(pred - sim) <= 0.02 * sim,
+           "seq lengths: %s predicted %.2f GiB, megasim %.2f GiB (2%%)" %
+           (c["setting"], pred / GIB, sim / GIB), err[-600:])
+        shutil.rmtree(tmp, ignore_errors=True)
+    run, rc, tmp, err = run_megasim(flagsets.SEQ_LENGTHS + PROFILE, cap)
+    doc = analyze(run)
+    ok(rc == 0 and finding(doc["verdict"], "X:SHAPE_OUTLIER") is None,
+       "seq lengths control (fixed 2048 tokens): no outlier", codes(doc["verdict"]))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def checkpoint_save():
+    """issue 21: a checkpoint save is its own phase (checkpoint_save) and its own
+    cause. The fully reshardable optimizer state gathered with NCCL holds, per DP
+    bucket and key, DP receive buffers and the sent shard on the device: (DP + 1) x
+    P/DP x 4 bytes, P = 751,847,424 parameters (a hand count: embedding and output
+    layer 128256 x 2048 each, the final norm, 4 layers of 56,627,200): 4.20 GiB on top
+    of the state; X:CHECKPOINT_SAVE with the Gloo gather as the change, never a
+    recompute setting. With the Gloo gather the save allocates nothing there."""
+    P = 2 * 128256 * 2048 + 2048 + 4 * 56627200
+    flags, cap, _ = flagsets.SCENARIOS["checkpoint-save"]
+    v = scenario("checkpoint save", flags[:-len(PROFILE)], cap,
+                 expect_code="X:CHECKPOINT_SAVE", expect_findings=["X:CHECKPOINT_SAVE"],
+                 must_not=["R:SELECTIVE", "R:FULL", "OK:FITS", "X:FRAGMENTATION"])
+    f = v and finding(v, "X:CHECKPOINT_SAVE")
+    if ok(f is not None and f["subtype"] == "oom_in_save", "checkpoint save: OOM in the save",
+          f):
+        m = re.search(r"buffers hold (\S+ \S+) \(the failed request included\)", f["evidence"])
+        ok(m is not None and abs(gib_of(m.group(1)) - 3 * ((P + 1) // 2) * 4) < 0.01 * GIB,
+           "checkpoint save: the gather's buffers 3 x P/2 x 4 bytes (%d)" % (6 * P),
+           f["evidence"])
+        ok(v["change"].startswith("--distrib-optim-fully-reshardable-mem-efficient"),
+           "checkpoint save: the change is the Gloo gather", v["change"])
+        ok("phase checkpoint_save" in v["why"], "checkpoint save: the OOM's phase is named",
+           v["why"])
+    flags, cap, _ = flagsets.SCENARIOS["checkpoint-save-gloo"]
+    run, rc, tmp, err = run_megasim(flags, cap)
+    doc = analyze(run)
+    ok(rc == 0 and doc["verdict"]["code"] != "X:CHECKPOINT_SAVE" and
+       not any(c["phase"] == "checkpoint_save" for c in doc["ranks"][0]["peak"]["contributors"]),
+       "checkpoint save, Gloo gather: the save fits and holds no device bytes at the peak",
+       (rc, doc["verdict"]["code"], err[-600:]))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def retention_no_recompute():
     """issue 21: retention not tied to recompute. (a) A hook keeps 128 MiB after
     every microbatch's forward (4 per iteration): growth of exactly 512 MiB per
@@ -1122,6 +1186,10 @@ def main():
         offload()
     if not only or "retention-no-recompute" in only:
         retention_no_recompute()
+    if not only or "checkpoint-save" in only:
+        checkpoint_save()
+    if not only or "seq-lengths" in only:
+        seq_lengths()
     if not only or "recompute-on" in only:
         recompute_on()
     if not only or "undo-moe-mla" in only:

@@ -306,6 +306,109 @@ def retention_checks():
           step_bytes(["--sim-leak-mib", "64"]), (0, 64 << 20, 0))
 
 
+def microbatch_bytes(extra, M=3):
+    """live bytes each microbatch's forward leaves for its backward (measured
+    at the backward's start) in one training step of a 2-layer Llama-like model
+    (h 1024, V 128256) on one rank"""
+    import gc
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "2", "--hidden-size", "1024",
+                               "--ffn-hidden-size", "3584", "--num-attention-heads", "8",
+                               "--max-position-embeddings", "4096", "--train-iters", "1",
+                               "--global-batch-size", str(M), "--sim-quiet"] + list(extra))
+    r = training.Rank(a)
+    r.setup()
+    got, at = [], [0]
+    fwd, bwd = r.forward_step, r.backward_step
+
+    def f(*x, **k):
+        at[0] = cuda.LIVE[0]
+        return fwd(*x, **k)
+
+    def b(*x, **k):
+        got.append(cuda.LIVE[0] - at[0])
+        return bwd(*x, **k)
+    r.forward_step, r.backward_step = f, b
+    r.train_step(0, M)
+    r.engine.stop()
+    del r
+    gc.collect()
+    return got
+
+
+def seq_length_checks():
+    """--sim-seq-lengths: each microbatch keeps exactly what a job with that fixed
+    --seq-length keeps after a microbatch of the same length (the measure nets
+    out what the previous microbatch's leftovers free during this forward, so
+    the second microbatch, after a shorter one, is not compared)"""
+    var = microbatch_bytes(["--seq-length", "1024", "--sim-seq-lengths", "1024,4096*2"])
+    short = microbatch_bytes(["--seq-length", "1024"])
+    long = microbatch_bytes(["--seq-length", "4096"])
+    check("seq lengths 1024,4096,4096: the first and third microbatch as fixed 1024 / 4096 jobs",
+          (var[0], var[2]), (short[0], long[2]))
+    check("a 4096-token microbatch keeps more than three times a 1024-token one",
+          long[1] > 3 * short[1], True)
+    for bad, msg in ((["--sim-seq-lengths", "8192"], "above --max-position-embeddings"),
+                     (["--sim-seq-lengths", "1024", "--pipeline-model-parallel-size", "2"],
+                      "needs --variable-seq-lengths")):
+        try:
+            args_for("llama3-8b", ["--max-position-embeddings", "4096"] + bad)
+            got = "accepted"
+        except Exception as e:  # noqa: BLE001 - megasim's ConfigError
+            got = str(e)
+        check("--sim-seq-lengths rejected: %s" % msg, msg in got, True)
+
+
+def save_gather_bytes(extra):
+    """live bytes above the state at each NCCL all-gather of a checkpoint save
+    (rank 0 of DP=2, 4-layer Llama-3 8B, distributed optimizer)"""
+    import gc
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "4", "--train-iters", "1",
+                               "--use-distributed-optimizer", "--save", "/nonexistent",
+                               "--save-interval", "1", "--dist-ckpt-optim-fully-reshardable",
+                               "--sim-quiet"] + list(extra))
+    r = training.Rank(a)
+    r.setup()
+    seen = []
+    coll = r.dev.collective
+    base = cuda.LIVE[0]
+
+    def spy(fn, nbytes, group, *rest):
+        seen.append((fn, group, cuda.LIVE[0] - base))
+        return coll(fn, nbytes, group, *rest)
+    r.dev.collective = spy
+    r.save_checkpoint(1)
+    after = cuda.LIVE[0] - base
+    r.dev.collective = coll
+    r.engine.stop()
+    del r
+    gc.collect()
+    return seen, after
+
+
+def save_checks():
+    """--dist-ckpt-optim-fully-reshardable: per bucket and key (param, exp_avg,
+    exp_avg_sq) DP receive buffers + the sent shard, fp32, live at the
+    all-gather; one bucket without --overlap-grad-reduce, buckets of
+    max(4e7, 1e6 x DP) elements with it; nothing with the Gloo gather"""
+    local = P_LLAMA4 // 2
+    seen, after = save_gather_bytes([])
+    check("save, NCCL gather: 3 all-gathers of (2 + 1) x P/2 x 4 bytes, none left",
+          (seen, after), ([("ncclAllGather", "dp", 3 * local * 4)] * 3, 0))
+    seen, after = save_gather_bytes(["--overlap-grad-reduce"])
+    check("save with --overlap-grad-reduce: 49 buckets of 4e7 elements (the last %d), "
+          "3 keys each" % (P_LLAMA4 - 48 * 40000000),
+          (len(seen), max(s[2] for s in seen), seen[-1][2]),
+          (49 * 3, 3 * 20000000 * 4, 3 * ((P_LLAMA4 - 48 * 40000000) // 2) * 4))
+    check("save with --distrib-optim-fully-reshardable-mem-efficient: no device gather",
+          save_gather_bytes(["--distrib-optim-fully-reshardable-mem-efficient"]), ([], 0))
+    from megasim.training import ddp_buckets
+    check("ddp_buckets pads each bucket to a multiple of DP", ddp_buckets(10, 4, False), [12])
+
+
 def loss_bytes(extra):
     """(live bytes the output layer + loss keep for the backward, the forward's
     peak above its input) of one microbatch of Llama-3 8B (s 8192, V 128256) on
@@ -377,6 +480,8 @@ def main():
     optimizer_checks()
     offload_checks()
     retention_checks()
+    save_checks()
+    seq_length_checks()
     loss_checks()
     resume_checks()
     print("TAP version 13")

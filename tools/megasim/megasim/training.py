@@ -91,6 +91,26 @@ def param_counts(args, S, layer_number):
     return attn + h + (h * S.gamma * S.f + S.f * h) // t, 0
 
 
+# megasim's range around a checkpoint save (the analyzer's checkpoint_save phase)
+SAVE_RANGE = "megatron.training.checkpointing.save_checkpoint"
+
+
+def ddp_buckets(elems, dp, overlap_grad_reduce):
+    """element counts of a DDP buffer's buckets (distributed_data_parallel.py:
+    one bucket without --overlap-grad-reduce, else about max(4e7, 1e6 x DP)
+    elements each; Megatron ends buckets at parameter boundaries, megasim
+    cuts evenly), each padded to a multiple of DP"""
+    if not elems:
+        return []
+    size = elems if not overlap_grad_reduce else max(40000000, 1000000 * dp)
+    out = []
+    while elems > 0:
+        b = min(size, elems)
+        out.append((b + dp - 1) // dp * dp)
+        elems -= b
+    return out
+
+
 def offload_split(shards, fraction):
     """HybridDeviceOptimizer._get_sub_optimizer_param_groups ([M] in
     docs/sources.md): walking the params in order, a param goes to the host
@@ -119,6 +139,7 @@ class Rank:
         self.dev = cuda.device()
         self.quiet = args.sim_quiet
         self.param_gather_pending = set()
+        self.mb_base = 0
 
     def log(self, msg):
         if not self.quiet:
@@ -169,6 +190,7 @@ class Rank:
             post = par.pp_rank == par.pp - 1 and c == nchunk - 1
             self.models.append(GPTModel(a, layers, pre, post))
         self.build_params(chunks)
+        self.by_length = {a.seq_length: (self.models, self.S)}    # --sim-seq-lengths
         self.engine = ag.AutogradEngine(dev)
         self.optimizer_state = []
         self.leaked, self.leaked_this_iter = [], False
@@ -384,6 +406,34 @@ class Rank:
             self._send_bwd(c)
             return self._recv_fwd(c)
 
+    def use_mb(self, j):
+        """--sim-seq-lengths: size what follows for microbatch j of this
+        iteration (the run's microbatch it x M + j takes the next length in
+        turn). Called before a microbatch's receive, forward and backward; a
+        combined send/receive counts the sent bytes at the received
+        microbatch's length."""
+        L = self.args.sim_seq_list
+        if not L:
+            return
+        s = L[(self.mb_base + j) % len(L)]
+        if s not in self.by_length:
+            # the model's modules size their tensors from the sequence length at
+            # build time: one set of module objects (no parameters: those live in
+            # the rank's buffers) per length, built with --seq-length s
+            a, keep = self.args, self.args.seq_length
+            a.seq_length = s
+            try:
+                models = [GPTModel(a, [x.layer_number for x in m.decoder.layers],
+                                   m.pre_process, m.post_process)
+                          for m in self.by_length[keep][0]]
+                for m, m0 in zip(models, self.by_length[keep][0]):
+                    if m.output is not None:
+                        m.output.kept = m0.output.kept    # this step's forward_data_store
+                self.by_length[s] = (models, Shapes(a))
+            finally:
+                a.seq_length = keep
+        self.models, self.S = self.by_length[s]
+
     def get_forward_backward_func(self):
         """schedules.get_forward_backward_func"""
         par = self.par
@@ -395,6 +445,7 @@ class Rank:
 
     def forward_backward_no_pipelining(self, M, measure):
         for mb in range(M):
+            self.use_mb(mb)
             out, tape = self.forward_step(0, None, measure and mb == 0)
             del out
             self.backward_step(0, tape, None, mb == M - 1)
@@ -408,6 +459,7 @@ class Rank:
         remaining = M - warmup
         inputs, tapes = [], []
         for mb in range(warmup):
+            self.use_mb(mb)
             inp = self.recv_forward(0)
             out, tape = self.forward_step(0, inp, measure and mb == 0)
             del inp
@@ -415,12 +467,15 @@ class Rank:
             del out                       # deallocate_output_tensor
             tapes.append(tape)
             del tape
+        self.use_mb(warmup)
         inp = self.recv_forward(0) if remaining > 0 else None
         bwd_done = 0
         for i in range(remaining):
             last_iteration = i == remaining - 1
+            self.use_mb(warmup + i)
             out, tape = self.forward_step(0, inp, measure and warmup + i == 0)
             del inp
+            self.use_mb(bwd_done)
             g = self.send_forward_recv_backward(0, out)
             del out
             tapes.append(tape)
@@ -433,8 +488,10 @@ class Rank:
                 inp = None
                 self.send_backward(0)
             else:
+                self.use_mb(warmup + i + 1)
                 inp = self.send_backward_recv_forward(0)
         while tapes:
+            self.use_mb(bwd_done)
             g = self.recv_backward(0)
             t = tapes.pop(0)
             self.backward_step(0, t, g, bwd_done == M - 1)
@@ -547,10 +604,12 @@ class Rank:
         finalize_model_grads (inside the interleaved schedule's misc range),
         optimizer.step"""
         measure = self.args.sim_print_layer_bytes and it == 0
+        self.mb_base = it * M                 # --sim-seq-lengths: the run's microbatch count
         forward_data_store = []           # --sim-keep-outputs: what the loss function returned
-        for m in self.models:
-            if m.output is not None and self.args.sim_keep_outputs:
-                m.output.kept = forward_data_store
+        for models, _ in self.by_length.values():
+            for m in models:
+                if m.output is not None and self.args.sim_keep_outputs:
+                    m.output.kept = forward_data_store
         self.get_forward_backward_func()(M, measure)
         self.loaded_resident = None       # --sim-resume-resident-stages: dropped at last
         if self.par.vp > 1:
@@ -559,10 +618,44 @@ class Rank:
         else:
             self.finalize_model_grads()
         self.optimizer_step()
-        for m in self.models:
-            if m.output is not None:
-                m.output.kept = None
+        for models, _ in self.by_length.values():
+            for m in models:
+                if m.output is not None:
+                    m.output.kept = None
         del forward_data_store            # train_step returns: the kept outputs go
+
+    def save_checkpoint(self, iteration):
+        """save_checkpoint_and_time -> save_checkpoint ([M] in docs/sources.md;
+        docs/megasim.md "Checkpoint save"), inside megasim's range
+        SAVE_RANGE (Megatron emits no NVTX range of its own for the save).
+        The model's and the optimizer's sharded state dicts are views of the
+        live tensors; torch_dist stages them to pinned host memory (not
+        simulated: no device bytes). With the distributed optimizer and
+        --dist-ckpt-optim-fully-reshardable (not mem-efficient),
+        get_parameter_state_dp_zero all-gathers each bucket's fp32 param and
+        Adam shards over DP with NCCL: per bucket and key, DP receive buffers
+        and the sent shard on the device (local = bucket elements / DP, 4
+        bytes each), freed before the next key."""
+        a, dev, par = self.args, self.dev, self.par
+        dev.lib.ms_nvtx_push(SAVE_RANGE.encode())
+        try:
+            if a.use_distributed_optimizer and a.ckpt_format != "torch" and \
+                    a.dist_ckpt_optim_fully_reshardable and \
+                    not a.distrib_optim_fully_reshardable_mem_efficient:
+                for elems, dp, group in ((self.dense_params, par.dp, "dp"),
+                                         (self.expert_params, par.edp, "edp")):
+                    for bucket in ddp_buckets(elems, dp, a.overlap_grad_reduce):
+                        local = bucket // dp
+                        for key in ("param", "exp_avg", "exp_avg_sq"):
+                            recv = [Tensor(local * 4, "ckpt_gather_recv." + key, "ckpt")
+                                    for _ in range(dp)]
+                            send = Tensor(local * 4, "ckpt_gather_send." + key, "ckpt")
+                            dev.collective("ncclAllGather", local * 4 * dp, group, "f32")
+                            del send, recv           # send = None; recv moved to the host
+        finally:
+            dev.lib.ms_nvtx_pop()
+        self.log(" [Rank %d] saved checkpoint from iteration %8d to %s"
+                 % (self.rank, iteration, self.args.save))
 
     def report_memory(self, it):
         s = self.dev.stats()
@@ -608,6 +701,8 @@ class Rank:
                 self.report_memory(done)
             if profile_here and done == a.profile_step_end:
                 NV.enabled = False
+            if a.save and a.save_interval and done % a.save_interval == 0:
+                self.save_checkpoint(done)
             if a.exit_interval and done % a.exit_interval == 0:
                 self.log("exiting program at iteration %d" % done)    # training.py
                 break
