@@ -15,6 +15,9 @@ MAIN = ["--sim-preset", "llama3-8b", "--pipeline-model-parallel-size", "2",
 
 # Megatron's NVTX ranges for every iteration of the small jobs
 PROFILE = ["--profile", "--nvtx-ranges", "--profile-step-start", "0", "--profile-step-end", "9"]
+# ... and for jobs of up to 100 iterations
+PROFILE_ALL = ["--profile", "--nvtx-ranges", "--profile-step-start", "0",
+               "--profile-step-end", "100"]
 
 # accuracy presets: small layer counts, real layer shapes
 SMALL = {
@@ -60,6 +63,38 @@ R02 = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--hidden-size", "2048"
        "--max-position-embeddings", "4096", "--pipeline-model-parallel-size", "2",
        "--sim-world-size", "2", "--global-batch-size", "4", "--train-iters", "3",
        "--sim-aux-module-gib", "3", "--sim-aux-module-transient-gib", "7"]
+
+# optimizer CPU offload (Megatron-Core's HybridDeviceOptimizer): SMALLJOB's two
+# microbatches on a 17 GiB device, where the first Adam step's fp32 moments decide
+# the OOM; --optimizer-offload-fraction is added per scenario
+OFFLOAD = SMALLJOB + ["--global-batch-size", "2", "--use-distributed-optimizer",
+                      "--use-precision-aware-optimizer", "--optimizer-cpu-offload"]
+
+# retention not tied to recompute: SMALLJOB without recompute, (a) a logging hook
+# that keeps 128 MiB after every one of 4 microbatches' forward (512 MiB more each
+# iteration), 4 of 60 iterations recorded; (b) the last (only) pipeline stage keeps
+# each of 8 microbatches' bf16 logits until the training step returns
+LEAK_MICROBATCH = SMALLJOB[:-2] + ["--global-batch-size", "4", "--sim-leak-mib", "128",
+                                   "--sim-leak-every", "microbatch", "--train-iters", "60"]
+KEEP_OUTPUTS = SMALLJOB + ["--global-batch-size", "8", "--sim-keep-outputs"]
+
+# a checkpoint save after every iteration: SMALLJOB's shapes at 1024 tokens, DP=2 (rank 0
+# only), distributed optimizer; with --dist-ckpt-optim-fully-reshardable the optimizer
+# state is all-gathered over DP with NCCL on the device and the save runs out of a 12 GiB
+# device; with the mem-efficient (Gloo) gather it does not
+SAVE = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size", "2048",
+        "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "1024",
+        "--max-position-embeddings", "1024", "--train-iters", "3", "--global-batch-size", "4",
+        "--sim-world-size", "2", "--sim-only-ranks", "0", "--use-distributed-optimizer",
+        "--save", "/nonexistent/megasim-ckpt", "--save-interval", "1",
+        "--dist-ckpt-optim-fully-reshardable"]
+
+# shapes that change: every fourth microbatch is an 8192-token sample among 2048-token
+# ones (SMALLJOB's layers, a 32000-token vocabulary so the layers dominate), 12 GiB
+SEQ_LENGTHS = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size", "2048",
+               "--ffn-hidden-size", "7168", "--num-attention-heads", "16", "--seq-length", "2048",
+               "--max-position-embeddings", "8192", "--vocab-size", "32000",
+               "--train-iters", "3", "--global-batch-size", "4"]
 
 # name -> (flags, capacity GiB or None, extra recomp-analyze arguments)
 SCENARIOS = {
@@ -109,6 +144,14 @@ SCENARIOS = {
     "retention-control": (SMALLJOB + ["--global-batch-size", "8", "--recompute-granularity",
                                       "selective", "--recompute-modules", "mlp"] + PROFILE,
                           24, []),
+    "offload-none": (OFFLOAD + ["--optimizer-offload-fraction", "0"] + PROFILE, 17, []),
+    "offload-all": (OFFLOAD + PROFILE, 17, []),
+    "leak-per-microbatch": (LEAK_MICROBATCH + ["--exit-interval", "4"] + PROFILE_ALL, 32, []),
+    "keep-outputs": (KEEP_OUTPUTS + PROFILE, 24, []),
+    "checkpoint-save": (SAVE + PROFILE, 12, []),
+    "seq-lengths": (SEQ_LENGTHS + ["--sim-seq-lengths", "2048*3,8192"] + PROFILE, 12, []),
+    "checkpoint-save-gloo": (SAVE + ["--distrib-optim-fully-reshardable-mem-efficient"] +
+                             PROFILE, 12, []),
 }
 
 # matched comparisons (recomp-analyze compare CONTROL CANDIDATE...) of the

@@ -58,6 +58,12 @@ typedef struct adv_cfg {
     int alloc_expandable;     /* PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True */
     char unknown[512];        /* settings that matter and were not recorded */
     char flags_style;         /* 'c' CLI, 'y' config file, 'o' overrides */
+    int optimizer_cpu_offload; /* --optimizer-cpu-offload (HybridDeviceOptimizer) */
+    double offload_fraction;  /* --optimizer-offload-fraction; < 0 not given (resolved: the
+                                 CLI's default 1.0, OptimizerConfig's 0.0) */
+    int ckpt_fully_reshardable; /* --dist-ckpt-optim-fully-reshardable */
+    int ckpt_mem_efficient;   /* --distrib-optim-fully-reshardable-mem-efficient */
+    int ckpt_torch;           /* --ckpt-format torch (legacy: gathers with Gloo) */
 } adv_cfg;
 
 /* Fill cfg from the source's argv and environment (and a --config file named
@@ -207,6 +213,8 @@ typedef struct adv_finding {
     char evidence[1024];
     uint64_t bytes;           /* the cause's bytes at the peak / OOM (0 not stated) */
     uint64_t fix_bytes;       /* what its best lever removes from the peak (0 unknown) */
+    char lever[128];          /* the change that lever is, when the code's usual change
+                                 does not apply to this job ("" none) */
 } adv_finding;
 
 typedef struct adv_verdict {

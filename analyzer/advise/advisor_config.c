@@ -227,6 +227,17 @@ apply(adv_cfg *c, seen *s, const char *key, const char *v)
         c->cpu_offloading = iv > 0;
         return 1;
     }
+    BOOL("optimizer_cpu_offload", optimizer_cpu_offload)
+    BOOL("dist_ckpt_optim_fully_reshardable", ckpt_fully_reshardable)
+    BOOL("distrib_optim_fully_reshardable_mem_efficient", ckpt_mem_efficient)
+    if (strcmp(key, "ckpt_format") == 0) {
+        c->ckpt_torch = v && strcmp(v, "torch") == 0;
+        return 1;
+    }
+    if (strcmp(key, "optimizer_offload_fraction") == 0) {
+        c->offload_fraction = v ? atof(v) : -1;
+        return 1;
+    }
     if (strcmp(key, "exp_avg_dtype") == 0 || strcmp(key, "exp_avg_sq_dtype") == 0) {
         if (v && (strstr(v, "bf16") || strstr(v, "fp16") || strstr(v, "half")))
             c->exp_avg_bf16 = 1;
@@ -429,6 +440,7 @@ set_defaults(adv_cfg *c)
     c->tp = c->pp = c->cp = c->ep = 1;
     c->groups = 0;
     c->fused_attn = 1;
+    c->offload_fraction = -1;
     c->topk = 2;
     c->kv_lora = 32;
     c->qk_head = 128;
@@ -621,6 +633,8 @@ derive(adv_cfg *c, const seen *s, const am_meta *m, int gqa)
         c->modules = 1u << ADV_L_core_attn; /* __post_init__ default */
     if (c->vpp < 0 && c->num_layers && c->pp)
         c->vpp = c->num_layers / c->pp / -c->vpp;
+    if (c->offload_fraction < 0) /* arguments.py's default 1.0; OptimizerConfig's 0.0 */
+        c->offload_fraction = c->flags_style == 'c' ? 1.0 : 0.0;
     c->world = m->world_size > 0 ? m->world_size : 1;
     int mp = c->tp * c->pp * (c->cp > 0 ? c->cp : 1);
     c->dp = mp > 0 && c->world % mp == 0 ? c->world / mp : 1;

@@ -16,6 +16,8 @@
  *   X:RETENTION        activation or replay bytes alive into the next iteration
  *   X:HOT_RANK[pp=k]   one pipeline stage's peak stands out (a finding: where,
  *                      not why)
+ *   X:SHAPE_OUTLIER    one microbatch's layers keep far more than the others'
+ *                      (a longer sequence, more routed tokens: a finding)
  * Returns a bitmask of primary-capable findings per rank in v (the verdict
  * code is decided in advisor_verdict.c).
  */
@@ -67,6 +69,51 @@ live_at(const adv_trace *t, uint32_t p)
     return live;
 }
 
+/* The lever on optimizer state the first step left on the device when the
+ * job already offloads optimizer state (--optimizer-cpu-offload, Megatron-
+ * Core's HybridDeviceOptimizer, docs/megasim.md "Optimizer CPU offload"):
+ * the device keeps, per parameter not offloaded, an fp32 main-param copy (4
+ * B, made at construction) and fp32 Adam moments (8 B, made at the first
+ * step: the state measured here); --exp-avg-dtype does not reach that Adam,
+ * so 16-bit moments are no lever. Raising the fraction from f to F moves
+ * (F - f)/(1 - f) of the kept parameters, 12/8 x state x that share; the
+ * threshold rule offloads the parameter that crosses it too, so the real
+ * move is at least that. F: the least multiple of 0.05 whose predicted peak
+ * with the model's 2% error bound fits the budget (1.0 when none does: then
+ * the text says it is not enough alone). Writes the lever's text and the
+ * change; returns the bytes it removes from the peak. */
+static uint64_t
+offload_lever(const adv_cfg *c, uint64_t state, uint64_t peak, uint64_t budget, char *lever,
+              size_t n, char *change, size_t cn)
+{
+    double f = c->offload_fraction, kept = 1.0 - f;
+    if (kept <= 0.0) {
+        snprintf(lever, n, "the optimizer state is already all on the host "
+                           "(--optimizer-offload-fraction %.2f); ", f);
+        return 0;
+    }
+    double F = 1.0, per = 1.5 * (double)state / kept; /* bytes per unit of fraction */
+    for (int q = (int)(f * 20.0) + 1; q <= 20; q++) {
+        double pred = (double)peak - per * (q / 20.0 - f);
+        if (pred * 1.02 <= (double)budget) {
+            F = q / 20.0;
+            break;
+        }
+    }
+    uint64_t fix = (uint64_t)(per * (F - f));
+    if (fix > peak)
+        fix = peak;
+    snprintf(lever, n,
+             "--optimizer-offload-fraction %.2f (now %.2f) moves the fp32 main-param copies and "
+             "Adam moments of %.0f%% of the parameters the device still updates to the host: "
+             "-%s (peak %s%s; 16-bit moments do not apply: the hybrid optimizer's Adam takes no "
+             "--exp-avg-dtype); ",
+             F, f, 100.0 * (F - f) / kept, GB(fix), GB(peak - fix),
+             (double)(peak - fix) * 1.02 <= (double)budget ? "" : ", not enough alone");
+    snprintf(change, cn, "--optimizer-offload-fraction %.2f", F);
+    return fix;
+}
+
 /* Optimizer state recognised by what it does (issue 14 item 7): the first
  * iteration k whose successor's first forward allocation (the floor of k+1)
  * is recorded; bytes allocated after k's last backward-thread allocation
@@ -115,9 +162,14 @@ triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
     if (state < ((uint64_t)256 << 20) || peak <= budget || peak - state > budget)
         return 0;
     uint64_t f0 = live_at(t, first_fwd[k]), f1 = live_at(t, hi);
-    char lever[320];
+    char lever[512];
     int off = 0;
-    if (!c->exp_avg_bf16)
+    uint64_t fix = c->exp_avg_bf16 ? 0 : state / 2;
+    char change[128] = "";
+    if (c->optimizer_cpu_offload) {
+        fix = offload_lever(c, state, peak, budget, lever, sizeof lever, change, sizeof change);
+        off = (int)strlen(lever);
+    } else if (!c->exp_avg_bf16)
         off += snprintf(lever + off, sizeof lever - (size_t)off,
                         "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype "
                         "bf16 halves fp32 Adam moments: up to -%s (peak %s); ",
@@ -131,11 +183,13 @@ triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                     "iteration floor rose from %s to %s. The peak %s is over the %s left for "
                     "allocations (the budget less the allocator cache) by "
                     "%s and would fit without those bytes (%s). Levers on these bytes: %s"
-                    "optimizer CPU offload, or more DP/TP/PP; recompute can only offset them "
-                    "with activation bytes",
+                    "%sor more DP/TP/PP; recompute can only offset them with activation bytes",
                     k, GB(state), n, GB(f0), GB(f1), GB(peak), GB(budget), GB(peak - budget),
-                    GB(peak - state), lever);
-    set_bytes(v, "X:OPTIMIZER_STATE", state, c->exp_avg_bf16 ? 0 : state / 2);
+                    GB(peak - state), lever,
+                    c->optimizer_cpu_offload ? "" : "optimizer CPU offload, ");
+    set_bytes(v, "X:OPTIMIZER_STATE", state, fix);
+    if (v->nfindings && strcmp(v->findings[v->nfindings - 1].code, "X:OPTIMIZER_STATE") == 0)
+        snprintf(v->findings[v->nfindings - 1].lever, sizeof v->findings[0].lever, "%s", change);
     return 1;
 }
 
@@ -725,6 +779,233 @@ triage_retention_once(const triage_rank *k, adv_verdict *v)
     return 1;
 }
 
+/* Retention until the step ends (issue 21): tensors the main thread made in
+ * the forward of a complete iteration k (not inside a CUDA-graph capture)
+ * that outlive every backward-thread op of that iteration (the last
+ * allocation or free made by a backward of k) and are freed on the main
+ * thread before iteration k+1's first forward allocation: the training step
+ * keeps each microbatch's outputs (a loss function handing back undetached
+ * tensors into the schedule's forward_data_store, a metrics list) until it
+ * returns. In a real backward every saved activation dies on the backward
+ * thread, so nothing of the forward is left for the main thread to free
+ * after it. K = their bytes, all live together when the last backward ends.
+ * Over 256 MiB while the job is over its budget: a finding with K as its
+ * bytes and its fix (the lever: stop keeping them), so it is the primary
+ * when dropping them covers the deficit. Returns 1 when a finding was added. */
+static int
+triage_retention_step(const triage_rank *k, adv_verdict *v)
+{
+    enum { NIT = 64 };
+    const adv_trace *t = k->t;
+    uint32_t first_fwd[NIT], last_bwd[NIT];
+    for (int q = 0; q < NIT; q++)
+        first_fwd[q] = last_bwd[q] = ADV_NONE;
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (x->iteration >= 0 && x->iteration < NIT && !x->bwd && x->phase == AM_PH_forward &&
+            first_fwd[x->iteration] == ADV_NONE)
+            first_fwd[x->iteration] = x->a_pos;
+    }
+    /* the last backward-thread op (allocation, or free of an allocation of the
+     * same iteration) before the next iteration's first forward allocation: a
+     * free the garbage collector makes later on that thread is not its backward */
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        int it = x->iteration;
+        if (it < 0 || it + 1 >= NIT)
+            continue;
+        uint32_t end = first_fwd[it + 1], last = x->bwd ? x->a_pos : ADV_NONE;
+        if (x->fbwd && x->f_pos != ADV_NONE && (end == ADV_NONE || x->f_pos < end) &&
+            (last == ADV_NONE || x->f_pos > last))
+            last = x->f_pos;
+        if (last != ADV_NONE && (end == ADV_NONE || last < end) &&
+            (last_bwd[it] == ADV_NONE || last > last_bwd[it]))
+            last_bwd[it] = last;
+    }
+    int it = -1;
+    for (int q = 0; q + 1 < NIT && it < 0; q++)
+        if (last_bwd[q] != ADV_NONE && first_fwd[q + 1] != ADV_NONE &&
+            last_bwd[q] < first_fwd[q + 1])
+            it = q;
+    if (it < 0)
+        return 0;
+    uint64_t kept = 0, largest = 0;
+    size_t n = 0;
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (x->iteration != it || x->bwd || x->graph || x->phase != AM_PH_forward ||
+            x->fbwd || x->f_pos == ADV_NONE || x->f_pos <= last_bwd[it] ||
+            x->f_pos >= first_fwd[it + 1] || x->a_pos >= last_bwd[it])
+            continue;
+        kept += x->size;
+        largest = x->size > largest ? x->size : largest;
+        n++;
+    }
+    uint64_t budget = alloc_budget(v, k->i), peak = v->baseline[k->i];
+    if (kept < ((uint64_t)256 << 20) || peak <= budget)
+        return 0;
+    adv_finding_add(v, "X:RETENTION", "step", k->r->rank,
+                    "%s in %zu tensors made in iteration %d's forward (the largest %s) outlive "
+                    "its last backward and are freed only when the training step ends: the "
+                    "step keeps each microbatch's outputs (a loss function handing back "
+                    "tensors that are not detached, kept in the schedule's "
+                    "forward_data_store or a metrics list); recompute cannot free them. The "
+                    "peak %s is over the %s budget by %s and %s without them (%s)",
+                    GB(kept), n, it, GB(largest), GB(peak), GB(budget), GB(peak - budget),
+                    peak - kept <= budget ? "would fit" : "would still not fit",
+                    GB(peak > kept ? peak - kept : 0));
+    set_bytes(v, "X:RETENTION", kept, kept);
+    if (v->nfindings && strcmp(v->findings[v->nfindings - 1].code, "X:RETENTION") == 0)
+        snprintf(v->findings[v->nfindings - 1].lever, sizeof v->findings[0].lever,
+                 "keep only detached values (.detach(), .item()) of what each microbatch's "
+                 "loss function returns");
+    return 1;
+}
+
+/* A checkpoint save (issue 21): the OOM, or the over-budget tensor-level
+ * peak, is in phase checkpoint_save (a range around save_checkpoint,
+ * docs/analysis.md). What the save allocates on the device (its tensors live
+ * there, and the failed request) comes on top of what the job keeps between
+ * steps; no layer's activations are live, so recompute cannot help. With the
+ * distributed optimizer's fully reshardable format gathered over NCCL
+ * (--dist-ckpt-optim-fully-reshardable without
+ * --distrib-optim-fully-reshardable-mem-efficient) the bytes are that
+ * gather's buffers (docs/megasim.md "Checkpoint save"), and the change is
+ * the Gloo gather on the host or the default dp_reshardable format. Returns 1
+ * when a finding was added. */
+static int
+triage_checkpoint_save(const triage_rank *k, adv_verdict *v)
+{
+    const adv_trace *t = k->t;
+    const am_rank *r = k->r;
+    int in_oom = t->oom && t->oom_phase == AM_PH_checkpoint_save;
+    uint64_t budget = alloc_budget(v, k->i), peak = v->baseline[k->i];
+    if (!in_oom && !(r->peak[AM_L_TENSOR].known &&
+                     r->peak[AM_L_TENSOR].phase == AM_PH_checkpoint_save && peak > budget))
+        return 0;
+    uint32_t at = peak_pos(t);
+    uint64_t save = in_oom ? t->oom_request : 0, kept = 0;
+    for (size_t q = 0; q < t->na && at != ADV_NONE; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (x->a_pos < at && (x->f_pos == ADV_NONE || x->f_pos >= at)) {
+            if (x->phase == AM_PH_checkpoint_save)
+                save += x->size;
+            else
+                kept += x->size;
+        }
+    }
+    const adv_cfg *c = &v->cfg;
+    int gather = c->dist_opt && !c->ckpt_torch && c->ckpt_fully_reshardable &&
+                 !c->ckpt_mem_efficient;
+    adv_finding_add(v, "X:CHECKPOINT_SAVE", in_oom ? "oom_in_save" : "peak_in_save", r->rank,
+                    "the checkpoint save %s: its own device buffers hold %s%s on top of the %s "
+                    "the job keeps between steps (parameters, grads, optimizer state); no "
+                    "activations are live, so recompute cannot help%s",
+                    in_oom ? "ran out of memory" : "sets the peak", GB(save),
+                    in_oom ? " (the failed request included)" : "", GB(kept),
+                    gather ? ". They are the fully reshardable optimizer state's NCCL gather "
+                             "(--dist-ckpt-optim-fully-reshardable): every DP shard of each "
+                             "bucket's fp32 params and Adam moments, one key at a time"
+                           : "");
+    set_bytes(v, "X:CHECKPOINT_SAVE", save, peak > save && peak - save <= budget ? save : 0);
+    if (v->nfindings && strcmp(v->findings[v->nfindings - 1].code, "X:CHECKPOINT_SAVE") == 0)
+        snprintf(v->findings[v->nfindings - 1].lever, sizeof v->findings[0].lever, "%s",
+                 gather ? "--distrib-optim-fully-reshardable-mem-efficient (gathers on the host "
+                          "with Gloo), or drop --dist-ckpt-optim-fully-reshardable"
+                        : "make the save allocate less on the device (its buffers are listed), "
+                          "or save from host copies");
+    return 1;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Shapes that change (issue 21): the bytes each forward instance (one
+ * microbatch of one model chunk) allocates inside its layers, over the
+ * instances that allocate any (a captured CUDA graph allocates none). With
+ * four or more, when the largest is at least 1.5 x the median and 256 MiB
+ * above it, that microbatch carried more tokens (a longer sequence, an
+ * expert-parallel rank receiving more routed tokens): a finding, not a
+ * primary code; whether it is live at the peak (the OOM or the recorded
+ * tensor peak) is stated, and the counterfactuals, made from the same trace,
+ * already size every setting for it. Returns 1 when a finding was added. */
+static int
+triage_shape_outlier(const adv_trace *t, adv_verdict *v, int rank)
+{
+    if (t->ninsts < 4)
+        return 0;
+    uint64_t *b = calloc(t->ninsts, sizeof *b), *sorted = calloc(t->ninsts, sizeof *b);
+    if (!b || !sorted) {
+        free(b);
+        free(sorted);
+        return 0;
+    }
+    for (size_t q = 0; q < t->na; q++)
+        if (t->a[q].inst >= 0 && (size_t)t->a[q].inst < t->ninsts && !t->a[q].bwd)
+            b[t->a[q].inst] += t->a[q].size;
+    size_t n = 0, big = 0;
+    for (size_t q = 0; q < t->ninsts; q++) {
+        if (b[q])
+            sorted[n++] = b[q];
+        if (b[q] > b[big])
+            big = q;
+    }
+    int added = 0;
+    if (n >= 4) {
+        qsort(sorted, n, sizeof *sorted, cmp_u64);
+        uint64_t med = sorted[n / 2], top = b[big];
+        if (top >= med + med / 2 && top - med >= ((uint64_t)256 << 20)) {
+            /* the outliers (>= 1.5 x the median); the one most live at the peak */
+            uint32_t at = peak_pos(t);
+            size_t nout = 0, hot = big;
+            uint64_t hot_live = 0;
+            for (size_t i = 0; i < t->ninsts; i++) {
+                if (b[i] < med + med / 2)
+                    continue;
+                nout++;
+                uint64_t live = 0;
+                for (size_t q = 0; q < t->na && at != ADV_NONE; q++) {
+                    const adv_alloc *x = &t->a[q];
+                    if (x->inst == (int32_t)i && x->a_pos < at &&
+                        (x->f_pos == ADV_NONE || x->f_pos >= at))
+                        live += x->size;
+                }
+                if (live > hot_live) {
+                    hot = i;
+                    hot_live = live;
+                }
+            }
+            int k = 0;
+            for (size_t q = 0; q < hot; q++)
+                k += t->insts[q].iteration == t->insts[hot].iteration;
+            char where[160];
+            if (hot_live)
+                snprintf(where, sizeof where, "forward instance %d of iteration %d (microbatch x "
+                         "chunk) holds %s of them at %s", k, t->insts[hot].iteration,
+                         GB(hot_live), t->oom ? "the OOM" : "the peak");
+            else
+                snprintf(where, sizeof where, "none of them is live at %s",
+                         t->oom ? "the OOM" : "the peak");
+            adv_finding_add(v, "X:SHAPE_OUTLIER", "microbatch", rank,
+                            "%zu of the %zu recorded forward instances allocate at least 1.5x "
+                            "the median %s in their layers, the largest %s (%.1fx): they "
+                            "carried more tokens (longer sequences, or more tokens routed to "
+                            "this rank's experts); %s. The predictions are sized for them; "
+                            "capping or splitting the longest samples lowers what they add",
+                            nout, n, GB(med), GB(top), (double)top / (double)(med ? med : 1),
+                            where);
+            added = 1;
+        }
+    }
+    free(b);
+    free(sorted);
+    return added;
+}
+
 int
 adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
 {
@@ -747,6 +1028,9 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
         /* 2. memory outside PyTorch failing or starved; 3. fragmentation */
         if (!graphs && (t->oom || r->oom))
             primary |= triage_oom_cause(&k, v);
+        /* 3b. a checkpoint save's own buffers */
+        if (triage_checkpoint_save(&k, v))
+            primary |= 1;
         /* 4a. the output layer's logits and the loss; a loaded state dict */
         if (triage_logits(t, &v->cfg, v, i, r->rank))
             primary |= 32;
@@ -759,6 +1043,11 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
          * replay bytes alive into the next iteration */
         if (triage_retention_trend(t, r, &v->cfg, v, i) || triage_retention_once(&k, v))
             primary |= 16;
+        /* 5b. retention until the step ends (outputs kept per microbatch) */
+        if (triage_retention_step(&k, v))
+            primary |= 16;
+        /* 6. a microbatch far larger than the others (a finding) */
+        triage_shape_outlier(t, v, r->rank);
     }
     return primary;
 }

@@ -255,9 +255,12 @@ adv_predict_optimizer_state(const adv_cfg *c, uint64_t init_bytes, char *note, s
      * [P] in docs/sources.md; Adam adds m and v like the main params (4+4, or
      * 2+2 with bf16 moments), sharded like them */
     double d = c->dist_opt ? (c->dp > 0 ? c->dp : 1) : 1;
-    double per = (c->bf16 || c->fp16 ? 2 : 4) + 4 + 4 / d;
+    /* --optimizer-cpu-offload: only the share not offloaded keeps its fp32
+     * copy and fp32 moments on the device (advisor_triage.c offload_lever) */
+    double dev = c->optimizer_cpu_offload ? 1.0 - c->offload_fraction : 1.0;
+    double per = (c->bf16 || c->fp16 ? 2 : 4) + 4 + 4 * dev / d;
     double P = (double)init_bytes / per;
-    double mv = c->exp_avg_bf16 ? 4 : 8;
+    double mv = (c->exp_avg_bf16 && !c->optimizer_cpu_offload ? 4 : 8) * dev;
     uint64_t st = (uint64_t)(P * mv / d);
     snprintf(note, n,
              "the trace ends before the first optimizer step: %s of Adam state (exp_avg + "
@@ -884,6 +887,8 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg)
                                 "vocabulary-parallel logits, or fewer layers on the last "
                                 "pipeline stage"
                               : "--cross-entropy-loss-fusion";
+    if (prim->lever[0])
+        return prim->lever;
     if (strstr(prim->code, "RETENTION"))
         return "drop the references that keep last iteration's activations alive";
     /* levers already in use are not offered again (a public report: the
@@ -953,7 +958,7 @@ static const adv_finding *
 primary_finding(const adv_verdict *v)
 {
     static const char *const order[] = {"X:CUDA_GRAPH_POOL", "X:NCCL_BUFFERS",
-                                        "X:FRAGMENTATION", "X:OPTIMIZER_STATE",
+                                        "X:CHECKPOINT_SAVE", "X:FRAGMENTATION", "X:OPTIMIZER_STATE",
                                         "X:PARAM_STATE", "X:RETENTION"};
     const adv_finding *prim = NULL;
     for (size_t k = 0; k < v->nfindings && !prim; k++)

@@ -341,6 +341,9 @@ apply_signal(tl *t, uint8_t role, am_cat_match m, const am_event *ev)
     case AM_SIG_EVAL:
         set_phase(t, AM_PH_eval);
         break;
+    case AM_SIG_SAVE:
+        set_phase(t, AM_PH_checkpoint_save);
+        break;
     case AM_SIG_NONE:
     case AM_SIG_PIPE:
     case AM_SIG_P2P:
@@ -393,6 +396,7 @@ push(tl *t, tl_thread *th, const am_event *ev)
     f.replay = (m.signal == AM_SIG_FWD && th->role == AM_ROLE_BACKWARD) ||
                (parent && parent->replay);
     f.eval = m.signal == AM_SIG_EVAL || (parent && parent->eval);
+    f.save = m.signal == AM_SIG_SAVE || (parent && parent->save);
     if ((m.flags & AM_CF_NVTE) && in_post_process(t, th)) {
         if (f.boundary == AM_BD_layernorm)
             t->post_norm_seen = 1;
@@ -448,6 +452,8 @@ pop(tl *t, tl_thread *th, uint32_t domain)
         th->bwd_layer--;
     if (f.m.signal == AM_SIG_EVAL && t->phase == AM_PH_eval)
         set_phase(t, AM_PH_other);
+    if (f.m.signal == AM_SIG_SAVE && t->phase == AM_PH_checkpoint_save)
+        set_phase(t, AM_PH_other);
     if (f.replay && t->phase == AM_PH_backward_replay) {
         int still = 0;
         for (size_t k = 0; k < th->depth; k++)
@@ -494,6 +500,8 @@ tl_event(tl *t, const am_event *ev)
         for (size_t i = 0; i < t->nstarts; i++)
             if (t->starts[i].id == ev->id) {
                 if (t->starts[i].signal == AM_SIG_EVAL && t->phase == AM_PH_eval)
+                    set_phase(t, AM_PH_other);
+                if (t->starts[i].signal == AM_SIG_SAVE && t->phase == AM_PH_checkpoint_save)
                     set_phase(t, AM_PH_other);
                 t->starts[i] = t->starts[--t->nstarts];
                 break;
@@ -574,6 +582,8 @@ tl_attr(tl *t, const am_event *ev, uint64_t seq)
     const tl_frame *top = th->depth ? &th->stack[th->depth - 1] : NULL;
     if (top && top->eval)
         a.phase = AM_PH_eval;
+    else if (top && top->save)
+        a.phase = AM_PH_checkpoint_save;
     else if (th->role == AM_ROLE_BACKWARD)
         a.phase = (top && top->replay) ? AM_PH_backward_replay : AM_PH_backward;
     else if (th->role == AM_ROLE_MAIN && t->phase == AM_PH_backward)

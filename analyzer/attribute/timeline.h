@@ -28,6 +28,7 @@ typedef struct tl_frame {
     uint8_t boundary;         /* resolved (inherit applied) */
     uint8_t replay;           /* FWD frame on a backward thread */
     uint8_t eval;             /* inside an EVAL frame */
+    uint8_t save;             /* inside a SAVE frame (checkpoint save) */
     uint32_t call_id;         /* module call this frame belongs to */
 } tl_frame;
 

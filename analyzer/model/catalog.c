@@ -28,6 +28,7 @@ typedef struct cat_row {
 #define P2P AM_SIG_P2P
 #define NCCL AM_SIG_NCCL
 #define EVAL AM_SIG_EVAL
+#define SAVE AM_SIG_SAVE
 #define NONE AM_SIG_NONE
 #define LAYER AM_CF_LAYER
 #define NVTE AM_CF_NVTE

@@ -9,7 +9,8 @@
 
 /* Training phases (docs/architecture.md). Order is the JSON/text order. */
 #define AM_PHASES(X) X(init) X(forward) X(backward) X(backward_replay) X(grad_sync) \
-    X(optimizer) X(optimizer_state_init) X(param_sync) X(eval) X(other) X(unknown)
+    X(optimizer) X(optimizer_state_init) X(param_sync) X(eval) X(checkpoint_save) X(other) \
+    X(unknown)
 typedef enum am_phase {
 #define X(n) AM_PH_##n,
     AM_PHASES(X)
@@ -34,7 +35,7 @@ typedef enum am_boundary {
 /* What a range says about the program phase (catalog.def). */
 typedef enum am_signal {
     AM_SIG_NONE = 0, AM_SIG_FWD, AM_SIG_BWD, AM_SIG_OPT, AM_SIG_STEP, AM_SIG_ZERO,
-    AM_SIG_PIPE, AM_SIG_P2P, AM_SIG_NCCL, AM_SIG_EVAL
+    AM_SIG_PIPE, AM_SIG_P2P, AM_SIG_NCCL, AM_SIG_EVAL, AM_SIG_SAVE
 } am_signal;
 
 enum {

@@ -1001,6 +1001,164 @@ def r02():
     shutil.rmtree(tmp2, ignore_errors=True)
 
 
+def offload():
+    """issue 21: optimizer CPU offload (Megatron-Core's HybridDeviceOptimizer). With
+    the fraction at 0 the first Adam step's fp32 moments decide the OOM: the lever is a
+    larger --optimizer-offload-fraction (never 16-bit moments: the hybrid optimizer's
+    Adam takes no dtype flags); megasim running the recommended fraction fits, at or
+    under the predicted peak (an upper bound: the parameter that crosses the threshold
+    is offloaded too). Everything offloaded (the default fraction 1.0) fits."""
+    flags, cap, _ = flagsets.SCENARIOS["offload-none"]
+    v = scenario("offload none", flags[:-len(PROFILE)], cap, expect_code="X:OPTIMIZER_STATE",
+                 expect_findings=["X:OPTIMIZER_STATE"],
+                 must_not=["R:SELECTIVE", "R:FULL", "OK:FITS"])
+    f = v and finding(v, "X:OPTIMIZER_STATE")
+    if ok(f is not None, "offload none: state finding", v and codes(v)):
+        ok("exp-avg-dtype bf16" not in v["change"] and "halves fp32 Adam moments" not in
+           f["evidence"] and "do not apply" in f["evidence"],
+           "offload none: no 16-bit-moments lever (the hybrid optimizer ignores the dtypes)",
+           f["evidence"])
+        m = re.match(r"--optimizer-offload-fraction ([0-9.]+)$", v["change"])
+        pm = re.search(r"--optimizer-offload-fraction \S+ \(now 0.00\) .*?: -(\S+ GiB) "
+                       r"\(peak (\S+ GiB)", f["evidence"])
+        if ok(m is not None and pm is not None and 0 < float(m.group(1)) < 1,
+              "offload none: the change is a fraction below 1 with its bytes",
+              (v["change"], f["evidence"])):
+            run, rc, tmp, err = run_megasim(OFFLOAD_BASE + ["--optimizer-offload-fraction",
+                                                            m.group(1)] + PROFILE, cap)
+            doc = analyze(run)
+            sim = tensor_peaks(doc).get(0, 0)
+            ok(rc == 0 and doc["verdict"]["code"] == "OK:FITS" and
+               sim <= gib_of(pm.group(2)) + 0.01 * GIB,
+               "offload none: megasim with --optimizer-offload-fraction %s fits, peak %.2f GiB "
+               "<= predicted %s" % (m.group(1), sim / GIB, pm.group(2)),
+               (rc, doc["verdict"]["code"], err[-600:]))
+            shutil.rmtree(tmp, ignore_errors=True)
+    flags, cap, _ = flagsets.SCENARIOS["offload-all"]
+    v = scenario("offload all", flags[:-len(PROFILE)], cap, expect_code="OK:FITS",
+                 must_not=["X:OPTIMIZER_STATE"])
+    ok(v is not None and finding(v, "X:OPTIMIZER_STATE") is None,
+       "offload all: no optimizer-state finding", v and codes(v))
+
+
+OFFLOAD_BASE = flagsets.OFFLOAD
+
+
+def seq_lengths():
+    """issue 21: shapes that change. Every fourth microbatch is an 8192-token sample
+    among 2048-token ones: X:SHAPE_OUTLIER names the 4x microbatches as a finding, the
+    verdict is the recompute setting sized for them, and megasim running it with the
+    same lengths peaks within 2% of the prediction and fits. The same job with fixed
+    2048-token microbatches has no outlier."""
+    flags, cap, _ = flagsets.SCENARIOS["seq-lengths"]
+    v = scenario("seq lengths", flags[:-len(PROFILE)], cap, expect_code="R:FULL",
+                 expect_findings=["X:SHAPE_OUTLIER"], must_not=["OK:FITS", "X:"])
+    f = v and finding(v, "X:SHAPE_OUTLIER")
+    if ok(f is not None and "3 of the 12 recorded forward instances" in f["evidence"] and
+          "(4.0x)" in f["evidence"] and "holds" in f["evidence"],
+          "seq lengths: the three 8192-token microbatches, 4x the median, one live at the peak",
+          f):
+        c = next(c for c in v["candidates"] if c.get("chosen"))
+        run, rc, tmp, err = run_megasim(flags + cand_flags(c), cap)
+        doc = analyze(run)
+        sim = tensor_peaks(doc).get(0, 0)
+        pred = c["max_predicted_peak_bytes"]
+        ok(rc == 0 and sim and abs(pred - sim) <= 0.02 * sim,
+           "seq lengths: %s predicted %.2f GiB, megasim %.2f GiB (2%%)" %
+           (c["setting"], pred / GIB, sim / GIB), err[-600:])
+        shutil.rmtree(tmp, ignore_errors=True)
+    run, rc, tmp, err = run_megasim(flagsets.SEQ_LENGTHS + PROFILE, cap)
+    doc = analyze(run)
+    ok(rc == 0 and finding(doc["verdict"], "X:SHAPE_OUTLIER") is None,
+       "seq lengths control (fixed 2048 tokens): no outlier", codes(doc["verdict"]))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def checkpoint_save():
+    """issue 21: a checkpoint save is its own phase (checkpoint_save) and its own
+    cause. The fully reshardable optimizer state gathered with NCCL holds, per DP
+    bucket and key, DP receive buffers and the sent shard on the device: (DP + 1) x
+    P/DP x 4 bytes, P = 751,847,424 parameters (a hand count: embedding and output
+    layer 128256 x 2048 each, the final norm, 4 layers of 56,627,200): 4.20 GiB on top
+    of the state; X:CHECKPOINT_SAVE with the Gloo gather as the change, never a
+    recompute setting. With the Gloo gather the save allocates nothing there."""
+    P = 2 * 128256 * 2048 + 2048 + 4 * 56627200
+    flags, cap, _ = flagsets.SCENARIOS["checkpoint-save"]
+    v = scenario("checkpoint save", flags[:-len(PROFILE)], cap,
+                 expect_code="X:CHECKPOINT_SAVE", expect_findings=["X:CHECKPOINT_SAVE"],
+                 must_not=["R:SELECTIVE", "R:FULL", "OK:FITS", "X:FRAGMENTATION"])
+    f = v and finding(v, "X:CHECKPOINT_SAVE")
+    if ok(f is not None and f["subtype"] == "oom_in_save", "checkpoint save: OOM in the save",
+          f):
+        m = re.search(r"buffers hold (\S+ \S+) \(the failed request included\)", f["evidence"])
+        ok(m is not None and abs(gib_of(m.group(1)) - 3 * ((P + 1) // 2) * 4) < 0.01 * GIB,
+           "checkpoint save: the gather's buffers 3 x P/2 x 4 bytes (%d)" % (6 * P),
+           f["evidence"])
+        ok(v["change"].startswith("--distrib-optim-fully-reshardable-mem-efficient"),
+           "checkpoint save: the change is the Gloo gather", v["change"])
+        ok("phase checkpoint_save" in v["why"], "checkpoint save: the OOM's phase is named",
+           v["why"])
+    flags, cap, _ = flagsets.SCENARIOS["checkpoint-save-gloo"]
+    run, rc, tmp, err = run_megasim(flags, cap)
+    doc = analyze(run)
+    ok(rc == 0 and doc["verdict"]["code"] != "X:CHECKPOINT_SAVE" and
+       not any(c["phase"] == "checkpoint_save" for c in doc["ranks"][0]["peak"]["contributors"]),
+       "checkpoint save, Gloo gather: the save fits and holds no device bytes at the peak",
+       (rc, doc["verdict"]["code"], err[-600:]))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def retention_no_recompute():
+    """issue 21: retention not tied to recompute. (a) A hook keeps 128 MiB after
+    every microbatch's forward (4 per iteration): growth of exactly 512 MiB per
+    iteration, and megasim's own OOM lands between the advisor's two projections
+    (the budget's and the device's). (b) The last stage keeps each microbatch's bf16
+    logits (2 s V bytes) until the step returns: X:RETENTION (step), never X:LOGITS
+    or its fused-loss lever (the fused loss does not free kept logits); the peak
+    predicted without them against megasim without the fault, within 2%."""
+    flags, cap, _ = flagsets.SCENARIOS["leak-per-microbatch"]
+    v = scenario("leak per microbatch", flags[:-len(flagsets.PROFILE_ALL)], cap,
+                 expect_code="X:RETENTION", expect_findings=["X:RETENTION"],
+                 must_not=["R:SELECTIVE", "R:FULL", "OK:FITS"], profile=flagsets.PROFILE_ALL)
+    f = v and finding(v, "X:RETENTION")
+    if ok(f is not None and f["subtype"] == "growth" and
+          "grow by 512.00 MiB per iteration" in f["evidence"],
+          "leak per microbatch: growth of 4 x 128 MiB per iteration", f):
+        mb = re.search(r"passes the \S+ GiB budget in iteration (\d+)", f["evidence"])
+        md = re.search(r"reaches the \S+ GiB device in iteration (\d+)", f["evidence"])
+        run, rc, tmp, err = run_megasim(flagsets.LEAK_MICROBATCH + flagsets.PROFILE_ALL, cap)
+        oom = analyze(run)["ranks"][0]["oom"]
+        ok(mb and md and rc != 0 and oom and
+           int(mb.group(1)) <= oom["iteration"] <= int(md.group(1)),
+           "leak per microbatch: megasim's OOM (iteration %s) between the projected budget "
+           "and device iterations (%s, %s)" % (oom and oom["iteration"], mb and mb.group(1),
+                                               md and md.group(1)), f["evidence"])
+        shutil.rmtree(tmp, ignore_errors=True)
+    flags, cap, _ = flagsets.SCENARIOS["keep-outputs"]
+    v = scenario("keep outputs", flags[:-len(PROFILE)], cap, expect_code="X:RETENTION",
+                 expect_findings=["X:RETENTION"],
+                 must_not=["X:LOGITS", "R:SELECTIVE", "R:FULL", "OK:FITS"])
+    f = v and finding(v, "X:RETENTION")
+    logits = 2 * 4096 * 128256
+    if ok(f is not None and f["subtype"] == "step", "keep outputs: subtype step", f):
+        m = re.match(r"(\S+ \S+) in (\d+) tensors made in iteration 0's forward \(the largest "
+                     r"(\S+ \S+)\)", f["evidence"])
+        ok(m is not None and abs(gib_of(m.group(1)) - 8 * logits) < 0.01 * GIB and
+           m.group(2) == "8" and gib_of(m.group(3)) == logits,
+           "keep outputs: 8 microbatches' bf16 logits kept (8 x %d bytes)" % logits,
+           f["evidence"])
+        ok("--cross-entropy-loss-fusion" not in v["change"] and "detach" in v["change"],
+           "keep outputs: the change drops the references, not the fused loss", v["change"])
+        p = re.search(r"would fit without them \((\S+ GiB)\)", f["evidence"])
+        run, rc, tmp, err = run_megasim(flagsets.SMALLJOB + ["--global-batch-size", "8"] +
+                                        PROFILE, cap)
+        sim = tensor_peaks(analyze(run)).get(0, 0)
+        ok(p is not None and rc == 0 and sim and abs(gib_of(p.group(1)) - sim) <= 0.02 * sim,
+           "keep outputs: peak without the kept outputs %s, megasim without them %.2f GiB" %
+           (p and p.group(1), sim / GIB), f["evidence"])
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     only = sys.argv[1:]
     for p in SMALL:
@@ -1024,6 +1182,14 @@ def main():
         retention_trend()
     if not only or "optimizer-state" in only:
         optimizer_state()
+    if not only or "offload" in only:
+        offload()
+    if not only or "retention-no-recompute" in only:
+        retention_no_recompute()
+    if not only or "checkpoint-save" in only:
+        checkpoint_save()
+    if not only or "seq-lengths" in only:
+        seq_lengths()
     if not only or "recompute-on" in only:
         recompute_on()
     if not only or "undo-moe-mla" in only:

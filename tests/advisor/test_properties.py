@@ -140,6 +140,23 @@ SCENARIOS = [
                                 "--use-distributed-optimizer", "--micro-batch-size", "1",
                                 "--global-batch-size", "8", "--train-iters", "2"], 26,
        expect=("n/a", "before one forward and backward had completed")),
+    # optimizer CPU offload: none offloaded (OOM, the fraction is the lever), all offloaded
+    sc("optimizer offload none", ta.flagsets.OFFLOAD + ["--optimizer-offload-fraction", "0"], 17,
+       expect=("X:OPTIMIZER_STATE", "--optimizer-offload-fraction")),
+    sc("optimizer offload all", ta.flagsets.OFFLOAD, 17),
+    # retention without recompute: a leak after every microbatch; outputs kept to the step's end
+    sc("leak per microbatch", ta.flagsets.LEAK_MICROBATCH + ["--exit-interval", "4"], 32,
+       expect=("X:RETENTION", "grow by 512.00 MiB per iteration")),
+    sc("keep outputs", ta.flagsets.KEEP_OUTPUTS, 24,
+       expect=("X:RETENTION", "freed only when the training step ends")),
+    # a checkpoint save whose NCCL gather of the optimizer state does not fit; the Gloo gather
+    sc("checkpoint save", ta.flagsets.SAVE, 12,
+       expect=("X:CHECKPOINT_SAVE", "phase checkpoint_save")),
+    sc("checkpoint save, Gloo gather", ta.flagsets.SAVE +
+       ["--distrib-optim-fully-reshardable-mem-efficient"], 12),
+    # a long sample every fourth microbatch: recompute sized for it, the outlier a finding
+    sc("seq lengths", ta.flagsets.SEQ_LENGTHS + ["--sim-seq-lengths", "2048*3,8192"], 12,
+       expect=("R:FULL[block,2]", "least replay cost")),
     # OOM before iteration 0: the parameters' construction does not fit 8 GiB
     sc("OOM in init", ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
                        "--max-position-embeddings", "2048", "--global-batch-size", "1",

@@ -219,6 +219,196 @@ def optimizer_checks():
               "need --use-precision-aware-optimizer" in str(e), True)
 
 
+def offload_checks():
+    """--optimizer-cpu-offload (HybridDeviceOptimizer, docs/megasim.md): the
+    params in order go to the host while the offloaded count is below
+    fraction x all; the rest keep an fp32 copy and fp32 Adam moments on the
+    device whatever --exp-avg-dtype says (12 bytes per kept parameter); the
+    grad buffer stays. Llama-3 8B, 4 layers, one rank: the embedding, 4
+    layers and the output layer (with the final norm), hand-counted."""
+    P = P_LLAMA4
+    order = [128256 * 4096] + [218112000] * 4 + [128256 * 4096 + 4096]
+    pa = ["--use-precision-aware-optimizer", "--use-distributed-optimizer",
+          "--optimizer-cpu-offload"]
+    for frac in (1.0, 0.5, 0.25, 0.0):
+        off, kept = 0, 0
+        for n in order:
+            if off < frac * P:
+                off += n
+            else:
+                kept += n
+        check("offload %.2f: device main params, grads, Adam state = 4, 4, 8 bytes x the %d "
+              "params kept" % (frac, kept),
+              optimizer_bytes(pa + ["--optimizer-offload-fraction", str(frac)]),
+              (4 * kept, 4 * P, 8 * kept))
+    # 0.5 of 1,923,125,248: the embedding and layers 0-2 (1,179,672,576) go, layer 3 and the
+    # output layer (743,452,672) stay: layer 2 starts 2,048 elements below the threshold
+    check("offload 0.5 keeps layer 3 and the output layer",
+          optimizer_bytes(pa + ["--optimizer-offload-fraction", "0.5"])[0], 4 * 743452672)
+    check("offload 0: bf16 moments asked for, fp32 moments made (the hybrid optimizer's Adam)",
+          optimizer_bytes(pa + ["--optimizer-offload-fraction", "0", "--exp-avg-dtype", "bf16",
+                                "--exp-avg-sq-dtype", "bf16"])[2], 8 * P)
+    for extra, msg in ((["--optimizer-cpu-offload", "--use-distributed-optimizer"],
+                        "must be used in conjunction with `--use-precision-aware-optimizer`"),
+                       (["--optimizer-cpu-offload", "--use-precision-aware-optimizer"],
+                        "only supported with distributed optimizer")):
+        try:
+            args_for("llama3-8b", extra)
+            got = "accepted"
+        except Exception as e:  # noqa: BLE001 - Megatron's AssertionError / ValueError
+            got = str(e)
+        check("%s is rejected (%s)" % (" ".join(extra), msg), msg in got, True)
+
+
+def step_bytes(extra, M=3):
+    """one training step of M microbatches of a 1-layer Llama-like model (h 1024,
+    s 1024, V 128256) on one rank: (bytes the step's forward_data_store holds at
+    the optimizer step, bytes the leak hook holds after the step, live bytes
+    after the step beyond those before it and the Adam state it created)"""
+    import gc
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "1", "--hidden-size", "1024",
+                               "--ffn-hidden-size", "3584", "--num-attention-heads", "8",
+                               "--seq-length", "1024", "--train-iters", "1",
+                               "--global-batch-size", str(M), "--sim-quiet"] + list(extra))
+    r = training.Rank(a)
+    r.setup()
+    store = []
+    step = r.optimizer_step
+
+    def spy():
+        store.append(sum(t.nbytes for t in (r.models[0].output.kept or [])))
+        step()
+    r.optimizer_step = spy
+    before = cuda.LIVE[0]
+    r.train_step(0, M)
+    leaked = sum(t.nbytes for t in r.leaked)
+    rest = cuda.LIVE[0] - before - sum(t.nbytes for t in r.optimizer_state) - leaked
+    r.engine.stop()
+    del r
+    gc.collect()
+    return store[0], leaked, rest
+
+
+def retention_checks():
+    """--sim-keep-outputs: the last stage's forward_data_store holds every
+    microbatch's bf16 logits (2 s b V/t) at the optimizer step and nothing once
+    the step returns; --sim-leak-mib with --sim-leak-every: X MiB kept per
+    microbatch or once per iteration, for good"""
+    logits = 2 * 1024 * 128256
+    check("keep outputs: 3 microbatches' logits held at the optimizer step, none after",
+          step_bytes(["--sim-keep-outputs"]), (3 * logits, 0, 0))
+    check("leak 64 MiB every microbatch: 3 x 64 MiB after a step of 3",
+          step_bytes(["--sim-leak-mib", "64", "--sim-leak-every", "microbatch"]),
+          (0, 3 * 64 << 20, 0))
+    check("leak 64 MiB every iteration: 64 MiB after a step of 3",
+          step_bytes(["--sim-leak-mib", "64"]), (0, 64 << 20, 0))
+
+
+def microbatch_bytes(extra, M=3):
+    """live bytes each microbatch's forward leaves for its backward (measured
+    at the backward's start) in one training step of a 2-layer Llama-like model
+    (h 1024, V 128256) on one rank"""
+    import gc
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "2", "--hidden-size", "1024",
+                               "--ffn-hidden-size", "3584", "--num-attention-heads", "8",
+                               "--max-position-embeddings", "4096", "--train-iters", "1",
+                               "--global-batch-size", str(M), "--sim-quiet"] + list(extra))
+    r = training.Rank(a)
+    r.setup()
+    got, at = [], [0]
+    fwd, bwd = r.forward_step, r.backward_step
+
+    def f(*x, **k):
+        at[0] = cuda.LIVE[0]
+        return fwd(*x, **k)
+
+    def b(*x, **k):
+        got.append(cuda.LIVE[0] - at[0])
+        return bwd(*x, **k)
+    r.forward_step, r.backward_step = f, b
+    r.train_step(0, M)
+    r.engine.stop()
+    del r
+    gc.collect()
+    return got
+
+
+def seq_length_checks():
+    """--sim-seq-lengths: each microbatch keeps exactly what a job with that fixed
+    --seq-length keeps after a microbatch of the same length (the measure nets
+    out what the previous microbatch's leftovers free during this forward, so
+    the second microbatch, after a shorter one, is not compared)"""
+    var = microbatch_bytes(["--seq-length", "1024", "--sim-seq-lengths", "1024,4096*2"])
+    short = microbatch_bytes(["--seq-length", "1024"])
+    long = microbatch_bytes(["--seq-length", "4096"])
+    check("seq lengths 1024,4096,4096: the first and third microbatch as fixed 1024 / 4096 jobs",
+          (var[0], var[2]), (short[0], long[2]))
+    check("a 4096-token microbatch keeps more than three times a 1024-token one",
+          long[1] > 3 * short[1], True)
+    for bad, msg in ((["--sim-seq-lengths", "8192"], "above --max-position-embeddings"),
+                     (["--sim-seq-lengths", "1024", "--pipeline-model-parallel-size", "2"],
+                      "needs --variable-seq-lengths")):
+        try:
+            args_for("llama3-8b", ["--max-position-embeddings", "4096"] + bad)
+            got = "accepted"
+        except Exception as e:  # noqa: BLE001 - megasim's ConfigError
+            got = str(e)
+        check("--sim-seq-lengths rejected: %s" % msg, msg in got, True)
+
+
+def save_gather_bytes(extra):
+    """live bytes above the state at each NCCL all-gather of a checkpoint save
+    (rank 0 of DP=2, 4-layer Llama-3 8B, distributed optimizer)"""
+    import gc
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2")
+    from megasim import training
+    a = args_for("llama3-8b", ["--num-layers", "4", "--train-iters", "1",
+                               "--use-distributed-optimizer", "--save", "/nonexistent",
+                               "--save-interval", "1", "--dist-ckpt-optim-fully-reshardable",
+                               "--sim-quiet"] + list(extra))
+    r = training.Rank(a)
+    r.setup()
+    seen = []
+    coll = r.dev.collective
+    base = cuda.LIVE[0]
+
+    def spy(fn, nbytes, group, *rest):
+        seen.append((fn, group, cuda.LIVE[0] - base))
+        return coll(fn, nbytes, group, *rest)
+    r.dev.collective = spy
+    r.save_checkpoint(1)
+    after = cuda.LIVE[0] - base
+    r.dev.collective = coll
+    r.engine.stop()
+    del r
+    gc.collect()
+    return seen, after
+
+
+def save_checks():
+    """--dist-ckpt-optim-fully-reshardable: per bucket and key (param, exp_avg,
+    exp_avg_sq) DP receive buffers + the sent shard, fp32, live at the
+    all-gather; one bucket without --overlap-grad-reduce, buckets of
+    max(4e7, 1e6 x DP) elements with it; nothing with the Gloo gather"""
+    local = P_LLAMA4 // 2
+    seen, after = save_gather_bytes([])
+    check("save, NCCL gather: 3 all-gathers of (2 + 1) x P/2 x 4 bytes, none left",
+          (seen, after), ([("ncclAllGather", "dp", 3 * local * 4)] * 3, 0))
+    seen, after = save_gather_bytes(["--overlap-grad-reduce"])
+    check("save with --overlap-grad-reduce: 49 buckets of 4e7 elements (the last %d), "
+          "3 keys each" % (P_LLAMA4 - 48 * 40000000),
+          (len(seen), max(s[2] for s in seen), seen[-1][2]),
+          (49 * 3, 3 * 20000000 * 4, 3 * ((P_LLAMA4 - 48 * 40000000) // 2) * 4))
+    check("save with --distrib-optim-fully-reshardable-mem-efficient: no device gather",
+          save_gather_bytes(["--distrib-optim-fully-reshardable-mem-efficient"]), ([], 0))
+    from megasim.training import ddp_buckets
+    check("ddp_buckets pads each bucket to a multiple of DP", ddp_buckets(10, 4, False), [12])
+
+
 def loss_bytes(extra):
     """(live bytes the output layer + loss keep for the backward, the forward's
     peak above its input) of one microbatch of Llama-3 8B (s 8192, V 128256) on
@@ -288,6 +478,10 @@ def main():
     table_checks()
     sim_checks()
     optimizer_checks()
+    offload_checks()
+    retention_checks()
+    save_checks()
+    seq_length_checks()
     loss_checks()
     resume_checks()
     print("TAP version 13")

@@ -135,6 +135,11 @@ def build_parser():
     a("--exp-avg-sq-dtype", default="fp32", choices=["fp32", "fp16", "bf16", "fp8"])
     a("--main-params-dtype", default="fp32", choices=["fp32", "fp16"])
     a("--main-grads-dtype", default="fp32", choices=["fp32", "bf16"])
+    # optimizer CPU offload (HybridDeviceOptimizer; arguments.py's defaults)
+    a("--optimizer-cpu-offload", action="store_true")
+    a("--optimizer-offload-fraction", type=float, default=1.0)
+    a("--use-torch-optimizer-for-cpu-offload", action="store_true")
+    a("--overlap-cpu-optimizer-d2h-h2d", action="store_true")
     # recompute
     a("--recompute-granularity", default=None)
     a("--recompute-method", default=None)
@@ -159,6 +164,16 @@ def build_parser():
     a("--exit-interval", type=int, default=None)
     a("--log-interval", type=int, default=100)
     a("--empty-unused-memory-level", type=int, default=0, choices=[0, 1, 2])
+    a("--variable-seq-lengths", action="store_true")
+    # checkpointing (megasim writes nothing: the save's device bytes and collectives only)
+    a("--save", default=None)
+    a("--save-interval", "--persistent-save-interval", type=int, default=None)
+    a("--async-save", action="store_true")
+    a("--use-persistent-ckpt-worker", action="store_true")
+    a("--ckpt-format", default="torch_dist", choices=["torch", "torch_dist", "torch_dcp",
+                                                      "fsdp_dtensor"])
+    a("--dist-ckpt-optim-fully-reshardable", action="store_true")
+    a("--distrib-optim-fully-reshardable-mem-efficient", action="store_true")
     # profiling
     a("--profile", action="store_true")
     a("--profile-step-start", type=int, default=10)
@@ -191,6 +206,17 @@ def build_parser():
     g.add_argument("--sim-leak-mib", type=float, default=0.0,
                    help="fault: every iteration a logging hook keeps X MiB of the first "
                         "microbatch's activations alive for good (retention that grows)")
+    g.add_argument("--sim-seq-lengths", default=None,
+                   help="sequence length of each microbatch in turn, cycling over the run's "
+                        "microbatches: 'L1,L2,...', 'L*k' repeats L k times (e.g. '2048*3,8192': "
+                        "every fourth microbatch is a long sample)")
+    g.add_argument("--sim-leak-every", default="iteration", choices=["iteration", "microbatch"],
+                   help="with --sim-leak-mib: keep X MiB once per iteration (its first "
+                        "microbatch) or after every microbatch's forward")
+    g.add_argument("--sim-keep-outputs", action="store_true",
+                   help="fault: on the last pipeline stage the loss function hands back each "
+                        "microbatch's logits undetached and the schedule's forward_data_store "
+                        "keeps them until the training step returns")
     g.add_argument("--sim-nccl-buffers-mib", type=float, default=0.0,
                    help="fault: NCCL buffers (outside PyTorch) per communicator, growing with each "
                         "communicator created")
@@ -239,6 +265,37 @@ class ConfigError(Exception):
     pass
 
 
+def parse_seq_lengths(args):
+    """--sim-seq-lengths 'L1,L2*k,...' -> [L1, L2, L2, ...]; each length at most
+    --max-position-embeddings (RoPE/learned positions) and divisible by CP (and
+    by TP with sequence parallelism); pipelines need Megatron's
+    --variable-seq-lengths (its p2p then sends shapes first); CUDA graphs and
+    the interleaved schedule are not simulated with it"""
+    out = []
+    for tok in args.sim_seq_lengths.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:\*\s*(\d+))?\s*", tok)
+        if not m or int(m.group(1)) < 1:
+            raise ConfigError("megasim: bad --sim-seq-lengths item %r (L or L*k)" % tok)
+        out += [int(m.group(1))] * int(m.group(2) or 1)
+    div = args.context_parallel_size * (args.tensor_model_parallel_size
+                                        if args.sequence_parallel else 1)
+    for s in out:
+        if s > args.max_position_embeddings:
+            raise ConfigError("megasim: --sim-seq-lengths %d is above --max-position-embeddings "
+                              "%d" % (s, args.max_position_embeddings))
+        if s % div:
+            raise ConfigError("megasim: --sim-seq-lengths %d is not divisible by %d (CP x TP "
+                              "with sequence parallelism)" % (s, div))
+    if args.pipeline_model_parallel_size > 1 and not args.variable_seq_lengths:
+        raise ConfigError("megasim: --sim-seq-lengths with pipeline parallelism needs "
+                          "--variable-seq-lengths (Megatron's p2p assumes one shape otherwise)")
+    if args.cuda_graph_impl != "none" or args.num_layers_per_virtual_pipeline_stage or \
+            args.num_virtual_stages_per_pipeline_rank:
+        raise ConfigError("megasim: --sim-seq-lengths is not simulated with CUDA graphs or the "
+                          "interleaved schedule")
+    return out
+
+
 def _check(cond, msg, exc=AssertionError):
     if not cond:
         raise exc(msg)
@@ -277,6 +334,21 @@ def finalize(args):
                args.main_grads_dtype == "fp32",
                "--exp-avg-dtype, --exp-avg-sq-dtype, --main-params-dtype and --main-grads-dtype "
                "other than fp32 need --use-precision-aware-optimizer")
+    if args.optimizer_cpu_offload:      # arguments.py validate_args (Megatron's message)
+        _check(args.use_precision_aware_optimizer,
+               "The optimizer cpu offload must be used in conjunction with "
+               "`--use-precision-aware-optimizer`, as the hybrid device optimizer reuses the code "
+               "path of this flag.")
+        _check(args.use_distributed_optimizer,
+               "--use-precision-aware-optimizer only supported with distributed optimizer",
+               ValueError)
+        _check(0.0 <= args.optimizer_offload_fraction <= 1.0,
+               "megasim: --optimizer-offload-fraction must be between 0 and 1")
+    args.sim_seq_list = parse_seq_lengths(args) if args.sim_seq_lengths else []
+    if args.ckpt_format != "torch" and args.async_save and not args.use_persistent_ckpt_worker:
+        print("WARNING: --async-save is not supported without --use-persistent-ckpt-worker. "
+              "Disabling --async-save.", file=sys.stderr)       # arguments.py validate_args
+        args.async_save = False
     if args.enable_cuda_graph or args.external_cuda_graph:
         _check(args.cuda_graph_impl == "none",
                "Do not use enable_cuda_graph or external_cuda_graph with cuda_graph_impl.")

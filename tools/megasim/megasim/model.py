@@ -868,6 +868,8 @@ class OutputLayer:
     def __init__(self, args, S):
         self.args, self.S = args, S
         self.final_layernorm = TENorm(S, args.normalization == "RMSNorm", "final_layernorm")
+        # --sim-keep-outputs: the training step's forward_data_store (a list), else None
+        self.kept = None
 
     def forward(self, hidden_states, labels):
         S = self.S
@@ -875,6 +877,10 @@ class OutputLayer:
         total = Tensor(S.x_full, "output_ag_input") if S.ts > 1 else None
         logits = te.gemm(S.logits, "logits")   # cuBLAS through torch matmul
         del total
+        if self.kept is not None:
+            # fault: the loss function returns the logits undetached (for metrics) and
+            # the schedule's forward_data_store keeps them until the step returns
+            self.kept.append(logits)
         ag.record("ColumnParallelLinearBackward", [ln], self._linear_backward)
         del ln
         if self.args.cross_entropy_loss_fusion:

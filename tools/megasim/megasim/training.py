@@ -91,6 +91,43 @@ def param_counts(args, S, layer_number):
     return attn + h + (h * S.gamma * S.f + S.f * h) // t, 0
 
 
+# megasim's range around a checkpoint save (the analyzer's checkpoint_save phase)
+SAVE_RANGE = "megatron.training.checkpointing.save_checkpoint"
+
+
+def ddp_buckets(elems, dp, overlap_grad_reduce):
+    """element counts of a DDP buffer's buckets (distributed_data_parallel.py:
+    one bucket without --overlap-grad-reduce, else about max(4e7, 1e6 x DP)
+    elements each; Megatron ends buckets at parameter boundaries, megasim
+    cuts evenly), each padded to a multiple of DP"""
+    if not elems:
+        return []
+    size = elems if not overlap_grad_reduce else max(40000000, 1000000 * dp)
+    out = []
+    while elems > 0:
+        b = min(size, elems)
+        out.append((b + dp - 1) // dp * dp)
+        elems -= b
+    return out
+
+
+def offload_split(shards, fraction):
+    """HybridDeviceOptimizer._get_sub_optimizer_param_groups ([M] in
+    docs/sources.md): walking the params in order, a param goes to the host
+    while the elements offloaded so far are below fraction x all elements (so
+    the param that crosses the threshold goes too). shards: (name, full
+    elements, elements the optimizer holds). Returns (elements offloaded, the
+    shards kept on the device)."""
+    threshold = sum(s[2] for s in shards) * fraction
+    off, kept = 0, []
+    for s in shards:
+        if off < threshold:
+            off += s[2]
+        else:
+            kept.append(s)
+    return off, kept
+
+
 class Rank:
     def __init__(self, args):
         self.args = args
@@ -102,6 +139,7 @@ class Rank:
         self.dev = cuda.device()
         self.quiet = args.sim_quiet
         self.param_gather_pending = set()
+        self.mb_base = 0
 
     def log(self, msg):
         if not self.quiet:
@@ -152,6 +190,7 @@ class Rank:
             post = par.pp_rank == par.pp - 1 and c == nchunk - 1
             self.models.append(GPTModel(a, layers, pre, post))
         self.build_params(chunks)
+        self.by_length = {a.seq_length: (self.models, self.S)}    # --sim-seq-lengths
         self.engine = ag.AutogradEngine(dev)
         self.optimizer_state = []
         self.leaked, self.leaked_this_iter = [], False
@@ -208,13 +247,39 @@ class Rank:
         # shards them); main_param_elems: their element counts, for the Adam state
         self.main_params, self.main_param_elems = [], []
         mb = DTYPE_BYTES[a.main_params_dtype]
+        shards = []
         for name, d, e in self.layer_params:
             for n, dp in ((d, par.dp), (e, par.edp)):
-                if not n:
-                    continue
-                shard = n // dp if a.use_distributed_optimizer else n
-                self.main_params.append(Tensor(shard * mb, name + ".main_param", "main_param"))
-                self.main_param_elems.append(shard)
+                if n:
+                    shards.append((name, n, n // dp if a.use_distributed_optimizer else n))
+        if a.optimizer_cpu_offload:
+            self.build_hybrid_optimizer(shards)
+            return
+        for name, _, shard in shards:
+            self.main_params.append(Tensor(shard * mb, name + ".main_param", "main_param"))
+            self.main_param_elems.append(shard)
+
+    def build_hybrid_optimizer(self, shards):
+        """--optimizer-cpu-offload: Megatron-Core's HybridDeviceOptimizer
+        (docs/megasim.md, "Optimizer CPU offload"). get_megatron_optimizer
+        first builds one over the whole (unsharded) params, then
+        DistributedOptimizer.__init__ builds it again over its shards; each
+        offloads a prefix of its params (in order, while the offloaded count is
+        below fraction x all) to pinned host memory and clones every other one
+        to an fp32 copy on the device (param_update_in_fp32). The first one's
+        copies are a transient here (freed once the second exists). The
+        device's Adam moments (fp32: the dtype flags do not reach it) follow
+        the kept shards at the first step. shards: (name, full elements, shard
+        elements) in the optimizer's parameter order (megasim's granularity:
+        one per layer's dense and expert weights)."""
+        f = self.args.optimizer_offload_fraction
+        first = [Tensor(n * 4, name + ".hdo_fp32_copy", "main_param")
+                 for name, n, _ in offload_split([(nm, n, n) for nm, n, _ in shards], f)[1]]
+        self.offloaded_elems, kept = offload_split(shards, f)
+        for name, _, shard in kept:
+            self.main_params.append(Tensor(shard * 4, name + ".main_param", "main_param"))
+            self.main_param_elems.append(shard)
+        del first
 
     def load_checkpoint(self):
         """Resume (fault): optimizer state created before the first forward by
@@ -231,10 +296,12 @@ class Rank:
         """Adam's exp_avg and exp_avg_sq per main param, fp32 or, with
         --use-precision-aware-optimizer, --exp-avg-dtype / --exp-avg-sq-dtype."""
         a = self.args
+        # --optimizer-cpu-offload: the hybrid optimizer's device Adam gets no dtype arguments
+        m1, m2 = (4, 4) if a.optimizer_cpu_offload else (DTYPE_BYTES[a.exp_avg_dtype],
+                                                         DTYPE_BYTES[a.exp_avg_sq_dtype])
         for n in self.main_param_elems:
-            self.optimizer_state.append(Tensor(n * DTYPE_BYTES[a.exp_avg_dtype], "exp_avg", "optim"))
-            self.optimizer_state.append(Tensor(n * DTYPE_BYTES[a.exp_avg_sq_dtype], "exp_avg_sq",
-                                               "optim"))
+            self.optimizer_state.append(Tensor(n * m1, "exp_avg", "optim"))
+            self.optimizer_state.append(Tensor(n * m2, "exp_avg_sq", "optim"))
 
     # ------------------------------------------------------------- schedules
     def get_batch(self, model):
@@ -264,8 +331,10 @@ class Rank:
         with ag.tape_scope(tape):
             out = m.forward(tokens, pos, labels, measure)
         del tokens, pos, labels
-        if self.args.sim_leak_mib and not self.leaked_this_iter:
-            # fault: a user's logging hook keeps a copy of this iteration's activations
+        if self.args.sim_leak_mib and (self.args.sim_leak_every == "microbatch" or
+                                       not self.leaked_this_iter):
+            # fault: a user's logging hook keeps a copy of this iteration's (or with
+            # --sim-leak-every microbatch, of every microbatch's) activations
             self.leaked_this_iter = True
             self.leaked.append(Tensor(int(self.args.sim_leak_mib * MIB), "logged_activations",
                                       "act"))
@@ -337,6 +406,34 @@ class Rank:
             self._send_bwd(c)
             return self._recv_fwd(c)
 
+    def use_mb(self, j):
+        """--sim-seq-lengths: size what follows for microbatch j of this
+        iteration (the run's microbatch it x M + j takes the next length in
+        turn). Called before a microbatch's receive, forward and backward; a
+        combined send/receive counts the sent bytes at the received
+        microbatch's length."""
+        L = self.args.sim_seq_list
+        if not L:
+            return
+        s = L[(self.mb_base + j) % len(L)]
+        if s not in self.by_length:
+            # the model's modules size their tensors from the sequence length at
+            # build time: one set of module objects (no parameters: those live in
+            # the rank's buffers) per length, built with --seq-length s
+            a, keep = self.args, self.args.seq_length
+            a.seq_length = s
+            try:
+                models = [GPTModel(a, [x.layer_number for x in m.decoder.layers],
+                                   m.pre_process, m.post_process)
+                          for m in self.by_length[keep][0]]
+                for m, m0 in zip(models, self.by_length[keep][0]):
+                    if m.output is not None:
+                        m.output.kept = m0.output.kept    # this step's forward_data_store
+                self.by_length[s] = (models, Shapes(a))
+            finally:
+                a.seq_length = keep
+        self.models, self.S = self.by_length[s]
+
     def get_forward_backward_func(self):
         """schedules.get_forward_backward_func"""
         par = self.par
@@ -348,6 +445,7 @@ class Rank:
 
     def forward_backward_no_pipelining(self, M, measure):
         for mb in range(M):
+            self.use_mb(mb)
             out, tape = self.forward_step(0, None, measure and mb == 0)
             del out
             self.backward_step(0, tape, None, mb == M - 1)
@@ -361,6 +459,7 @@ class Rank:
         remaining = M - warmup
         inputs, tapes = [], []
         for mb in range(warmup):
+            self.use_mb(mb)
             inp = self.recv_forward(0)
             out, tape = self.forward_step(0, inp, measure and mb == 0)
             del inp
@@ -368,12 +467,15 @@ class Rank:
             del out                       # deallocate_output_tensor
             tapes.append(tape)
             del tape
+        self.use_mb(warmup)
         inp = self.recv_forward(0) if remaining > 0 else None
         bwd_done = 0
         for i in range(remaining):
             last_iteration = i == remaining - 1
+            self.use_mb(warmup + i)
             out, tape = self.forward_step(0, inp, measure and warmup + i == 0)
             del inp
+            self.use_mb(bwd_done)
             g = self.send_forward_recv_backward(0, out)
             del out
             tapes.append(tape)
@@ -386,8 +488,10 @@ class Rank:
                 inp = None
                 self.send_backward(0)
             else:
+                self.use_mb(warmup + i + 1)
                 inp = self.send_backward_recv_forward(0)
         while tapes:
+            self.use_mb(bwd_done)
             g = self.recv_backward(0)
             t = tapes.pop(0)
             self.backward_step(0, t, g, bwd_done == M - 1)
@@ -500,6 +604,12 @@ class Rank:
         finalize_model_grads (inside the interleaved schedule's misc range),
         optimizer.step"""
         measure = self.args.sim_print_layer_bytes and it == 0
+        self.mb_base = it * M                 # --sim-seq-lengths: the run's microbatch count
+        forward_data_store = []           # --sim-keep-outputs: what the loss function returned
+        for models, _ in self.by_length.values():
+            for m in models:
+                if m.output is not None and self.args.sim_keep_outputs:
+                    m.output.kept = forward_data_store
         self.get_forward_backward_func()(M, measure)
         self.loaded_resident = None       # --sim-resume-resident-stages: dropped at last
         if self.par.vp > 1:
@@ -508,6 +618,44 @@ class Rank:
         else:
             self.finalize_model_grads()
         self.optimizer_step()
+        for models, _ in self.by_length.values():
+            for m in models:
+                if m.output is not None:
+                    m.output.kept = None
+        del forward_data_store            # train_step returns: the kept outputs go
+
+    def save_checkpoint(self, iteration):
+        """save_checkpoint_and_time -> save_checkpoint ([M] in docs/sources.md;
+        docs/megasim.md "Checkpoint save"), inside megasim's range
+        SAVE_RANGE (Megatron emits no NVTX range of its own for the save).
+        The model's and the optimizer's sharded state dicts are views of the
+        live tensors; torch_dist stages them to pinned host memory (not
+        simulated: no device bytes). With the distributed optimizer and
+        --dist-ckpt-optim-fully-reshardable (not mem-efficient),
+        get_parameter_state_dp_zero all-gathers each bucket's fp32 param and
+        Adam shards over DP with NCCL: per bucket and key, DP receive buffers
+        and the sent shard on the device (local = bucket elements / DP, 4
+        bytes each), freed before the next key."""
+        a, dev, par = self.args, self.dev, self.par
+        dev.lib.ms_nvtx_push(SAVE_RANGE.encode())
+        try:
+            if a.use_distributed_optimizer and a.ckpt_format != "torch" and \
+                    a.dist_ckpt_optim_fully_reshardable and \
+                    not a.distrib_optim_fully_reshardable_mem_efficient:
+                for elems, dp, group in ((self.dense_params, par.dp, "dp"),
+                                         (self.expert_params, par.edp, "edp")):
+                    for bucket in ddp_buckets(elems, dp, a.overlap_grad_reduce):
+                        local = bucket // dp
+                        for key in ("param", "exp_avg", "exp_avg_sq"):
+                            recv = [Tensor(local * 4, "ckpt_gather_recv." + key, "ckpt")
+                                    for _ in range(dp)]
+                            send = Tensor(local * 4, "ckpt_gather_send." + key, "ckpt")
+                            dev.collective("ncclAllGather", local * 4 * dp, group, "f32")
+                            del send, recv           # send = None; recv moved to the host
+        finally:
+            dev.lib.ms_nvtx_pop()
+        self.log(" [Rank %d] saved checkpoint from iteration %8d to %s"
+                 % (self.rank, iteration, self.args.save))
 
     def report_memory(self, it):
         s = self.dev.stats()
@@ -553,6 +701,8 @@ class Rank:
                 self.report_memory(done)
             if profile_here and done == a.profile_step_end:
                 NV.enabled = False
+            if a.save and a.save_interval and done % a.save_interval == 0:
+                self.save_checkpoint(done)
             if a.exit_interval and done % a.exit_interval == 0:
                 self.log("exiting program at iteration %d" % done)    # training.py
                 break
