@@ -1124,7 +1124,8 @@ def retention_no_recompute():
     if ok(f is not None and f["subtype"] == "growth" and
           "grow by 512.00 MiB per iteration" in f["evidence"],
           "leak per microbatch: growth of 4 x 128 MiB per iteration", f):
-        mb = re.search(r"passes the \S+ GiB budget in iteration (\d+)", f["evidence"])
+        mb = re.search(r"passes the \S+ GiB left for allocations [^;]*? in iteration (\d+)",
+                       f["evidence"])
         md = re.search(r"reaches the \S+ GiB device in iteration (\d+)", f["evidence"])
         run, rc, tmp, err = run_megasim(flagsets.LEAK_MICROBATCH + flagsets.PROFILE_ALL, cap)
         oom = analyze(run)["ranks"][0]["oom"]
