@@ -61,6 +61,20 @@ R02 = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--hidden-size", "2048"
        "--sim-world-size", "2", "--global-batch-size", "4", "--train-iters", "3",
        "--sim-aux-module-gib", "3", "--sim-aux-module-transient-gib", "7"]
 
+# NCCL starved by PyTorch's cached pool (issue 21): SMALLJOB at 2048 tokens with
+# 1 GiB NCCL buffers per communicator (4 at init, 1 and 2 GiB more at the first
+# collectives), resumed from a checkpoint: the loaded state dict's transient
+# (8 bytes per parameter) leaves PyTorch's cache at 18.26 GiB reserved, and the
+# first communicator to connect (end of iteration 0's backward) finds no room on
+# the one device memory state the runtime and driver doubles share, although
+# PyTorch then allocates only 12.64 GiB. Without the resume the job runs.
+NCCL_STARVED = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size", "2048",
+                "--ffn-hidden-size", "7168", "--num-attention-heads", "16",
+                "--seq-length", "2048", "--max-position-embeddings", "2048",
+                "--train-iters", "3", "--global-batch-size", "2",
+                "--sim-nccl-buffers-mib", "1024"]
+NCCL_STARVED_CAP = 23.25
+
 # name -> (flags, capacity GiB or None, extra recomp-analyze arguments)
 SCENARIOS = {
     "main": (MAIN, None, []),
@@ -103,6 +117,7 @@ SCENARIOS = {
     "outside-starved": (SMALLJOB + ["--global-batch-size", "2", "--sim-foreign-gib", "10"]
                         + PROFILE, 24, []),
     "outside-control": (SMALLJOB + ["--global-batch-size", "2"] + PROFILE, 24, []),
+    "nccl-starved": (NCCL_STARVED + ["--sim-resume-optimizer"] + PROFILE, NCCL_STARVED_CAP, []),
     "retention": (SMALLJOB + ["--global-batch-size", "8", "--sim-retain-replay",
                               "--recompute-granularity", "selective",
                               "--recompute-modules", "mlp"] + PROFILE, 24, []),
