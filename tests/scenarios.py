@@ -41,6 +41,15 @@ SMALL = {
                          "--expert-model-parallel-size", "2", "--seq-length", "2048",
                          "--max-position-embeddings", "2048", "--sim-world-size", "4",
                          "--global-batch-size", "4", "--train-iters", "3"],
+    # context parallelism (issue 21): Llama-3 8B-like at 8192 tokens, CP=2, PP=2; one
+    # --cp-comm-type per layer: ring attention (p2p) on stage 0, all_gather and a2a
+    # on stage 1
+    "cp": ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "8192",
+           "--max-position-embeddings", "8192", "--context-parallel-size", "2",
+           "--pipeline-model-parallel-size", "2", "--sim-world-size", "4",
+           "--use-distributed-optimizer", "--global-batch-size", "4", "--train-iters", "3",
+           "--cp-comm-type", "p2p", "p2p", "p2p", "p2p", "all_gather", "all_gather", "a2a",
+           "a2a"],
 }
 
 # a small dense job whose parameters, grads and Adam state dominate less
@@ -88,6 +97,7 @@ SCENARIOS = {
     "acc-gpt3-175b": (SMALL["gpt3-175b"] + PROFILE, None, []),
     "acc-moonlight-16b": (SMALL["moonlight-16b"] + PROFILE, None, []),
     "acc-deepseek-v2-lite": (SMALL["deepseek-v2-lite"] + PROFILE, None, []),
+    "acc-cp": (SMALL["cp"] + PROFILE, None, []),
     "R01": (["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "4096",
              "--max-position-embeddings", "4096", "--global-batch-size", "2",
              "--train-iters", "3"] + PROFILE, None, ["--budget", "40GiB"]),
