@@ -84,6 +84,18 @@ NCCL_STARVED = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size
                 "--sim-nccl-buffers-mib", "1024"]
 NCCL_STARVED_CAP = 23.25
 
+# a colocated inference engine's memory pool in the training process (issue 21):
+# the R09-like fragmenting job with 8 GiB mapped by vLLM sleep mode's allocator
+# (direct driver calls the shim does not see) on a 72 GiB device; the pool refuses
+# expandable_segments:True, max_split_size_mb:128 lets the job run
+R09_FLAGS = ["--sim-preset", "llama3-8b", "--num-layers", "24",
+             "--pipeline-model-parallel-size", "2", "--sim-world-size", "4",
+             "--sim-only-ranks", "0", "--use-distributed-optimizer",
+             "--global-batch-size", "8", "--train-iters", "3", "--sim-fragment",
+             "--sim-fragment-max-mib", "300"]
+COLOCATED_POOL = R09_FLAGS + ["--sim-colocated-pool-gib", "8"]
+COLOCATED_POOL_CAP = 72
+
 # name -> (flags, capacity GiB or None, extra recomp-analyze arguments)
 SCENARIOS = {
     "main": (MAIN, None, []),
@@ -127,6 +139,7 @@ SCENARIOS = {
     "outside-starved": (SMALLJOB + ["--global-batch-size", "2", "--sim-foreign-gib", "10"]
                         + PROFILE, 24, []),
     "outside-control": (SMALLJOB + ["--global-batch-size", "2"] + PROFILE, 24, []),
+    "colocated-pool": (COLOCATED_POOL + PROFILE, COLOCATED_POOL_CAP, []),
     "nccl-starved": (NCCL_STARVED + ["--sim-resume-optimizer"] + PROFILE, NCCL_STARVED_CAP, []),
     "retention": (SMALLJOB + ["--global-batch-size", "8", "--sim-retain-replay",
                               "--recompute-granularity", "selective",

@@ -631,6 +631,50 @@ triage_outside_oom(const triage_rank *k, adv_verdict *v, uint64_t req)
     return 1;
 }
 
+/* The expandable-segments lever cannot be confirmed from the trace when at
+ * least 1 GiB of the device is held by memory the trace never saw allocated
+ * (cudaMemGetInfo's used bytes beyond everything recorded, the context
+ * included): another process, or an allocator in this process that calls the
+ * driver directly, such as a colocated inference engine's memory pool
+ * (torch.cuda.MemPool with a CUDAPluggableAllocator: vLLM's sleep mode maps
+ * its memory with cuMemCreate/cuMemMap from an extension linked against
+ * libcuda, and refuses to start under expandable_segments:True,
+ * pytorch/pytorch issue 147851). Then `out` gets the caveat and the lever
+ * that works with such a pool: max_split_size_mb at the largest power of two
+ * MiB not above the failed request (req bytes), so blocks of that size are
+ * no longer split and are released whole on an OOM (PyTorch's
+ * CUDACachingAllocator; the option must be above 20 MiB). Returns 1 when
+ * the caveat applies, else 0 with out empty. */
+static int
+fragmentation_unseen_memory(const triage_rank *k, uint64_t req, char *out, size_t len)
+{
+    out[0] = 0;
+    uint64_t unseen = k->r->max_other;
+    if (unseen < ((uint64_t)1 << 30))
+        return 0;
+    uint64_t mib = req >> 20, n = 32;
+    while (n * 2 <= mib)
+        n *= 2;
+    if (mib < 32)
+        snprintf(out, len,
+                 ". The trace did not see %s of the used memory: another process, or a pool "
+                 "in this process calling the driver directly (a colocated engine's "
+                 "torch.cuda.MemPool, e.g. vLLM sleep mode), which refuses "
+                 "expandable_segments:True; then free or sleep that pool around the "
+                 "training step (the request is too small for max_split_size_mb)",
+                 GB(unseen));
+    else
+        snprintf(out, len,
+                 ". The trace did not see %s of the used memory: another process, or a pool "
+                 "in this process calling the driver directly (a colocated engine's "
+                 "torch.cuda.MemPool, e.g. vLLM sleep mode), which refuses "
+                 "expandable_segments:True; then set "
+                 "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:%" PRIu64 " instead, or free or "
+                 "sleep that pool around the training step",
+                 GB(unseen), n);
+    return 1;
+}
+
 /* Step 3, fragmentation: PyTorch's own request of req bytes failed although
  * allocated + req fits the expandable-segments budget and the inactive
  * split (cache: reserved - allocated bytes) exceeds the request. Returns 1
@@ -643,16 +687,19 @@ triage_fragmentation(const triage_rank *k, adv_verdict *v, uint64_t req, uint64_
           t->oom_allocated + req <= k->budget_exp && cache > req &&
           v->baseline[k->i] <= k->budget_exp))
         return 0;
-    adv_finding_add(v, "X:FRAGMENTATION", "inactive_split", k->r->rank,
+    char unseen[512];
+    int pool = fragmentation_unseen_memory(k, req, unseen, sizeof unseen);
+    adv_finding_add(v, "X:FRAGMENTATION", pool ? "inactive_split_unseen" : "inactive_split",
+                    k->r->rank,
                     "PyTorch's request of %s failed with %s allocated (+ request = "
                     "%s, within the %s budget) and %s reserved: %s reserved but "
                     "unallocated (inactive split) exceeds the request %.1fx. Set "
                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (zero "
                     "throughput cost); with CUDA graphs on pre-Blackwell GPUs also "
-                    "NCCL_GRAPH_REGISTER=0",
+                    "NCCL_GRAPH_REGISTER=0%s",
                     GB(req), GB(t->oom_allocated), GB(t->oom_allocated + req),
                     GB(k->budget_exp), GB(t->oom_reserved), GB(cache),
-                    (double)cache / (double)(req ? req : 1));
+                    (double)cache / (double)(req ? req : 1), unseen);
     return 1;
 }
 

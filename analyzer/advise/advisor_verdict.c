@@ -804,6 +804,11 @@ run_sweep_candidates(run_state *st)
 static const char *
 triage_change(const adv_finding *prim, const adv_cfg *cfg)
 {
+    if (strstr(prim->code, "FRAGMENTATION") && strcmp(prim->subtype, "inactive_split_unseen") == 0)
+        return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, unless memory the trace did "
+               "not see is a memory pool in this process (a colocated engine's "
+               "torch.cuda.MemPool, e.g. vLLM sleep mode, refuses it): then the "
+               "max_split_size_mb the why names";
     if (strstr(prim->code, "FRAGMENTATION"))
         return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
     if (strstr(prim->code, "CUDA_GRAPH")) {

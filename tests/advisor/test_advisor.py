@@ -274,6 +274,56 @@ def finding(v, code):
 SMALLJOB = flagsets.SMALLJOB
 
 
+def colocated_pool():
+    """a colocated inference engine's memory pool in the training process
+    (issue 21): vLLM sleep mode's allocator maps 8 GiB with direct driver calls
+    the shim does not see; the job fragments (the R09 shape). The engine refuses
+    expandable segments, so the advice must not rest on them alone: it names the
+    unseen bytes and max_split_size_mb below the failed request, and that
+    setting lets the same job run."""
+    flags, cap = flagsets.COLOCATED_POOL, flagsets.COLOCATED_POOL_CAP
+    saved = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    try:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        run, rc, tmp, err = run_megasim(flags + PROFILE, cap)
+        ok(rc == 1 and "AssertionError: Expandable segments are not compatible with memory "
+           "pool." in err, "colocated pool: expandable_segments:True is refused at start "
+           "(vLLM's assertion)", err[-800:])
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "max_split_size_mb:128"
+        run, rc, tmp, err = run_megasim(flags + PROFILE, cap)
+        ok(rc == 0, "colocated pool: with max_split_size_mb:128 the job runs", err[-800:])
+        shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        else:
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = saved
+    run, rc, tmp, err = run_megasim(flags + PROFILE, cap)
+    if not ok(run is not None and rc == 1, "colocated pool: megasim ran and ran out of memory",
+              err[-800:]):
+        return
+    doc = analyze(run)
+    shutil.rmtree(tmp, ignore_errors=True)
+    v = doc["verdict"]
+    # the bytes: the pool (8 GiB) and the context (512 MiB) only in cudaMemGetInfo
+    r0 = v["ranks"][0]
+    ok(r0["outside_pytorch_bytes"] == 8 * GIB + 512 * (1 << 20),
+       "colocated pool: 8.5 GiB outside PyTorch (pool + context, from cudaMemGetInfo)", r0)
+    f = finding(v, "X:FRAGMENTATION")
+    ok(v["code"] == "X:FRAGMENTATION" and f is not None and
+       f["subtype"] == "inactive_split_unseen",
+       "colocated pool: verdict X:FRAGMENTATION, subtype inactive_split_unseen",
+       json.dumps({"code": v["code"], "findings": v["findings"]})[:2000])
+    ok(f is not None and "did not see 8.50 GiB" in f["evidence"] and
+       "max_split_size_mb:128" in f["evidence"],
+       "colocated pool: evidence names the unseen 8.5 GiB and max_split_size_mb:128",
+       f and f["evidence"])
+    ok(v["change"] != "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" and
+       "max_split_size_mb" in v["change"] and "R:" not in v["code"],
+       "colocated pool: the change does not rest on expandable segments alone", v["change"])
+
+
 def nccl_starved():
     """NCCL's late buffers starved by PyTorch's cached pool (issue 21): runtime
     and driver doubles share one device memory state, so NCCL's cuMemCreate at
@@ -346,6 +396,7 @@ def triage():
            f["evidence"])
         ok("NCCL" in v["change"], "NCCL failing: the change leaves NCCL a margin", v["change"])
     nccl_starved()
+    colocated_pool()
     # another process holds 10 GiB: PyTorch is starved; without it the job fits
     v = scenario("outside PyTorch starved", SMALLJOB + ["--global-batch-size", "2",
                                                          "--sim-foreign-gib", "10"], 24,

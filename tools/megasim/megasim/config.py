@@ -179,6 +179,10 @@ def build_parser():
                    help="simulated device capacity (MOCK_CUDA_CAPACITY; default 80 GiB)")
     g.add_argument("--sim-foreign-gib", type=float, default=0.0,
                    help="fault: another process holds this much memory on each device")
+    g.add_argument("--sim-colocated-pool-gib", type=float, default=0.0,
+                   help="fault: a colocated inference engine's memory pool (vLLM sleep mode's "
+                        "CuMemAllocator) maps this much in each rank with direct driver calls; "
+                        "expandable_segments:True is refused as vLLM refuses it")
     g.add_argument("--sim-resume-optimizer", action="store_true",
                    help="fault: resume from a checkpoint: optimizer state allocated before the first "
                         "forward, with the transient duplicate made while loading")

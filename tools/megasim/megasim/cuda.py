@@ -238,6 +238,19 @@ class Device:
             peer = peer % max(nranks, 1)
         self.nccl.ms_nccl_collective(fn.encode(), int(nbytes), idx, self.DTYPES[dtype], peer)
 
+    def colocated_pool(self, dev, nbytes):
+        """a colocated engine's pool (libmegasim_cumem_allocator.so: direct
+        driver calls the shim does not see); returns its address"""
+        lib = ctypes.CDLL(os.path.join(_find_lib_dir(), "libmegasim_cumem_allocator.so"))
+        lib.ms_cumem_alloc.argtypes = [ctypes.c_int, ctypes.c_uint64,
+                                       ctypes.POINTER(ctypes.c_uint64)]
+        p = ctypes.c_uint64()
+        rc = lib.ms_cumem_alloc(dev, nbytes, ctypes.byref(p))
+        if rc:
+            raise RuntimeError("CUDA Error: out of memory at cumem_allocator.cpp (cuMemCreate = %d)"
+                               % rc)
+        return p.value
+
     def nccl_buffer(self, nbytes):
         p = ctypes.c_uint64()
         rc = self.nccl.ms_nccl_buffer_alloc(nbytes, ctypes.byref(p))
