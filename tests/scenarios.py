@@ -44,6 +44,15 @@ SMALL = {
                          "--expert-model-parallel-size", "2", "--seq-length", "2048",
                          "--max-position-embeddings", "2048", "--sim-world-size", "4",
                          "--global-batch-size", "4", "--train-iters", "3"],
+    # context parallelism (issue 21): Llama-3 8B-like at 8192 tokens, CP=2, PP=2; one
+    # --cp-comm-type per layer: ring attention (p2p) on stage 0, all_gather and a2a
+    # on stage 1
+    "cp": ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "8192",
+           "--max-position-embeddings", "8192", "--context-parallel-size", "2",
+           "--pipeline-model-parallel-size", "2", "--sim-world-size", "4",
+           "--use-distributed-optimizer", "--global-batch-size", "4", "--train-iters", "3",
+           "--cp-comm-type", "p2p", "p2p", "p2p", "p2p", "all_gather", "all_gather", "a2a",
+           "a2a"],
 }
 
 # a small dense job whose parameters, grads and Adam state dominate less
@@ -96,6 +105,32 @@ SEQ_LENGTHS = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size"
                "--max-position-embeddings", "8192", "--vocab-size", "32000",
                "--train-iters", "3", "--global-batch-size", "4"]
 
+# NCCL starved by PyTorch's cached pool (issue 21): SMALLJOB at 2048 tokens with
+# 1 GiB NCCL buffers per communicator (4 at init, 1 and 2 GiB more at the first
+# collectives), resumed from a checkpoint: the loaded state dict's transient
+# (8 bytes per parameter) leaves PyTorch's cache at 18.26 GiB reserved, and the
+# first communicator to connect (end of iteration 0's backward) finds no room on
+# the one device memory state the runtime and driver doubles share, although
+# PyTorch then allocates only 12.64 GiB. Without the resume the job runs.
+NCCL_STARVED = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size", "2048",
+                "--ffn-hidden-size", "7168", "--num-attention-heads", "16",
+                "--seq-length", "2048", "--max-position-embeddings", "2048",
+                "--train-iters", "3", "--global-batch-size", "2",
+                "--sim-nccl-buffers-mib", "1024"]
+NCCL_STARVED_CAP = 23.25
+
+# a colocated inference engine's memory pool in the training process (issue 21):
+# the R09-like fragmenting job with 8 GiB mapped by vLLM sleep mode's allocator
+# (direct driver calls the shim does not see) on a 72 GiB device; the pool refuses
+# expandable_segments:True, max_split_size_mb:128 lets the job run
+R09_FLAGS = ["--sim-preset", "llama3-8b", "--num-layers", "24",
+             "--pipeline-model-parallel-size", "2", "--sim-world-size", "4",
+             "--sim-only-ranks", "0", "--use-distributed-optimizer",
+             "--global-batch-size", "8", "--train-iters", "3", "--sim-fragment",
+             "--sim-fragment-max-mib", "300"]
+COLOCATED_POOL = R09_FLAGS + ["--sim-colocated-pool-gib", "8"]
+COLOCATED_POOL_CAP = 72
+
 # name -> (flags, capacity GiB or None, extra recomp-analyze arguments)
 SCENARIOS = {
     "main": (MAIN, None, []),
@@ -109,6 +144,7 @@ SCENARIOS = {
     "acc-gpt3-175b": (SMALL["gpt3-175b"] + PROFILE, None, []),
     "acc-moonlight-16b": (SMALL["moonlight-16b"] + PROFILE, None, []),
     "acc-deepseek-v2-lite": (SMALL["deepseek-v2-lite"] + PROFILE, None, []),
+    "acc-cp": (SMALL["cp"] + PROFILE, None, []),
     "R01": (["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "4096",
              "--max-position-embeddings", "4096", "--global-batch-size", "2",
              "--train-iters", "3"] + PROFILE, None, ["--budget", "40GiB"]),
@@ -138,6 +174,8 @@ SCENARIOS = {
     "outside-starved": (SMALLJOB + ["--global-batch-size", "2", "--sim-foreign-gib", "10"]
                         + PROFILE, 24, []),
     "outside-control": (SMALLJOB + ["--global-batch-size", "2"] + PROFILE, 24, []),
+    "colocated-pool": (COLOCATED_POOL + PROFILE, COLOCATED_POOL_CAP, []),
+    "nccl-starved": (NCCL_STARVED + ["--sim-resume-optimizer"] + PROFILE, NCCL_STARVED_CAP, []),
     "retention": (SMALLJOB + ["--global-batch-size", "8", "--sim-retain-replay",
                               "--recompute-granularity", "selective",
                               "--recompute-modules", "mlp"] + PROFILE, 24, []),

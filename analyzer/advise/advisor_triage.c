@@ -301,13 +301,11 @@ triage_retention_trend(const adv_trace *t, const am_rank *r, const adv_cfg *c, a
     return 1;
 }
 
-/* Op position of the OOM, else of the recorded tensor-level peak (ADV_NONE
- * when there is none). */
+/* Op position of the recorded tensor-level peak (ADV_NONE when there is
+ * none), whatever failed. */
 static uint32_t
-peak_pos(const adv_trace *t)
+recorded_peak_pos(const adv_trace *t)
 {
-    if (t->oom)
-        return t->oom_pos;
     uint64_t live = 0, mx = 0;
     uint32_t at = ADV_NONE;
     for (uint32_t p = 0; p < t->nops; p++) {
@@ -319,6 +317,14 @@ peak_pos(const adv_trace *t)
         }
     }
     return at;
+}
+
+/* Op position of the OOM, else of the recorded tensor-level peak (ADV_NONE
+ * when there is none). */
+static uint32_t
+peak_pos(const adv_trace *t)
+{
+    return t->oom ? t->oom_pos : recorded_peak_pos(t);
 }
 
 static int
@@ -592,6 +598,41 @@ triage_graph_pools(const triage_rank *k, adv_verdict *v)
     return 2;
 }
 
+/* Step 2a, a library outside PyTorch (NCCL, cuBLAS, cuDNN) failed to
+ * allocate req bytes while PyTorch's cache (reserved but unallocated, cache
+ * bytes) held at least as much, and PyTorch's allocated bytes + memory
+ * outside PyTorch (its maximum over the trace, the context included) + the
+ * request fit the device: the request would have succeeded had the cache
+ * been released, so PyTorch's cached pool starved the library, not the
+ * job's own peak (a one-off peak such as a checkpoint load's transient
+ * leaves the cache at its height while NCCL connects a communicator at its
+ * first collective). The cache's bytes are PyTorch's reserved minus
+ * allocated at the failure (the shim's TENSOR records). Returns 1 when a
+ * finding was added. */
+static int
+triage_cache_starved(const triage_rank *k, adv_verdict *v, int lib, uint64_t req, uint64_t cache)
+{
+    const adv_trace *t = k->t;
+    uint64_t held = v->outside[k->i] + t->oom_allocated;
+    if (!(t->oom && req && cache >= req && k->cap && held + req <= k->cap))
+        return 0;
+    adv_finding_add(v, "X:NCCL_BUFFERS", "cache_starved", k->r->rank,
+                    "the failing %s allocation was made by %s, outside PyTorch, while "
+                    "PyTorch's cache held %s reserved but unallocated (%.1fx the request): "
+                    "PyTorch's allocated %s + memory outside PyTorch up to %s + the request "
+                    "is %s, within the %s device, so PyTorch's cached pool starved %s, not "
+                    "the job's own peak. Release the cache before %s allocates: "
+                    "torch.cuda.empty_cache() after a one-off peak (checkpoint loading) and "
+                    "before the first collective of each group, create the communicators "
+                    "eagerly (init_process_group(device_id=...)) so their buffers exist "
+                    "before the cache grows, or cap the cache "
+                    "(torch.cuda.set_per_process_memory_fraction)",
+                    GB(req), am_lib_name(lib), GB(cache), (double)cache / (double)req,
+                    GB(t->oom_allocated), GB(v->outside[k->i]), GB(held + req), GB(k->cap),
+                    am_lib_name(lib), am_lib_name(lib));
+    return 1;
+}
+
 /* Step 2, a library outside PyTorch (NCCL, cuBLAS, cuDNN) made the failing
  * request of req bytes; cache is PyTorch's reserved-but-unallocated bytes
  * then. Returns 1 when a finding was added. */
@@ -600,6 +641,8 @@ triage_library_oom(const triage_rank *k, adv_verdict *v, int lib, uint64_t req, 
 {
     if (lib != AM_LIB_NCCL && lib != AM_LIB_CUBLAS && lib != AM_LIB_CUDNN)
         return 0;
+    if (triage_cache_starved(k, v, lib, req, cache))
+        return 1;
     adv_finding_add(v, "X:NCCL_BUFFERS", lib == AM_LIB_NCCL ? "nccl_failed" : "library_failed",
                     k->r->rank,
                     "the failing %s allocation was made by %s, outside PyTorch; "
@@ -646,6 +689,50 @@ triage_outside_oom(const triage_rank *k, adv_verdict *v, uint64_t req)
     return 1;
 }
 
+/* The expandable-segments lever cannot be confirmed from the trace when at
+ * least 1 GiB of the device is held by memory the trace never saw allocated
+ * (cudaMemGetInfo's used bytes beyond everything recorded, the context
+ * included): another process, or an allocator in this process that calls the
+ * driver directly, such as a colocated inference engine's memory pool
+ * (torch.cuda.MemPool with a CUDAPluggableAllocator: vLLM's sleep mode maps
+ * its memory with cuMemCreate/cuMemMap from an extension linked against
+ * libcuda, and refuses to start under expandable_segments:True,
+ * pytorch/pytorch issue 147851). Then `out` gets the caveat and the lever
+ * that works with such a pool: max_split_size_mb at the largest power of two
+ * MiB not above the failed request (req bytes), so blocks of that size are
+ * no longer split and are released whole on an OOM (PyTorch's
+ * CUDACachingAllocator; the option must be above 20 MiB). Returns 1 when
+ * the caveat applies, else 0 with out empty. */
+static int
+fragmentation_unseen_memory(const triage_rank *k, uint64_t req, char *out, size_t len)
+{
+    out[0] = 0;
+    uint64_t unseen = k->r->max_other;
+    if (unseen < ((uint64_t)1 << 30))
+        return 0;
+    uint64_t mib = req >> 20, n = 32;
+    while (n * 2 <= mib)
+        n *= 2;
+    if (mib < 32)
+        snprintf(out, len,
+                 ". The trace did not see %s of the used memory: another process, or a pool "
+                 "in this process calling the driver directly (a colocated engine's "
+                 "torch.cuda.MemPool, e.g. vLLM sleep mode), which refuses "
+                 "expandable_segments:True; then free or sleep that pool around the "
+                 "training step (the request is too small for max_split_size_mb)",
+                 GB(unseen));
+    else
+        snprintf(out, len,
+                 ". The trace did not see %s of the used memory: another process, or a pool "
+                 "in this process calling the driver directly (a colocated engine's "
+                 "torch.cuda.MemPool, e.g. vLLM sleep mode), which refuses "
+                 "expandable_segments:True; then set "
+                 "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:%" PRIu64 " instead, or free or "
+                 "sleep that pool around the training step",
+                 GB(unseen), n);
+    return 1;
+}
+
 /* Step 3, fragmentation: PyTorch's own request of req bytes failed although
  * allocated + req fits the expandable-segments budget and the inactive
  * split (cache: reserved - allocated bytes) exceeds the request. Returns 1
@@ -658,16 +745,19 @@ triage_fragmentation(const triage_rank *k, adv_verdict *v, uint64_t req, uint64_
           t->oom_allocated + req <= k->budget_exp && cache > req &&
           v->baseline[k->i] <= k->budget_exp))
         return 0;
-    adv_finding_add(v, "X:FRAGMENTATION", "inactive_split", k->r->rank,
+    char unseen[512];
+    int pool = fragmentation_unseen_memory(k, req, unseen, sizeof unseen);
+    adv_finding_add(v, "X:FRAGMENTATION", pool ? "inactive_split_unseen" : "inactive_split",
+                    k->r->rank,
                     "PyTorch's request of %s failed with %s allocated (+ request = "
                     "%s, within the %s budget) and %s reserved: %s reserved but "
                     "unallocated (inactive split) exceeds the request %.1fx. Set "
                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (zero "
                     "throughput cost); with CUDA graphs on pre-Blackwell GPUs also "
-                    "NCCL_GRAPH_REGISTER=0",
+                    "NCCL_GRAPH_REGISTER=0%s",
                     GB(req), GB(t->oom_allocated), GB(t->oom_allocated + req),
                     GB(k->budget_exp), GB(t->oom_reserved), GB(cache),
-                    (double)cache / (double)(req ? req : 1));
+                    (double)cache / (double)(req ? req : 1), unseen);
     return 1;
 }
 
@@ -702,10 +792,13 @@ triage_optimizer_state(const triage_rank *k, adv_verdict *v)
     const adv_trace *t = k->t;
     const am_rank *r = k->r;
     uint64_t act = 0, all = 0;
-    uint32_t at = t->oom ? t->oom_pos : ADV_NONE;
-    uint8_t ph = t->oom ? t->oom_phase : r->peak[AM_L_TENSOR].phase;
-    if (!t->oom && r->peak[AM_L_TENSOR].known)
-        at = peak_pos(t); /* position of the tensor-level peak of the recorded trace */
+    /* a library's failed request (NCCL, cuBLAS) says nothing about what
+     * PyTorch needed then: judge PyTorch's own tensor-level peak instead */
+    int oom = t->oom && t->oom_lib == AM_LIB_PYTORCH;
+    uint32_t at = oom ? t->oom_pos : ADV_NONE;
+    uint8_t ph = oom ? t->oom_phase : r->peak[AM_L_TENSOR].phase;
+    if (!oom && r->peak[AM_L_TENSOR].known)
+        at = recorded_peak_pos(t); /* the tensor-level peak of the recorded trace */
     if (at != ADV_NONE)
         for (size_t q = 0; q < t->na; q++) {
             const adv_alloc *x = &t->a[q];
@@ -727,7 +820,7 @@ triage_optimizer_state(const triage_rank *k, adv_verdict *v)
                     "lower-precision states (--use-precision-aware-optimizer "
                     "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), optimizer CPU "
                     "offload, or more TP/PP",
-                    t->oom ? "the OOM" : "the peak", am_phase_name(ph), GB(all), GB(act),
+                    oom ? "the OOM" : "the peak", am_phase_name(ph), GB(all), GB(act),
                     all ? 100.0 * (double)act / (double)all : 0.0);
     return 1;
 }

@@ -862,6 +862,11 @@ run_sweep_candidates(run_state *st)
 static const char *
 triage_change(const adv_finding *prim, const adv_cfg *cfg)
 {
+    if (strstr(prim->code, "FRAGMENTATION") && strcmp(prim->subtype, "inactive_split_unseen") == 0)
+        return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, unless memory the trace did "
+               "not see is a memory pool in this process (a colocated engine's "
+               "torch.cuda.MemPool, e.g. vLLM sleep mode, refuses it): then the "
+               "max_split_size_mb the why names";
     if (strstr(prim->code, "FRAGMENTATION"))
         return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
     if (strstr(prim->code, "CUDA_GRAPH")) {
@@ -876,6 +881,10 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg)
     if (strstr(prim->code, "NCCL") && strcmp(prim->subtype, "other_process") == 0)
         return "free the device: another process (or context) holds the memory outside "
                "PyTorch the job needs";
+    if (strstr(prim->code, "NCCL") && strcmp(prim->subtype, "cache_starved") == 0)
+        return "release PyTorch's cache before NCCL allocates: torch.cuda.empty_cache() after "
+               "the one-off peak (checkpoint loading) and before the first collective, or "
+               "create the NCCL communicators eagerly (init_process_group(device_id=...))";
     if (strstr(prim->code, "NCCL"))
         return "leave NCCL a margin: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, fewer "
                "communicators or smaller NCCL buffers";

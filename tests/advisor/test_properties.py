@@ -102,6 +102,13 @@ SCENARIOS = [
     sc("outside PyTorch starved", ta.SMALLJOB + ["--global-batch-size", "2",
                                                  "--sim-foreign-gib", "10"], 24),
     sc("outside PyTorch control", ta.SMALLJOB + ["--global-batch-size", "2"], 24),
+    # NCCL's late buffers starved by PyTorch's cache (issue 21)
+    sc("NCCL starved by the cache", ta.flagsets.NCCL_STARVED + ["--sim-resume-optimizer"],
+       ta.flagsets.NCCL_STARVED_CAP, expect=("X:NCCL_BUFFERS", "cached pool starved nccl")),
+    sc("NCCL starved control", ta.flagsets.NCCL_STARVED, ta.flagsets.NCCL_STARVED_CAP),
+    # fragmentation beside a colocated engine's memory pool the trace cannot see (issue 21)
+    sc("colocated pool", ta.flagsets.COLOCATED_POOL, ta.flagsets.COLOCATED_POOL_CAP,
+       expect=("X:FRAGMENTATION", "max_split_size_mb:128")),
     sc("retention", ta.SMALLJOB + ["--global-batch-size", "8", "--sim-retain-replay",
                                    "--recompute-granularity", "selective",
                                    "--recompute-modules", "mlp"], 24),

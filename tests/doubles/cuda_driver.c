@@ -11,10 +11,10 @@
  * State: the device memory state of mock_state.c (capacity, a context
  * counted from the first call on the device, live bytes), charged with the
  * live bytes of cuMemAlloc/cuMemAllocAsync blocks and cuMemCreate handles.
- * The mock libcudart and this library each compile their own copy of it
- * (separate capacities, as megasim's doubles always had); the fake GPU
- * (fake_gpu/) builds one copy into this library and its libcudart uses it:
- * one device memory state for runtime and driver, as on a GPU.
+ * The state is compiled into this library only and exported
+ * (MOCK_STATE_EXPORT); the mock libcudart (megasim's and the fake GPU's)
+ * links against it: one device memory state for runtime and driver, as on
+ * a GPU, so cudaMalloc and cuMemCreate draw from one capacity.
  *
  *   cuMemAlloc/cuMemAllocAsync on device d: 0x600000000000 + (d << 40) up,
  *                       512-aligned, never reused

@@ -35,9 +35,10 @@
 #define MOCK_DRIVER_VERSION  13000
 
 /* The state's functions are private to the library that compiles
- * mock_state.c, except in the fake GPU (MOCK_STATE_EXPORT): there libcuda.so.1
- * exports them and libcudart.so.13 calls them, so runtime and driver share
- * one device memory state. */
+ * mock_state.c (the minimal libcudart), except with MOCK_STATE_EXPORT: the
+ * mock libcuda.so.1 (megasim's and the fake GPU's) exports them and the mock
+ * libcudart.so.13 calls them, so runtime and driver share one device memory
+ * state. */
 #ifdef MOCK_STATE_EXPORT
 #define MOCK_HIDDEN __attribute__((visibility("default")))
 #else

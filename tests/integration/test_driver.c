@@ -76,9 +76,9 @@ Test(driver, expandable_segments_sample_memory)
      * GPU, issue 13) still gets its memory sample: the first successful
      * cuMemCreate is followed by one MEMINFO sample taken, like the runtime
      * hooks' samples, with cudaMemGetInfo, which p_driver itself never
-     * calls. Its answer is the mock runtime's (80 GiB, a 512 MiB context):
-     * megasim's mock runtime and driver keep separate memory states
-     * (tests/doubles/README.md), so the 20 MiB handle is not in it. */
+     * calls. The mock runtime and driver share one device memory state
+     * (tests/doubles/README.md), so its answer counts the 20 MiB handle:
+     * 80 GiB - the 512 MiB context - 20 MiB. */
     it_ctx c;
     it_run r;
     it_dump d;
@@ -87,8 +87,8 @@ Test(driver, expandable_segments_sample_memory)
      * 1000 s), right after the first handle: (it_select leaves samples out,
      * so they are counted here.) */
     cr_expect_eq(it_count_fields(&d, "MEMINFO reason=sample"), 1);
-    cr_expect_eq(it_count_fields(&d, "MEMINFO reason=sample dev=0 free=85362475008 total=85899345920 status=0"), 1,
-                 "the sample after the first cuMemCreate: the runtime's capacity - context");
+    cr_expect_eq(it_count_fields(&d, "MEMINFO reason=sample dev=0 free=85341503488 total=85899345920 status=0"), 1,
+                 "the sample after the first cuMemCreate: capacity - context - the handle");
     done(&c, &r, &d);
 }
 
@@ -231,6 +231,34 @@ Test(driver, ctx_set_current)
                "VMM_CREATE api=cuMemCreate dev=1 handle=0x5a0001 size=2097152 status=0",
                "VMM_RELEASE api=cuMemRelease handle=0x5a0001 status=0"),
         "p_driver ctx");
+    done(&c, &r, &d);
+}
+
+Test(driver, runtime_and_driver_share_the_device)
+{
+    /* One device memory state (issue 13): on a 64 MiB device without
+     * context bytes, a 40 MiB cudaMalloc leaves a 40 MiB cuMemCreate no room
+     * (CUDA_ERROR_OUT_OF_MEMORY: recorded with no handle, and an OOM); a 20 MiB handle
+     * fits, cudaMemGetInfo then reports 4 MiB free and an 8 MiB cudaMalloc
+     * fails (an OOM record) until the handle is released. */
+    it_ctx c;
+    it_run r;
+    it_dump d;
+    run_mode(&c, &r, &d, "shared",
+             DRV_ENV("MOCK_CUDA_CAPACITY=67108864", "MOCK_CUDA_CONTEXT_BYTES=0"));
+    char fr[64];
+    cr_assert(it_out_field(r.out, "free", fr, sizeof fr), "p_driver shared ran: %s", r.out);
+    cr_expect_str_eq(fr, "4194304");
+    it_expect_fields(&d, "ALLOC OOM VMM_CREATE VMM_RELEASE", 0,
+        IT_SEQ("ALLOC api=cudaMalloc mem=device size=41943040 status=0",
+               "VMM_CREATE api=cuMemCreate dev=0 handle=0x0 size=41943040 status=2",
+               "OOM api=cuMemCreate mem=device dev=0 size=41943040 status=2",
+               "VMM_CREATE api=cuMemCreate dev=0 handle=0x5a0001 size=20971520 status=0",
+               "OOM api=cudaMalloc mem=device dev=0 size=8388608 status=2 free=4194304 "
+               "total=67108864",
+               "VMM_RELEASE api=cuMemRelease handle=0x5a0001 status=0",
+               "ALLOC api=cudaMalloc mem=device size=8388608 status=0"),
+        "p_driver shared");
     done(&c, &r, &d);
 }
 

@@ -82,12 +82,12 @@ def table_checks():
 
 
 # ------------------------------------------------------- simulated layers
-def simulate(preset, extra, world, layers=4, whole=False):
-    """forward of microbatch 0 on rank 0, in-process; returns the live bytes
+def simulate(preset, extra, world, layers=4, whole=False, rank=0):
+    """forward of microbatch 0 on rank `rank`, in-process; returns the live bytes
     each layer added (megasim's own tensor counter), or with whole=True what
     the decoder as a whole added (full recompute checkpoints whole chunks)"""
     import gc
-    os.environ["RANK"] = "0"
+    os.environ["RANK"] = str(rank)
     os.environ["LOCAL_RANK"] = "0"
     os.environ["WORLD_SIZE"] = str(world)
     from megasim import training
@@ -169,6 +169,51 @@ def sim_checks():
         got = simulate("moonlight-16b", ["--recompute-granularity", "selective",
                                          "--recompute-modules", label], 8)
         check("(c) %s frees" % label, C_TOTAL - got[2], want)
+
+
+def cp_checks():
+    """context parallelism's own tensors (docs/megasim.md "Context parallelism",
+    TE 2.9 context_parallel.py). Llama-3 8B, s 8192, CP=2: every (b) row is
+    linear in s, so a layer saves B_TOTAL/2 with p2p (the last received KV chunk
+    replaces K, V); a2a and all_gather also save the attention output before
+    the communication (out_part / out_per_step) beside the output they return:
+    one O/2 more. The p2p forward's own bytes at its high point, by hand
+    (kv = 2*4096*8*128 = 8 MiB, o = 2*4096*32*128 = 32 MiB, lse = 4*4096*32 =
+    512 KiB): both KV chunks 2*2kv = 32 MiB, the steps' outputs and LSEs (rank 0:
+    step 1 attends with half its queries, 32+16 MiB + 768 KiB; rank 1: 64 MiB +
+    1 MiB), the LSE clone and the corrected output (32.5 MiB)."""
+    from megasim import model
+    orig = model.TEDotProductAttention._cp_forward
+    highs = []
+
+    def measured(self, q, k, v):
+        start = cuda.LIVE[0]
+        cuda.HIGH[0] = start
+        out = orig(self, q, k, v)
+        highs.append(cuda.HIGH[0] - start)
+        return out
+
+    model.TEDotProductAttention._cp_forward = measured
+    try:
+        cp = ["--context-parallel-size", "2"]
+        for kind, extra in (("p2p", 0), ("a2a", 67108864 // 2), ("all_gather", 67108864 // 2)):
+            got = simulate("llama3-8b", cp + ["--cp-comm-type", kind], 2)
+            check("CP=2 %s: each layer saves B_TOTAL/2 + %d" % (kind, extra), got,
+                  [B_TOTAL // 2 + extra] * 4)
+        MIB = 1 << 20
+        for rank, want in ((0, 32 * MIB + 48 * MIB + 768 * 1024 + 32 * MIB + 512 * 1024),
+                           (1, 32 * MIB + 64 * MIB + 1024 * 1024 + 32 * MIB + 512 * 1024)):
+            del highs[:]
+            simulate("llama3-8b", cp + ["--cp-comm-type", "p2p"], 2, rank=rank)
+            check("CP=2 p2p rank %d: the ring's forward bytes at their high point" % rank,
+                  highs, [want] * 4)
+        # one type per layer (--cp-comm-type with num_layers entries)
+        got = simulate("llama3-8b", cp + ["--cp-comm-type", "p2p", "a2a", "all_gather", "p2p"], 2)
+        check("CP=2 per-layer types p2p a2a all_gather p2p", got,
+              [B_TOTAL // 2, B_TOTAL // 2 + 67108864 // 2, B_TOTAL // 2 + 67108864 // 2,
+               B_TOTAL // 2])
+    finally:
+        model.TEDotProductAttention._cp_forward = orig
 
 
 # Llama-3 8B with 4 layers on one rank: parameters counted by hand (docs/megasim.md):
@@ -484,6 +529,7 @@ def main():
     seq_length_checks()
     loss_checks()
     resume_checks()
+    cp_checks()
     print("TAP version 13")
     print("1..%d" % len(results))
     for i, (ok, name, why) in enumerate(results, 1):

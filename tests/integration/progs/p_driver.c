@@ -10,6 +10,9 @@
  *   dlsym    NCCL's static cudart: dlopen("libcuda.so.1") + dlsym of ABI names
  *   ctx      cuCtxSetCurrent between devices; cuMemCreate on another device
  *   oom      cuMemCreate over capacity (run with a small MOCK_CUDA_CAPACITY)
+ *   shared   one device memory state for runtime and driver (issue 13): a
+ *            cudaMalloc leaves a cuMemCreate no room, cudaMemGetInfo counts
+ *            the handle (run with a 64 MiB capacity, no context bytes)
  *   module   argv[2] is a library loaded now that allocates (drvmod.c)
  * Device addresses are the mock libcuda's (tests/doubles/cuda_driver.c). */
 #include "drv_util.h"
@@ -235,6 +238,27 @@ mode_oom(void)
 }
 
 static void
+mode_shared(void)
+{
+    create_fn create = (create_fn)drv_by_version("cuMemCreate", cudaEnableDefault);
+    release_fn release = (release_fn)drv_by_version("cuMemRelease", cudaEnableDefault);
+    CUmemAllocationProp pr = prop_on(0);
+    CUmemGenericAllocationHandle h1 = 0, h2;
+    void *p = NULL;
+    size_t fr = 0, tot = 0;
+    OK(cudaMalloc(&p, 40 * MIB));
+    EXPECT_RC(create(&h1, 40 * MIB, &pr, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(create(&h2, 20 * MIB, &pr, 0));
+    OK(cudaMemGetInfo(&fr, &tot));
+    printf("free=%zu total=%zu\n", fr, tot);
+    if (cudaMalloc(&p, 8 * MIB) != cudaErrorMemoryAllocation)
+        DRV_FAIL("cudaMalloc of 8 MiB with 4 MiB free succeeded");
+    (void)cudaGetLastError();
+    OK(release(h2));
+    OK(cudaMalloc(&p, 8 * MIB));
+}
+
+static void
 mode_module(const char *path)
 {
     alloc_fn a = (alloc_fn)drv_by_version("cuMemAlloc", cudaEnableDefault);
@@ -267,10 +291,12 @@ main(int argc, char **argv)
         mode_ctx();
     else if (!strcmp(mode, "oom"))
         mode_oom();
+    else if (!strcmp(mode, "shared"))
+        mode_shared();
     else if (!strcmp(mode, "module") && argc > 2)
         mode_module(argv[2]);
     else
-        DRV_FAIL("usage: p_driver vmm|async|procaddr|dlsym|ctx|oom|module LIB");
+        DRV_FAIL("usage: p_driver vmm|async|procaddr|dlsym|ctx|oom|shared|module LIB");
     printf("done\n");
     return 0;
 }

@@ -125,6 +125,7 @@ def build_parser():
     a("--expert-model-parallel-size", type=int, default=1)
     a("--expert-tensor-parallel-size", type=int, default=None)
     a("--context-parallel-size", type=int, default=1)
+    a("--cp-comm-type", nargs="+", default=["p2p"])
     a("--sequence-parallel", action="store_true")
     a("--use-distributed-optimizer", action="store_true")
     a("--overlap-grad-reduce", action="store_true")
@@ -193,6 +194,10 @@ def build_parser():
                    help="simulated device capacity (MOCK_CUDA_CAPACITY; default 80 GiB)")
     g.add_argument("--sim-foreign-gib", type=float, default=0.0,
                    help="fault: another process holds this much memory on each device")
+    g.add_argument("--sim-colocated-pool-gib", type=float, default=0.0,
+                   help="fault: a colocated inference engine's memory pool (vLLM sleep mode's "
+                        "CuMemAllocator) maps this much in each rank with direct driver calls; "
+                        "expandable_segments:True is refused as vLLM refuses it")
     g.add_argument("--sim-resume-optimizer", action="store_true",
                    help="fault: resume from a checkpoint: optimizer state allocated before the first "
                         "forward, with the transient duplicate made while loading")
@@ -316,6 +321,16 @@ def finalize(args):
     for f in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size"):
         if getattr(args, f) is None:
             raise ConfigError("megasim: --%s is required (or use --sim-preset)" % f.replace("_", "-"))
+    # --cp-comm-type (arguments.py, TransformerConfig.__post_init__ of core_v0.19.0):
+    # one type for all layers or one per layer
+    _check("a2a+p2p" not in args.cp_comm_type,
+           "--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm")
+    if len(args.cp_comm_type) == 1:
+        args.cp_comm_type = args.cp_comm_type[0]
+    elif args.context_parallel_size > 1:
+        _check(len(args.cp_comm_type) == args.num_layers,
+               "Length of cp_comm_type (%d) should equal to the total number of transformer "
+               "layers (%d)!" % (len(args.cp_comm_type), args.num_layers))
     if args.ffn_hidden_size is None:
         args.ffn_hidden_size = 4 * args.hidden_size if not args.swiglu else \
             int(4 * args.hidden_size * 2 / 3 / 64) * 64

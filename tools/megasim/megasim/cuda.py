@@ -8,6 +8,8 @@ exactly when the last reference goes, as PyTorch's storages are.
 """
 import ctypes
 import os
+import sys
+import threading
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -47,6 +49,38 @@ class OutOfMemoryError(RuntimeError):
 
 OutOfMemoryError.__module__ = "torch"
 OutOfMemoryError.__qualname__ = "OutOfMemoryError"
+
+
+class DistBackendError(RuntimeError):
+    """torch.distributed.DistBackendError: what ProcessGroupNCCL raises when an
+    NCCL call returns an error (here ncclUnhandledCudaError)."""
+
+
+DistBackendError.__module__ = "torch.distributed"
+DistBackendError.__qualname__ = "DistBackendError"
+
+# What real NCCL prints when a CUDA call inside it fails (NCCL's CUDACHECK/CUCHECK:
+# a "NCCL WARN Cuda failure" line, then ncclUnhandledCudaError up to the caller),
+# and what PyTorch's ProcessGroupNCCL raises from it (NCCLUtils.hpp's C10D_NCCL_CHECK:
+# "NCCL error in: <file>:<line>, unhandled cuda error (run with NCCL_DEBUG=INFO for
+# details), NCCL version X" + ncclGetLastError()). Public reports of this failure
+# (e.g. NVIDIA/nccl issue 1410) show the same lines.
+NCCL_VERSION = "2.21.5"
+CUDA_ERROR_NAMES = {2: "out of memory"}
+
+
+def nccl_cuda_failure(rc):
+    """(the NCCL WARN line, the DistBackendError message) for a CUDA error rc
+    inside NCCL"""
+    what = "Cuda failure %d '%s'" % (rc, CUDA_ERROR_NAMES.get(rc, "unknown error"))
+    warn = "%s:%d:%d [%d] NCCL WARN %s" % (os.uname().nodename, os.getpid(),
+                                         threading.get_native_id(), getattr(DEV, "index", 0),
+                                         what)
+    msg = ("NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled cuda "
+           "error (run with NCCL_DEBUG=INFO for details), NCCL version %s\n"
+           "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n%s"
+           % (NCCL_VERSION, what))
+    return warn, msg
 
 
 def format_size(n):
@@ -204,13 +238,26 @@ class Device:
             peer = peer % max(nranks, 1)
         self.nccl.ms_nccl_collective(fn.encode(), int(nbytes), idx, self.DTYPES[dtype], peer)
 
+    def colocated_pool(self, dev, nbytes):
+        """a colocated engine's pool (libmegasim_cumem_allocator.so: direct
+        driver calls the shim does not see); returns its address"""
+        lib = ctypes.CDLL(os.path.join(_find_lib_dir(), "libmegasim_cumem_allocator.so"))
+        lib.ms_cumem_alloc.argtypes = [ctypes.c_int, ctypes.c_uint64,
+                                       ctypes.POINTER(ctypes.c_uint64)]
+        p = ctypes.c_uint64()
+        rc = lib.ms_cumem_alloc(dev, nbytes, ctypes.byref(p))
+        if rc:
+            raise RuntimeError("CUDA Error: out of memory at cumem_allocator.cpp (cuMemCreate = %d)"
+                               % rc)
+        return p.value
+
     def nccl_buffer(self, nbytes):
         p = ctypes.c_uint64()
         rc = self.nccl.ms_nccl_buffer_alloc(nbytes, ctypes.byref(p))
         if rc:
-            raise RuntimeError("NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for "
-                               "details), NCCL version 2.21.5: cudaMalloc of %s failed"
-                               % format_size(nbytes))
+            warn, msg = nccl_cuda_failure(rc)
+            print(warn, file=sys.stderr, flush=True)
+            raise DistBackendError(msg)
         return p.value
 
 
@@ -239,6 +286,8 @@ class Tensor:
         if self.nbytes:
             self.ptr = DEV.alloc(self.nbytes)
             LIVE[0] += self.nbytes
+            if LIVE[0] > HIGH[0]:
+                HIGH[0] = LIVE[0]
         if _ACCOUNT is not None:
             _ACCOUNT.append((name, self.nbytes, kind))
 
@@ -276,6 +325,7 @@ class Tensor:
 
 _ACCOUNT = None
 LIVE = [0]     # bytes of live tensors (requested sizes, what the size model counts)
+HIGH = [0]     # LIVE's high-water mark (tests reset it)
 
 
 class account:

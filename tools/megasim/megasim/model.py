@@ -7,7 +7,7 @@ sized by sizes.Shapes, and recompute by executing its mechanism
 from . import autograd as ag
 from . import te
 from .cuda import Tensor, DEV_REF, GIB
-from .sizes import Shapes, layer_kind
+from .sizes import Shapes, layer_kind, cp_comm_of
 
 TL = "megatron.core.transformer.transformer_layer."
 ATT = "megatron.core.transformer.attention.forward."
@@ -46,6 +46,40 @@ RESIDUAL = []   # grads stashed by BDA backward for the residual add
 
 def _nccl(fn, nbytes, comm="ep"):
     DEV_REF[0].collective(fn, nbytes, comm, "bf16")
+
+
+def _cp_p2p_comm(nbytes):
+    """flash_attn_p2p_communicate: send this rank's chunk to the next CP rank,
+    receive the previous one's (batched isend/irecv on the CP group)"""
+    d = DEV_REF[0]
+    r, cp = d.comms.get("cp", (-1, 1, 0))[2], max(d.comms.get("cp", (-1, 1, 0))[1], 1)
+    d.collective("ncclSend", nbytes, "cp", "bf16", (r + 1) % cp)
+    d.collective("ncclRecv", nbytes, "cp", "bf16", (r - 1) % cp)
+
+
+def _cp_all_to_all(sizes, name, kind="act"):
+    """flash_attn_a2a_communicate: per tensor a contiguous copy (kept until the
+    call returns), the all-to-all output, and the reordered result (index_select)"""
+    copies, outs = [], []
+    for n in sizes:
+        copies.append(Tensor(n, "cp_a2a_in", kind))
+        raw = Tensor(n, "cp_a2a_out", kind)
+        DEV_REF[0].collective("ncclAllToAll", n, "cp", "bf16")
+        outs.append(Tensor(n, name, kind))
+        del raw
+    del copies
+    return outs
+
+
+def _cp_gather(nbytes, name):
+    """gather_along_first_dim over CP (cp x nbytes), then the chunk reordering
+    (torch.index_select: a second copy; the gathered one is freed)"""
+    S_cp = DEV_REF[0].comms.get("cp", (-1, 1, 0))[1]
+    ag_ = Tensor(S_cp * nbytes, name + "_raw")
+    DEV_REF[0].collective("ncclAllGather", S_cp * nbytes, "cp", "bf16")
+    out = Tensor(S_cp * nbytes, name)
+    del ag_
+    return out
 
 
 # ---------------------------------------------------------------- TE modules
@@ -199,11 +233,109 @@ class TEDotProductAttention:
         with te.py_range("TEDotProductAttention forward"):
             if S.unfused:
                 return self._unfused(q, k, v)
+            if S.cp > 1:
+                return self._cp_forward(q, k, v)
             v_c = Tensor(self.vb, "v_contiguous") if v.name == "qkv_view" else v
             with te.py_range("transformer_engine.FusedAttnFunc.forward"):
                 o, lse = te.fused_attn_fwd(S.o, S.lse)
             ag.record("FusedAttnFuncBackward", [q, k, v_c, o, lse], self.backward)
             return o
+
+    # -- context parallelism (TE 2.9 context_parallel.py, bf16, causal, sbhd;
+    # docs/megasim.md "Context parallelism") --
+    def _cp_forward(self, q, k, v):
+        kind = self.S.cp_comm
+        if kind not in ("p2p", "a2a", "all_gather"):
+            raise ValueError("Unsupported communication type: %s!" % kind)
+        return getattr(self, "_cp_" + kind)(q, k, v)
+
+    def _cp_step(self, i):
+        """share of this rank's query chunk a ring step attends with (causal
+        load balancing: half the queries for steps past the rank)"""
+        return 1.0 if (i == 0 or i <= self.S.cp_rank) else 0.5
+
+    def _cp_p2p(self, q, k, v):
+        S = self.S
+        with te.py_range("transformer_engine.AttnFuncWithCPAndKVP2P.forward"):
+            bufs = [Tensor(2 * S.kv, "cp_kv_chunk")]           # torch.cat((k, v))
+            steps = []
+            for i in range(S.cp):
+                if i < S.cp - 1:
+                    bufs.append(Tensor(2 * S.kv, "cp_kv_chunk"))   # the next KV chunk
+                    _cp_p2p_comm(2 * S.kv)
+                f = self._cp_step(i)
+                steps.append(te.fused_attn_fwd(int(S.o * f), int(S.lse * f)))
+            lse = Tensor(S.lse, "softmax_lse")                 # clone of step 0's
+            out = Tensor(S.o, "core_attn_out")                 # out correction
+            kv = bufs[-1]
+            del bufs, steps
+        ag.record("AttnFuncWithCPAndKVP2PBackward", [q, kv, out, lse], self._cp_p2p_backward)
+        return out
+
+    def _cp_p2p_backward(self, node, g):
+        S = self.S
+        with te.py_range("transformer_engine.AttnFuncWithCPAndKVP2P.backward"):
+            dq = Tensor(S.q, "dq", "grad")                     # dq_buffer
+            bufs = [Tensor(4 * S.kv, "cp_kv_dkv_chunk", "grad") for _ in range(2)]
+            for i in range(S.cp):
+                if i < S.cp - 1:
+                    _cp_p2p_comm(2 * S.kv)                     # KV to the next step
+                if i > 0:
+                    _cp_p2p_comm(2 * S.kv)                     # dKV of the last step
+                f = self._cp_step(i)
+                kvf = 0.5 if (0 < i <= S.cp_rank) else 1.0
+                parts = te.fused_attn_bwd(int(S.q * f), int(S.kv * kvf), int(S.kv * kvf))
+                del parts
+            dkv = bufs[S.cp % 2]                               # dk, dv: views of it
+            del bufs, g
+        return (dq, dkv, None)
+
+    def _cp_a2a(self, q, k, v):
+        S = self.S
+        with te.py_range("transformer_engine.AttnFuncWithCPAndQKVOA2A.forward"):
+            qkv = _cp_all_to_all([S.q, S.kv, S.kv], "qkv_a2a")
+            o, lse = te.fused_attn_fwd(S.o, S.lse)            # out_part
+            out = _cp_all_to_all([S.o], "core_attn_out")[0]
+        ag.record("AttnFuncWithCPAndQKVOA2ABackward", qkv + [o, lse], self._cp_a2a_backward)
+        return out
+
+    def _cp_a2a_backward(self, node, g):
+        S = self.S
+        with te.py_range("transformer_engine.AttnFuncWithCPAndQKVOA2A.backward"):
+            dout = _cp_all_to_all([S.o], "dout_a2a")
+            parts = te.fused_attn_bwd(S.q, S.kv, S.kv)
+            del dout, g
+            dq, dk, dv = _cp_all_to_all([S.q, S.kv, S.kv], "dqkv_a2a", "grad")
+            del parts
+        return (dq, dk, dv)
+
+    def _cp_all_gather(self, q, k, v):
+        S = self.S
+        with te.py_range("transformer_engine.AttnFuncWithCPAndKVAllGather.forward"):
+            v_c = Tensor(S.kv, "v_contiguous") if getattr(v, "name", "") == "qkv_view" else v
+            gathered = [_cp_gather(S.kv, n) for n in ("k_ag", "v_ag")]
+            out = Tensor(S.o, "core_attn_out")                 # torch.empty_like(q)
+            steps = [te.fused_attn_fwd(S.o // 2, S.lse // 2) for _ in range(2)]
+            del gathered
+        saved = [q, k, v_c] + [t for st in steps for t in st]
+        ag.record("AttnFuncWithCPAndKVAllGatherBackward", saved, self._cp_all_gather_backward)
+        return out
+
+    def _cp_all_gather_backward(self, node, g):
+        S = self.S
+        with te.py_range("transformer_engine.AttnFuncWithCPAndKVAllGather.backward"):
+            gathered = [_cp_gather(S.kv, n) for n in ("k_ag", "v_ag")]
+            dq = Tensor(S.q, "dq", "grad")
+            dkv_ag = [Tensor(S.cp * S.kv, n, "grad") for n in ("dk_ag", "dv_ag")]
+            for _ in range(2):
+                parts = te.fused_attn_bwd(S.q // 2, S.cp * S.kv, S.cp * S.kv)
+                del parts
+            del gathered
+            dk, dv = [Tensor(S.kv, n, "grad") for n in ("dk", "dv")]   # reduce-scatter
+            for _ in range(2):
+                DEV_REF[0].collective("ncclReduceScatter", S.cp * S.kv, "cp", "bf16")
+            del dkv_ag, g
+        return (dq, dk, dv)
 
     def _unfused(self, q, k, v):
         S = self.S
@@ -682,6 +814,7 @@ class TransformerLayer:
         self.args = args
         self.layer_number = layer_number
         self.S = S = Shapes(args)
+        S.cp_comm = cp_comm_of(args, layer_number)
         g = args.recompute_granularity
         recompute = args.recompute_modules if g == "selective" else []
         self.kind = layer_kind(args, layer_number)

@@ -15,6 +15,12 @@ class Shapes:
         self.ts = tp if args.sequence_parallel else 1
         cp = args.context_parallel_size
         self.s = args.seq_length // cp          # CP: s -> s/cp in every term (§2.7.6)
+        self.cp = cp
+        # this rank's place in the CP group (Megatron's order tp-cp-ep-dp-pp)
+        import os
+        self.cp_rank = int(os.environ.get("RANK", "0")) // tp % cp
+        ct = getattr(args, "cp_comm_type", "p2p")
+        self.cp_comm = ct if isinstance(ct, str) else ct[0]   # per layer: cp_comm_of()
         self.b = args.micro_batch_size
         self.h = args.hidden_size
         self.a = args.num_attention_heads
@@ -192,6 +198,12 @@ class Shapes:
     @property
     def logits_fp32(self):
         return 4 * self.s * self.b * self.V // self.t
+
+
+def cp_comm_of(args, layer_number):
+    """--cp-comm-type of a 0-based global layer (one type, or one per layer)"""
+    ct = getattr(args, "cp_comm_type", "p2p")
+    return ct if isinstance(ct, str) else ct[layer_number]
 
 
 def layer_kind(args, layer_number):

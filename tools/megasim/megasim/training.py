@@ -148,9 +148,15 @@ class Rank:
     # ------------------------------------------------------------------ setup
     def setup(self):
         a, par, dev = self.args, self.par, self.dev
+        if a.sim_colocated_pool_gib:
+            colocated_engine_check()
         dev.set_device(self.local_rank)
         ag.RETAIN_REPLAY[0] = a.sim_retain_replay
         dev.init_allocator()
+        if a.sim_colocated_pool_gib:
+            # fault: the colocated engine loads its weights and KV cache into its pool
+            self.colocated_pool = dev.colocated_pool(self.local_rank,
+                                                     int(a.sim_colocated_pool_gib * GIB))
         if a.sim_fragment:
             te.FRAGMENT[0] = a.sim_fragment_max_mib
         te.set_legacy(a.sim_te_legacy)
@@ -789,6 +795,16 @@ def write_counters(r, oom_message=None):
         out["oom_message"] = oom_message
     with open(path.replace("{rank}", str(r.rank)), "w") as f:
         json.dump(out, f, indent=1)
+
+
+def colocated_engine_check():
+    """vLLM's CuMemAllocator.__init__ (vllm/device_allocator/cumem.py): a memory
+    pool with a pluggable allocator cannot coexist with expandable segments
+    (pytorch/pytorch issue 147851); the engine refuses to start."""
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    assert "expandable_segments:True" not in conf, (
+        "Expandable segments are not compatible with memory pool. Please track "
+        "https://github.com/pytorch/pytorch/issues/147851 for the latest updates.")
 
 
 def pretrain(args):
