@@ -860,7 +860,7 @@ run_sweep_candidates(run_state *st)
  * allows (no moe_* on a dense model, no --cuda-graph-modules with
  * full_iteration graphs) */
 static const char *
-triage_change(const adv_finding *prim, const adv_cfg *cfg)
+triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
 {
     if (strstr(prim->code, "FRAGMENTATION") && strcmp(prim->subtype, "inactive_split_unseen") == 0)
         return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, unless memory the trace did "
@@ -900,34 +900,30 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg)
         return prim->lever;
     if (strstr(prim->code, "RETENTION"))
         return "drop the references that keep last iteration's activations alive";
-    /* levers already in use are not offered again (a public report: the
-     * distributed optimizer recommended to a job that had it on) */
+    /* levers already in use, or without effect, are not offered (public
+     * reports: the distributed optimizer recommended to a job that had it
+     * on, and to a job with one data-parallel rank, where it shards nothing) */
     if (strstr(prim->code, "PARAM_STATE"))
         return !cfg->megatron ? "shard the parameters and gradients (FSDP/ZeRO-3, tensor or "
                                 "pipeline parallelism) or use a larger device"
-               : cfg->dist_opt ? "shard the parameters and gradients: more TP/PP (EP for "
-                                 "experts), the distributed optimizer (on) over more "
-                                 "data-parallel ranks, or a larger device (recompute cannot "
-                                 "help: the activations are not what fills it)"
-                               : "shard the parameters and gradients: more TP/PP (EP for "
-                                 "experts), --use-distributed-optimizer, or a larger device "
-                                 "(recompute cannot help: the activations are not what "
-                                 "fills it)";
+               : cfg->dist_opt || cfg->dp <= 1
+                   ? "shard the parameters and gradients: more TP/PP (EP for experts), "
+                     "the distributed optimizer over more data-parallel ranks, or a larger "
+                     "device (recompute cannot help: the activations are not what fills it)"
+                   : "shard the parameters and gradients: more TP/PP (EP for experts), "
+                     "--use-distributed-optimizer, or a larger device (recompute cannot "
+                     "help: the activations are not what fills it)";
     if (!cfg->megatron)
         return "shard the optimizer state (ZeRO/FSDP), keep its moments in bf16, or offload it "
                "to the CPU";
-    if (cfg->dist_opt && cfg->exp_avg_bf16)
-        return "the distributed optimizer (on) over more data-parallel ranks, or optimizer CPU "
-               "offload (the moments are already bf16)";
-    if (cfg->dist_opt)
-        return "the distributed optimizer (on) over more data-parallel ranks, "
-               "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, "
-               "or optimizer CPU offload";
-    return cfg->exp_avg_bf16 ? "--use-distributed-optimizer, or optimizer CPU offload (the "
-                               "moments are already bf16)"
-                             : "--use-distributed-optimizer, --use-precision-aware-optimizer "
-                               "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, or optimizer "
-                               "CPU offload";
+    snprintf(buf, n, "%s%s, or optimizer CPU offload%s",
+             cfg->dist_opt || cfg->dp <= 1 ? "the distributed optimizer over more data-parallel "
+                                             "ranks"
+                                           : "--use-distributed-optimizer",
+             cfg->exp_avg_bf16 ? "" : ", --use-precision-aware-optimizer --exp-avg-dtype bf16 "
+                                      "--exp-avg-sq-dtype bf16",
+             cfg->exp_avg_bf16 ? " (the moments are already bf16)" : "");
+    return buf;
 }
 
 /* Among findings with bytes (state growth, logits, loaded state): the one
@@ -1105,7 +1101,8 @@ run_choose(run_state *st)
     if (prim) {
         snprintf(v->code, sizeof v->code, "%s", prim->code);
         snprintf(v->why, sizeof v->why, "%s (rank %d)", prim->evidence, prim->rank);
-        const char *ch = triage_change(prim, st->cfg);
+        char chb[320];
+        const char *ch = triage_change(prim, st->cfg, chb, sizeof chb);
         snprintf(v->change, sizeof v->change, "%s", ch);
         snprintf(v->config_diff, sizeof v->config_diff, "%s", ch);
         if (st->pick >= 0 && !strstr(prim->code, "STATE")) {

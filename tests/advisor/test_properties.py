@@ -348,7 +348,27 @@ def inv5_advice(c):
     for sw in SWITCHES:
         if sw in flags and re.search(re.escape(sw) + r"(?![\w-])", change):
             bad.append("the advice turns on %s, which the job already has on: %s" % (sw, change))
+    # ... nor one without effect: the distributed optimizer shards over DP
+    if c.scenario and data_parallel(flags) == 1 and \
+            re.search(r"--use-distributed-optimizer(?![\w-])", change):
+        bad.append("the advice turns on --use-distributed-optimizer with one data-parallel "
+                   "rank: %s" % change)
     return bad
+
+
+def data_parallel(flags):
+    """megasim's data-parallel size: --sim-world-size over TP*PP*CP, else
+    --sim-dp (default 1); the last value of a flag given twice"""
+    def last(name, default):
+        v = default
+        for i, f in enumerate(flags[:-1]):
+            if f == name:
+                v = int(flags[i + 1])
+        return v
+    mp = (last("--tensor-model-parallel-size", 1) * last("--pipeline-model-parallel-size", 1) *
+          last("--context-parallel-size", 1))
+    world = last("--sim-world-size", 0)
+    return world // mp if world else last("--sim-dp", 1)
 
 
 SWITCHES = ("--use-distributed-optimizer", "--use-precision-aware-optimizer",
