@@ -1,0 +1,125 @@
+"""A Python job allocating through the test double of libcudart from known
+frames (tests/pystack/test_pystack.py runs it under the shim and asserts the
+exact Python stack of every allocation).
+
+argv: LIBCUDART [SCENARIO...]; each allocation's size names the scenario
+that made it, so the checker can find it in the trace.
+"""
+import asyncio
+import ctypes
+import sys
+import threading
+
+# Loaded into the global scope and called through it, as a job linked
+# against libcudart would: the preloaded shim's cudaMalloc comes first.
+ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+cudart = ctypes.CDLL(None)
+cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+cudart.cudaFree.argtypes = [ctypes.c_void_p]
+KEEP = []
+
+
+def alloc(size):
+    p = ctypes.c_void_p()
+    assert cudart.cudaMalloc(ctypes.byref(p), size) == 0
+    KEEP.append(p.value)
+
+
+def settle():
+    """The first CUDA call schedules the install as a pending call; Python
+    runs it at the next check of its eval breaker, within a few bytecodes
+    (a sleep of 0 lets it run)."""
+    import time
+    for _ in range(3):
+        time.sleep(0)
+
+
+class Attention:
+    def forward(self):
+        alloc(1001)          # main thread: main > Layer.forward > Attention.forward
+
+
+class Layer:
+    def forward(self):
+        Attention().forward()
+        alloc(1002)          # back in Layer.forward after the callee returned
+
+
+def raiser():
+    alloc(1003)
+    raise ValueError("x")
+
+
+def after_exception():
+    try:
+        raiser()
+    except ValueError:
+        pass
+    alloc(1004)              # the unwound frame is gone
+
+
+def gen():
+    alloc(1005)
+    yield 1
+    alloc(1006)
+    yield 2
+
+
+def generators():
+    g = gen()
+    next(g)
+    alloc(1007)              # generator suspended: not on the stack
+    next(g)
+
+
+async def coro_inner():
+    await asyncio.sleep(0)
+    alloc(1008)
+
+
+async def coro_outer():
+    await coro_inner()
+
+
+def coroutines():
+    asyncio.run(coro_outer())
+
+
+def worker():
+    alloc(1009)              # a thread started by threading after the install
+
+
+def threads():
+    t = threading.Thread(target=worker, name="worker")
+    t.start()
+    t.join()
+
+
+def with_setprofile():
+    calls = []
+
+    def prof(frame, event, arg):
+        calls.append(event)
+    sys.setprofile(prof)
+    alloc(1010)
+    sys.setprofile(None)
+    # another profiler's events really arrived
+    print("setprofile-events", len(calls) > 0, flush=True)
+
+
+def main():
+    alloc(1000)              # the first CUDA call: installs (pending call)
+    settle()
+    Layer().forward()
+    after_exception()
+    generators()
+    coroutines()
+    threads()
+    for name in sys.argv[2:]:
+        globals()[name]()
+    for p in KEEP:
+        cudart.cudaFree(p)
+
+
+if __name__ == "__main__":
+    main()
