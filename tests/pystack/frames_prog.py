@@ -7,6 +7,7 @@ that made it, so the checker can find it in the trace.
 """
 import asyncio
 import ctypes
+import os
 import sys
 import threading
 
@@ -107,7 +108,35 @@ def with_setprofile():
     print("setprofile-events", len(calls) > 0, flush=True)
 
 
+def native_entered():
+    alloc(1011)              # a native thread, in Python through PyGILState_Ensure
+
+
+def native():
+    lib = ctypes.CDLL(os.environ["RS_NATIVE_HELPER"])
+    cb_type = ctypes.CFUNCTYPE(None)
+    cb = cb_type(native_entered)
+    lib.run_native_thread.argtypes = [ctypes.c_size_t, cb_type]
+    assert lib.run_native_thread(1012, cb) == 0   # 1012: no GIL, no Python
+
+
+def take_tool_ids():
+    """Another tool holds both tool ids the shim would take (3.12+)."""
+    sys.monitoring.use_tool_id(3, "other-a")
+    sys.monitoring.use_tool_id(4, "other-b")
+
+
+EARLY_EVENTS = []
+
+
+def early_profiler():
+    """Another profiler set before the shim installs (sys.setprofile)."""
+    sys.setprofile(lambda frame, event, arg: EARLY_EVENTS.append(event))
+
+
 def main():
+    for name in os.environ.get("RS_PYSTACK_PRE", "").split():
+        globals()[name]()
     alloc(1000)              # the first CUDA call: installs (pending call)
     settle()
     Layer().forward()
@@ -117,8 +146,12 @@ def main():
     threads()
     for name in sys.argv[2:]:
         globals()[name]()
+    alloc(1013)              # back in main: the shadow stack is balanced
     for p in KEEP:
         cudart.cudaFree(p)
+    if os.environ.get("RS_PYSTACK_PRE"):
+        sys.setprofile(None)
+        print("early-profiler-events", len(EARLY_EVENTS) > 0, flush=True)
 
 
 if __name__ == "__main__":
