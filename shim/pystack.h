@@ -24,6 +24,9 @@
 typedef struct rs_py_tls {
     uint32_t depth;                 /* Python frames entered and not left (may exceed RS_PY_DEPTH) */
     uint32_t lost;                  /* 1: another profiler replaced the shim's on this thread */
+    uint32_t seen;                  /* 1: the shim's profile function ran on this thread */
+    uint32_t rescans;               /* rescan requests made from this thread (before 3.12) */
+    uint64_t next_rescan_ns;        /* no request before this time (backoff) */
     uint32_t node[RS_PY_DEPTH];     /* PYSTACK id of the stack up to and including level i */
     uint64_t code[RS_PY_DEPTH];     /* the code object at level i (identity only, never dereferenced) */
 } rs_py_tls;
@@ -33,12 +36,22 @@ extern __thread rs_py_tls t_py __attribute__((tls_model("initial-exec")));
 /* The PYSTACK id of the calling thread's current Python stack, 0 when it
  * runs no Python frame the shim saw (or frames are unknown). Lock-free,
  * calls nothing: safe in every hook. */
+/* Before 3.12 only: 1 when threads the shim has not seen yet (native threads
+ * that entered Python through PyGILState_Ensure) are looked for. */
+extern int g_rs_py_rescan RS_HIDDEN;
+/* Ask, rate-limited per thread, for the thread states without a profile
+ * function to get the shim's (a pending call; pystack_py.c). */
+RS_HIDDEN void rs_pystack_rescan_request(void);
+
 static inline uint32_t
 rs_pystack_current(void)
 {
     uint32_t d = t_py.depth;
-    if (!d || t_py.lost)
+    if (!d || t_py.lost) {
+        if (__builtin_expect(g_rs_py_rescan, 0) && !t_py.seen)
+            rs_pystack_rescan_request();
         return 0;
+    }
     return t_py.node[(d < RS_PY_DEPTH ? d : RS_PY_DEPTH) - 1];
 }
 

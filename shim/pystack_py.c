@@ -22,7 +22,19 @@
  *           starts later. A profiler set later on a thread replaces the
  *           shim's there; the shim learns it (the capsule it passed as the
  *           profile object is released) and records that thread's stacks
- *           as unknown from then on, never stale ones.
+ *           as unknown from then on, never stale ones. Native threads
+ *           that enter Python through PyGILState_Ensure (PyTorch's autograd
+ *           worker) get it too: a hook on a thread the profile function
+ *           never ran on asks (rate-limited, Py_AddPendingCall) for a
+ *           rescan, which sets it on every thread state that has no
+ *           profile function (read at the offset of c_profilefunc in
+ *           PyThreadState, known per version: 3.10 and 3.11) through
+ *           _PyEval_SetProfile, the per-thread-state setter Python itself
+ *           uses; a thread state with another profiler's function is left
+ *           alone. The thread's frames are seen from its next Python call
+ *           after the rescan ran (the main thread runs it between two
+ *           bytecodes; PyTorch's worker keeps its thread state, so a
+ *           training job's later iterations are covered).
  * The installing thread's frames are entered at install time (the frames
  * already running), so its stacks are whole from the start.
  *
@@ -75,12 +87,32 @@ static struct {
     PyObject *(*FrameGetCode)(void *);
     void *(*FrameGetBack)(void *);
     void (*SetProfile)(py_tracefunc, PyObject *);
+    int (*SetProfileOf)(void *, py_tracefunc, PyObject *);   /* _PyEval_SetProfile */
+    void *(*InterpHead)(void);
+    void *(*ThreadHead)(void *);
+    void *(*ThreadNext)(void *);
     PyObject *(*CapsuleNew)(void *, const char *, void (*)(PyObject *));
 } py;
 
 enum { PS_IDLE, PS_SCHEDULED, PS_DONE };
 static atomic_int g_state;
 static int g_major, g_minor;
+int g_rs_py_rescan;                     /* pystack.h */
+static atomic_int g_rescan_pending;
+static size_t g_profilefunc_off;        /* offsetof(PyThreadState, c_profilefunc) */
+
+/* The offset of c_profilefunc in PyThreadState for the versions whose
+ * layout the shim knows (Include/cpython/pystate.h of 3.10 and 3.11, checked
+ * against the headers by tests/pystack), 0 otherwise. */
+static size_t
+profilefunc_offset(void)
+{
+    if (g_major == 3 && g_minor == 10)
+        return 56;
+    if (g_major == 3 && g_minor == 11)
+        return 64;
+    return 0;
+}
 
 #define SYM(field, name) (*(void **)&py.field = dlsym(RTLD_DEFAULT, name))
 
@@ -195,6 +227,13 @@ profile(PyObject *obj, void *frame, int what, PyObject *arg)
 {
     (void)obj;
     (void)arg;
+    if (__builtin_expect(!t_py.seen || t_py.lost, 0)) {
+        /* set (again) on this thread: by install, a new thread's first
+         * event or a rescan after the thread's state was replaced */
+        t_py.seen = 1;
+        t_py.lost = 0;
+        t_py.depth = 0;
+    }
     if (what != PY_TRACE_CALL && what != PY_TRACE_RETURN)
         return 0;
     PyObject *code = py.FrameGetCode(frame);
@@ -266,6 +305,7 @@ thread_first_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
     set_profile_here();
+    t_py.seen = 1;
     if (nargs >= 2) {
         enter_running(args[0]);
         Py_ssize_t n = 0;
@@ -451,6 +491,50 @@ install_profile(void)
     py.DecRef(sys);
     enter_running(py.EvalGetFrame());
     set_profile_here();
+    t_py.seen = 1;
+    g_profilefunc_off = profilefunc_offset();
+    if (g_profilefunc_off && SYM(SetProfileOf, "_PyEval_SetProfile") &&
+        SYM(InterpHead, "PyInterpreterState_Head") &&
+        SYM(ThreadHead, "PyInterpreterState_ThreadHead") &&
+        SYM(ThreadNext, "PyThreadState_Next"))
+        g_rs_py_rescan = 1;
+}
+
+/* The rescan (a pending call, main thread, GIL held): the shim's profile
+ * function on every thread state of the main interpreter that has none. */
+static int
+rescan(void *arg)
+{
+    (void)arg;
+    atomic_store(&g_rescan_pending, 0);
+    void *interp = py.InterpHead();
+    for (void *ts = interp ? py.ThreadHead(interp) : NULL; ts; ts = py.ThreadNext(ts)) {
+        void *fn;
+        memcpy(&fn, (char *)ts + g_profilefunc_off, sizeof fn);
+        if (fn)
+            continue;                   /* ours already, or another profiler's */
+        PyObject *cap = py.CapsuleNew((void *)&g_state, "recompshim.pystack", profile_replaced);
+        if (!cap || py.SetProfileOf(ts, profile, cap) != 0)
+            py.ErrClear();
+        decref(cap);
+    }
+    return 0;
+}
+
+void
+rs_pystack_rescan_request(void)
+{
+    if (t_py.rescans >= 16)
+        return;
+    uint64_t now = rs_now_ns();
+    if (now < t_py.next_rescan_ns)
+        return;
+    /* backoff: 20 ms, 40 ms, ... about 11 minutes in all */
+    t_py.next_rescan_ns = now + (10000000ull << ++t_py.rescans);
+    if (atomic_exchange(&g_rescan_pending, 1))
+        return;
+    if (py.AddPendingCall(rescan, NULL) != 0)
+        atomic_store(&g_rescan_pending, 0);
 }
 
 /* The pending call: runs once, in the main thread, with the GIL held. Never

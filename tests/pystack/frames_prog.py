@@ -10,6 +10,7 @@ import ctypes
 import os
 import sys
 import threading
+import time
 
 # Loaded into the global scope and called through it, as a job linked
 # against libcudart would: the preloaded shim's cudaMalloc comes first.
@@ -108,16 +109,20 @@ def with_setprofile():
     print("setprofile-events", len(calls) > 0, flush=True)
 
 
-def native_entered():
-    alloc(1011)              # a native thread, in Python through PyGILState_Ensure
+def native_entered(r):
+    alloc(1011 + 3 * r)      # 1011, 1014: a native thread in Python through PyGILState_Ensure
 
 
 def native():
     lib = ctypes.CDLL(os.environ["RS_NATIVE_HELPER"])
-    cb_type = ctypes.CFUNCTYPE(None)
+    cb_type = ctypes.CFUNCTYPE(None, ctypes.c_int)
     cb = cb_type(native_entered)
-    lib.run_native_thread.argtypes = [ctypes.c_size_t, cb_type]
-    assert lib.run_native_thread(1012, cb) == 0   # 1012: no GIL, no Python
+    lib.start_native_thread.argtypes = [ctypes.c_size_t, ctypes.c_int, cb_type]
+    assert lib.start_native_thread(1012, 2, cb) == 0   # 1012: no GIL, no Python
+    done = time.monotonic() + 0.4
+    while time.monotonic() < done:                      # the main thread runs bytecode
+        time.sleep(0.005)
+    assert lib.join_native_thread() == 0
 
 
 def take_tool_ids():

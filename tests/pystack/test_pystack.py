@@ -123,8 +123,9 @@ def check_main_run(label, minor, exe):
             1007: ["alloc", "generators"] + MAIN,
             1009: names(minor, ["alloc", "worker", "Thread.run", "Thread._bootstrap_inner",
                                 "Thread._bootstrap"]),
-            1011: ["alloc", "native_entered"] if monitoring else [],
+            1011: ["alloc", "native_entered"],
             1012: [],
+            1014: ["alloc", "native_entered"],
             1013: ["alloc"] + MAIN,
         }
         why = {1000: "the first CUDA call, before the install: no stack",
@@ -133,8 +134,9 @@ def check_main_run(label, minor, exe):
                1006: "in a resumed generator",
                1007: "with the generator suspended",
                1009: "in a thread started by threading",
-               1011: ("in a native thread entered through PyGILState_Ensure" if monitoring else
-                      "a native thread before 3.12: no stack (documented), never a wrong one"),
+               1011: "in a native thread entered through PyGILState_Ensure"
+                     + ("" if monitoring else " (after the rescan its first allocation asked for)"),
+               1014: "the same native thread, again",
                1012: "in a native thread without the GIL: no stack",
                1013: "after all scenarios: balanced"}
         for size, w in want.items():
@@ -194,6 +196,35 @@ def check_profilers(label, minor, exe):
                 f"{label}: both free tool ids taken: stands down, one line, META says why: {lines}")
 
 
+# shim/pystack_py.c profilefunc_offset(): where the rescan reads a thread
+# state's profile function, per version
+PROFILEFUNC_OFFSET = {10: 56, 11: 64}
+
+
+def check_offset(label, minor, exe):
+    """The offset the shim uses is the headers' offsetof(PyThreadState,
+    c_profilefunc) (compiled against this Python's own headers)."""
+    if minor not in PROFILEFUNC_OFFSET:
+        return
+    inc = subprocess.run([exe, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                         capture_output=True, text=True).stdout.strip()
+    if not os.path.exists(os.path.join(inc, "Python.h")):
+        tap(True, f"{label}: PyThreadState layout", skip=f"no Python.h under {inc}")
+        return
+    with tempfile.TemporaryDirectory(dir=TMP) as tmp:
+        src = os.path.join(tmp, "off.c")
+        with open(src, "w") as f:
+            f.write("#include <Python.h>\n#include <stdio.h>\n#include <stddef.h>\n"
+                    "int main(void) { printf(\"%zu\", offsetof(PyThreadState, c_profilefunc)); return 0; }\n")
+        c = subprocess.run(["cc", "-I", inc, src, "-o", os.path.join(tmp, "off")],
+                           capture_output=True, text=True)
+        got = subprocess.run([os.path.join(tmp, "off")], capture_output=True,
+                             text=True).stdout if c.returncode == 0 else c.stderr
+        tap(got == str(PROFILEFUNC_OFFSET[minor]),
+            f"{label}: offsetof(PyThreadState, c_profilefunc) is {got}, the shim reads "
+            f"{PROFILEFUNC_OFFSET[minor]}")
+
+
 def check_off(label, exe):
     with tempfile.TemporaryDirectory(dir=TMP) as tmp:
         p, dump, _ = run([exe, PROG, CUDART], {"RECOMPSHIM_PYSTACK": "0"}, tmp)
@@ -219,6 +250,7 @@ def main():
             continue
         check_main_run(label, minor, exe)
         check_profilers(label, minor, exe)
+        check_offset(label, minor, exe)
         check_off(label, exe)
     check_no_python()
     print(f"1..{_n}")
