@@ -52,8 +52,8 @@ typedef struct native {
     const char **warnings;
     char *argbuf;
     am_symbolizer *sym;       /* created when the first frame is named */
-    char **stack_site;        /* [PYSTACK id]: its site, formatted once */
-    size_t nstack_site;
+    struct py_text { char *site, *stack; } *py;  /* [PYSTACK id], formatted once */
+    size_t npy;
 } native;
 
 static int
@@ -146,21 +146,58 @@ py_site_text(const rs_pyframe_info *f)
     return strdup(buf);
 }
 
-/* The allocation site of Python stack `id` into ev->site (NULL when the
- * stack or its frames are unknown), cached per stack. */
+#define PY_TEXT_FRAMES 6   /* frames named in am_event.pystack; more print as "< ..." */
+
+/* "f (dir/file.py:line) < g < h" of stack `id`, innermost first; malloc'd. */
+static char *
+py_stack_text(const native *n, uint32_t id)
+{
+    char buf[640];
+    size_t len = 0;
+    uint32_t parent, frame, k = 0;
+    for (uint32_t s = id; s && rs_reader_pystack(n->r, s, &parent, &frame); s = parent, k++) {
+        rs_pyframe_info f = {"?", "?", 1, 1, 0};
+        (void)rs_reader_pyframe(n->r, frame, &f);
+        int nfn = (int)(f.name_len > 120 ? 120 : f.name_len);
+        int w;
+        if (k == PY_TEXT_FRAMES) {
+            w = snprintf(buf + len, sizeof buf - len, " < ...");
+        } else if (k == 0) {
+            char *site = py_site_text(&f);
+            const char *colon = site ? strchr(site, ':') : NULL;
+            w = snprintf(buf + len, sizeof buf - len, "%.*s (%.*s)", nfn, f.name,
+                         colon ? (int)(strrchr(site, ':') - site) : 1, site ? site : "?");
+            free(site);
+        } else {
+            w = snprintf(buf + len, sizeof buf - len, " < %.*s", nfn, f.name);
+        }
+        if (w < 0 || (size_t)w >= sizeof buf - len)
+            break;
+        len += (size_t)w;
+        if (k == PY_TEXT_FRAMES)
+            break;
+    }
+    return len ? strndup(buf, len) : NULL;
+}
+
+/* The allocation site of Python stack `id` (the innermost frame outside
+ * PyTorch and installed packages, else the innermost) into ev->site, and
+ * its frames into ev->pystack; both NULL when the stack is unknown. Cached
+ * per stack. */
 static void
 py_site(native *n, uint32_t id, am_event *ev)
 {
     if (!id)
         return;
-    if (id >= n->nstack_site) {
-        size_t cap = n->nstack_site, old = cap;
-        if (am_grow((void **)&n->stack_site, &cap, (size_t)id + 1, sizeof *n->stack_site, 256))
+    if (id >= n->npy) {
+        size_t cap = n->npy, old = cap;
+        if (am_grow((void **)&n->py, &cap, (size_t)id + 1, sizeof *n->py, 256))
             return;
-        memset(n->stack_site + old, 0, (cap - old) * sizeof *n->stack_site);
-        n->nstack_site = cap;
+        memset(n->py + old, 0, (cap - old) * sizeof *n->py);
+        n->npy = cap;
     }
-    if (!n->stack_site[id]) {
+    struct py_text *pt = &n->py[id];
+    if (!pt->stack) {
         rs_pyframe_info inner = {0}, f;
         uint32_t parent, frame;
         for (uint32_t s = id; s && rs_reader_pystack(n->r, s, &parent, &frame); s = parent) {
@@ -175,11 +212,16 @@ py_site(native *n, uint32_t id, am_event *ev)
         }
         if (!inner.name)
             return;
-        n->stack_site[id] = py_site_text(&inner);
+        pt->site = py_site_text(&inner);
+        pt->stack = py_stack_text(n, id);
     }
-    if (n->stack_site[id]) {
-        ev->site = n->stack_site[id];
-        ev->site_len = (uint32_t)strlen(ev->site);
+    if (pt->site) {
+        ev->site = pt->site;
+        ev->site_len = (uint32_t)strlen(pt->site);
+    }
+    if (pt->stack) {
+        ev->pystack = pt->stack;
+        ev->pystack_len = (uint32_t)strlen(pt->stack);
     }
 }
 
@@ -453,9 +495,11 @@ native_close(am_source *s)
         free(n->warnings);
         free(n->argbuf);
         am_sym_free(n->sym);
-        for (size_t i = 0; i < n->nstack_site; i++)
-            free(n->stack_site[i]);
-        free(n->stack_site);
+        for (size_t i = 0; i < n->npy; i++) {
+            free(n->py[i].site);
+            free(n->py[i].stack);
+        }
+        free(n->py);
         free(n);
     }
     free(s);

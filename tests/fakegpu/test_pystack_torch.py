@@ -62,6 +62,7 @@ def in_order(stack, names):
 
 def main():
     shim, dump_exe = os.environ["RECOMP_SHIM"], os.environ["RECOMP_DUMP"]
+    analyze = os.environ["RECOMP_ANALYZE"]
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
         env = dict(os.environ, RECOMPSHIM_OUT=tmp, LD_PRELOAD=preload(shim))
         env.pop("RECOMPSHIM_RUN_ID", None)
@@ -75,6 +76,20 @@ def main():
             return 1
         d = subprocess.run([dump_exe, traces[0]], capture_output=True, text=True, timeout=300)
         recs, names = parse(d.stdout)
+        a = subprocess.run([analyze, "--json", tmp], capture_output=True, text=True, timeout=300)
+        t = subprocess.run([analyze, tmp], capture_output=True, text=True, timeout=300)
+    try:
+        import json
+        peak = json.loads(a.stdout)["ranks"][0]["peak"]
+        py = peak["set_by"]["python"] or ""
+    except (ValueError, KeyError, IndexError):
+        py = ""
+    tap("CheckpointFunction." in py and f"in Python: {py}" in t.stdout,
+        f"the report names the Python frames of the allocation that set the peak: {py!r}")
+    funcs = {c.get("function") for c in (peak.get("contributors", []) if py else [])}
+    tap(any(f and f.endswith(":Block.forward") for f in funcs),
+        f"a job that is not Megatron: contributors grouped by allocating function "
+        f"(Block.forward among {sorted(f for f in funcs if f)[:4]})")
     main_tid = recs[0][0] if recs else None
     fwd = [s for t, k, s in recs if t == main_tid and s[:1] == ["Linear.forward"]]
     want_fwd = ["Linear.forward", "Block.forward", "CheckpointFunction.forward", "checkpoint",
