@@ -91,6 +91,7 @@ static struct {
     void *(*InterpHead)(void);
     void *(*ThreadHead)(void *);
     void *(*ThreadNext)(void *);
+    int (*IsFinalizing)(void);                               /* _Py_IsFinalizing */
     PyObject *(*CapsuleNew)(void *, const char *, void (*)(PyObject *));
 } py;
 
@@ -496,7 +497,7 @@ install_profile(void)
     if (g_profilefunc_off && SYM(SetProfileOf, "_PyEval_SetProfile") &&
         SYM(InterpHead, "PyInterpreterState_Head") &&
         SYM(ThreadHead, "PyInterpreterState_ThreadHead") &&
-        SYM(ThreadNext, "PyThreadState_Next"))
+        SYM(ThreadNext, "PyThreadState_Next") && SYM(IsFinalizing, "_Py_IsFinalizing"))
         g_rs_py_rescan = 1;
 }
 
@@ -531,6 +532,12 @@ rs_pystack_rescan_request(void)
         return;
     /* backoff: 20 ms, 40 ms, ... about 11 minutes in all */
     t_py.next_rescan_ns = now + (10000000ull << ++t_py.rescans);
+    /* never once Python is shutting down: Py_AddPendingCall would reach for
+     * an interpreter that is being (or has been) deleted */
+    if (!py.IsInitialized() || py.IsFinalizing()) {
+        g_rs_py_rescan = 0;
+        return;
+    }
     if (atomic_exchange(&g_rescan_pending, 1))
         return;
     if (py.AddPendingCall(rescan, NULL) != 0)
