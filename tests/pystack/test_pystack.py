@@ -216,10 +216,13 @@ def check_offset(label, minor, exe):
         with open(src, "w") as f:
             f.write("#include <Python.h>\n#include <stdio.h>\n#include <stddef.h>\n"
                     "int main(void) { printf(\"%zu\", offsetof(PyThreadState, c_profilefunc)); return 0; }\n")
+        # the compiler and the probe are no subject of the test: not under a
+        # sanitizer runtime the sanitizer tier preloads into every test
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         c = subprocess.run(["cc", "-I", inc, src, "-o", os.path.join(tmp, "off")],
-                           capture_output=True, text=True)
-        got = subprocess.run([os.path.join(tmp, "off")], capture_output=True,
-                             text=True).stdout if c.returncode == 0 else c.stderr
+                           capture_output=True, text=True, env=env)
+        got = subprocess.run([os.path.join(tmp, "off")], capture_output=True, text=True,
+                             env=env).stdout if c.returncode == 0 else c.stderr
         tap(got == str(PROFILEFUNC_OFFSET[minor]),
             f"{label}: offsetof(PyThreadState, c_profilefunc) is {got}, the shim reads "
             f"{PROFILEFUNC_OFFSET[minor]}")
