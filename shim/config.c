@@ -167,6 +167,8 @@ set_BOOL(const char *name, const char *v, const char *dflt)
     }
     if (!strcmp(name, "RECOMPSHIM_DISABLE"))
         g_rs_cfg.disable = b;
+    else if (!strcmp(name, "RECOMPSHIM_PYSTACK"))
+        g_rs_cfg.pystack = b;
 }
 
 static void

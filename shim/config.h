@@ -20,6 +20,7 @@ typedef struct rs_config {
     int log_level;               /* RECOMPSHIM_LOG */
     char run_id[96];             /* RECOMPSHIM_RUN_ID (inherited or generated) */
     char tensors[16];            /* RECOMPSHIM_TENSORS as given */
+    int pystack;                 /* RECOMPSHIM_PYSTACK */
 } rs_config;
 
 extern rs_config g_rs_cfg RS_HIDDEN;

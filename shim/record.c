@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "pystack.h"
 #include "stack.h"
 #include "writer.h"
 
@@ -132,7 +133,7 @@ rs_record_alloc(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t size, uint64_t
     if (!r)
         return;
     note_device(t_rs.device);
-    r->h = hdr(RS_REC_ALLOC, sizeof *r, 0);
+    r->h = hdr(RS_REC_ALLOC, sizeof *r, rs_pystack_current());
     r->ptr = ptr;
     r->size = size;
     r->stream = stream;
@@ -197,7 +198,7 @@ rs_record_oom(uint16_t api, uint8_t mem, uint64_t size, uint64_t caller, int sta
     r->device = t_rs.device;
     r->status = status;
     r->meminfo_status = meminfo_status;
-    r->reserved = 0;
+    r->pystack = rs_pystack_current();
     memcpy(r + 1, frames, (size_t)n * sizeof(uint64_t));
     rs_rec_end(r, size_rec);
     rs_modules_refresh();
@@ -391,7 +392,7 @@ rs_record_tensor(uint64_t ptr, int64_t size, uint64_t total_allocated, uint64_t 
     r->device_type = (int8_t)device_type;
     r->device = (int8_t)device;
     r->reserved0 = 0;
-    r->reserved1 = 0;
+    r->pystack = rs_pystack_current();
     rs_rec_end(r, sizeof *r);
 }
 

@@ -33,6 +33,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "pystack.h"
 
 __thread rs_tls t_rs __attribute__((tls_model("initial-exec"))) = {.device = -1};
 
@@ -714,7 +715,7 @@ rs_trace_open(void)
         return 0;
     t_rs.guard++;
     pthread_mutex_lock(&g_w.open_mu);
-    int ok = 0;
+    int ok = 0, created = 0;
     s = rs_writer_state();
     if (s == RS_W_OPEN) {
         ok = 1;
@@ -723,11 +724,14 @@ rs_trace_open(void)
         atomic_store_explicit(&g_w.state, RS_W_OPEN, memory_order_release);
         rs_header_write_startup_records();
         rs_intern_replay();
+        rs_pystack_replay();
         rs_nvtx_replay_definitions();
         rs_log(1, "tracing to %s", g_w.path);
-        ok = 1;
+        ok = created = 1;
     }
     pthread_mutex_unlock(&g_w.open_mu);
+    if (created)
+        rs_pystack_schedule();   /* Python frames: installed later, with the GIL */
     t_rs.guard--;
     return ok;
 }
@@ -807,7 +811,9 @@ rs_writer_after_failed_exec(void)
  *   4 module list lock    MODULE records at chunk claims (claims: 5)
  *   5 g_w.fd_mu           reopening a trace descriptor the job closed
  *   6 NVTX stack pool     a thread's range stack (leaf)
- * fork() runs the prepare handler below, which takes all six in this
+ *   7 Python stack table  a new code object or call stack (shim/pystack.c;
+ *                         leaf: held for the table insert only)
+ * fork() runs the prepare handler below, which takes all seven in this
  * order, so a fork never waits for a lock while holding one ranked below
  * it (the deadlock of #11: prepare took 3 then 1 while rs_trace_open held
  * 1 and waited for 3). The child holds them all: it re-initialises them,
@@ -821,11 +827,13 @@ atfork_prepare(void)
     rs_modules_atfork_prepare();
     pthread_mutex_lock(&g_w.fd_mu);
     rs_nvtx_atfork_prepare_leaf();
+    rs_pystack_atfork_prepare();
 }
 
 static void
 atfork_parent(void)
 {
+    rs_pystack_atfork_parent();
     rs_nvtx_atfork_parent();
     pthread_mutex_unlock(&g_w.fd_mu);
     rs_modules_atfork_parent();
@@ -843,6 +851,7 @@ atfork_child(void)
     rs_intern_atfork_child();
     rs_modules_atfork_child();
     rs_nvtx_atfork_child();
+    rs_pystack_atfork_child();
     if (rs_writer_state() == RS_W_OPEN)
         writer_reset();
     atomic_fetch_add(&g_w.gen, 1);

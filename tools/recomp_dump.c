@@ -280,6 +280,42 @@ put_caller_lib(out *o, const rs_reader *r, uint64_t caller)
         kv_w(o, "caller_lib", buf);
 }
 
+/* (1.3) The Python stack an allocation was made in, when there is one:
+ * pystack=ID, then text "\n  py #I NAME (FILE:LINE)" lines, innermost
+ * first, JSON a "pyframes" array of {"name","file","line"}. A stack id
+ * without its definitions prints "  py #I ?" once. */
+static void
+put_pystack(out *o, const rs_reader *r, uint32_t id)
+{
+    if (!id)
+        return;
+    kv_u(o, "pystack", id);
+    if (o->json)
+        fputs(",\"pyframes\":[", o->f);
+    uint32_t parent, frame, i = 0;
+    for (; id && rs_reader_pystack(r, id, &parent, &frame); i++, id = parent) {
+        rs_pyframe_info fi = {"?", "?", 1, 1, 0};
+        (void)rs_reader_pyframe(r, frame, &fi);
+        if (o->json) {
+            fprintf(o->f, "%s{\"name\":\"", i ? "," : "");
+            json_esc(o->f, fi.name, fi.name_len);
+            fputs("\",\"file\":\"", o->f);
+            json_esc(o->f, fi.file, fi.file_len);
+            fprintf(o->f, "\",\"line\":%" PRIu32 "}", fi.line);
+        } else {
+            fprintf(o->f, "\n  py #%" PRIu32 " ", i);
+            rs_fput_escaped(o->f, fi.name, fi.name_len);
+            fputs(" (", o->f);
+            rs_fput_escaped(o->f, fi.file, fi.file_len);
+            fprintf(o->f, ":%" PRIu32 ")", fi.line);
+        }
+    }
+    if (id && !o->json)
+        fprintf(o->f, "\n  py #%" PRIu32 " ?", i);
+    if (o->json)
+        fputc(']', o->f);
+}
+
 /* ---- one step per record kind ---- */
 
 static void
@@ -294,6 +330,7 @@ dump_alloc(out *o, const rs_reader *r, const rs_rec_alloc *a)
     kv_x(o, "caller", a->caller);
     kv_d(o, "status", a->status);
     put_caller_lib(o, r, a->caller);
+    put_pystack(o, r, a->h.aux);
 }
 
 static void
@@ -357,6 +394,7 @@ dump_oom(out *o, const rs_reader *r, const rs_rec_oom *x)
     }
     if (o->json)
         fputc(']', o->f);
+    put_pystack(o, r, x->pystack);
 }
 
 static void
@@ -478,6 +516,7 @@ dump_tensor(out *o, const rs_reader *r, const rs_rec_tensor *t)
     kv_x(o, "caller", t->caller);
     kv_u(o, "signature", t->h.aux);
     put_caller_lib(o, r, t->caller);
+    put_pystack(o, r, t->pystack);
 }
 
 static void
@@ -563,6 +602,26 @@ dump_record(out *o, const rs_reader *r, const rs_event *ev)
         kv_x(o, "ctx", c->ctx);
         kv_d(o, "dev", c->device);
         kv_d(o, "status", c->status);
+        break;
+    }
+#endif
+#if RS_TRACE_VERSION_MINOR >= 3
+    case RS_REC_PYFRAME: {
+        const rs_pyframe_info fi0 = {"?", "?", 1, 1, 0};
+        rs_pyframe_info fi = fi0;
+        const rs_rec_pyframe *f = p;
+        (void)rs_reader_pyframe(r, f->id, &fi);
+        kv_u(o, "id", f->id);
+        kv_text(o, "name", fi.name, fi.name_len, 1);
+        kv_text(o, "file", fi.file, fi.file_len, 1);
+        kv_u(o, "line", f->line);
+        break;
+    }
+    case RS_REC_PYSTACK: {
+        const rs_rec_pystack *st = p;
+        kv_u(o, "id", st->id);
+        kv_u(o, "parent", st->parent);
+        kv_u(o, "frame", st->frame);
         break;
     }
 #endif

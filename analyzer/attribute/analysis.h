@@ -38,6 +38,7 @@ typedef struct am_setter {
     am_attr attr;
     uint8_t lib;
     char where[256];          /* the allocating thread's range stack, "a > b" */
+    char python[512];         /* its Python stack, "f (file:line) < g", "" unknown (am_event.pystack) */
 } am_setter;
 
 /* A peak at one level. */

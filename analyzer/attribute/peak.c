@@ -347,6 +347,8 @@ update_peak(sweep *s, am_peak *p, int level, const am_event *ev, const am_attr *
     p->setter.attr.layer = report_layer(s->out, a->boundary, a->layer);
     p->setter.lib = ev->lib;
     tl_where(&s->tl, ev->tid, p->setter.where, sizeof p->setter.where);
+    snprintf(p->setter.python, sizeof p->setter.python, "%.*s",
+             ev->pystack ? (int)ev->pystack_len : 0, ev->pystack ? ev->pystack : "");
     if (level == AM_L_DEVICE)
         memcpy(p->by_lib, s->by_lib, sizeof p->by_lib);
     p->reserved_bytes = ev->has_totals ? ev->total_reserved : 0;

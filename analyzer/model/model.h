@@ -126,6 +126,11 @@ typedef struct am_event {
      * shows at its first memory event): when and in which phase it was
      * allocated is unknown, and it is no allocation of the traced program */
     uint8_t pretrace;
+    /* ALLOC/OOM: the Python stack it was made in, innermost first, as
+     * "f (dir/file.py:line) < g < h" (native traces from format 1.3: the
+     * code objects' first lines); NULL when unknown */
+    const char *pystack;
+    uint32_t pystack_len;
 } am_event;
 
 /* ---- per-source metadata ---- */

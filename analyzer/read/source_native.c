@@ -15,6 +15,10 @@
  *   NVTX_*                  RANGE_PUSH/POP/START/END, MARK
  *   COLLECTIVE (v1.1)       COLLECTIVE
  *   GRAPH begin/end capture GRAPH_BEGIN/END
+ * ALLOC, TENSOR and OOM records that name a Python stack (v1.3) carry its
+ * allocation site: the innermost frame outside PyTorch and installed
+ * packages (else the innermost frame) as "dir/file.py:line:function", the
+ * same form the snapshot importer gives, with the code object's first line.
  * Everything else (strings, domains, meta, modules, limit, window, pool
  * attributes, set-device, VMM map/unmap, VA reserve/free, ctx) carries no
  * event: definitions are read at open, VA reservations are never memory.
@@ -48,6 +52,8 @@ typedef struct native {
     const char **warnings;
     char *argbuf;
     am_symbolizer *sym;       /* created when the first frame is named */
+    struct py_text { char *site, *stack; } *py;  /* [PYSTACK id], formatted once */
+    size_t npy;
 } native;
 
 static int
@@ -110,6 +116,115 @@ nvtx_name(const native *n, const rs_rec_nvtx_name *v, am_event *ev)
     }
 }
 
+/* A Python file of PyTorch or of an installed package (not the job's own). */
+static int
+py_library_file(const rs_pyframe_info *f)
+{
+    static const char *const dirs[] = {"/torch/", "site-packages/", "dist-packages/", "<frozen"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
+        if (memmem(f->file, f->file_len, dirs[i], strlen(dirs[i])))
+            return 1;
+    return 0;
+}
+
+/* "dir/file.py:line:function" of a frame (the path cut to its last two
+ * components, each part at most 200 bytes), malloc'd; NULL out of memory. */
+static char *
+py_site_text(const rs_pyframe_info *f)
+{
+    uint32_t cut = 0, slashes = 0;
+    for (uint32_t i = f->file_len; i > 0; i--)
+        if (f->file[i - 1] == '/' && ++slashes == 2) {
+            cut = i;
+            break;
+        }
+    int nfile = (int)(f->file_len - cut > 200 ? 200 : f->file_len - cut);
+    int nfn = (int)(f->name_len > 200 ? 200 : f->name_len);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%.*s:%" PRIu32 ":%.*s", nfile, f->file + cut, f->line, nfn,
+             f->name);
+    return strdup(buf);
+}
+
+#define PY_TEXT_FRAMES 6   /* frames named in am_event.pystack; more print as "< ..." */
+
+/* "f (dir/file.py:line) < g < h" of stack `id`, innermost first; malloc'd. */
+static char *
+py_stack_text(const native *n, uint32_t id)
+{
+    char buf[640];
+    size_t len = 0;
+    uint32_t parent, frame, k = 0;
+    for (uint32_t s = id; s && rs_reader_pystack(n->r, s, &parent, &frame); s = parent, k++) {
+        rs_pyframe_info f = {"?", "?", 1, 1, 0};
+        (void)rs_reader_pyframe(n->r, frame, &f);
+        int nfn = (int)(f.name_len > 120 ? 120 : f.name_len);
+        int w;
+        if (k == PY_TEXT_FRAMES) {
+            w = snprintf(buf + len, sizeof buf - len, " < ...");
+        } else if (k == 0) {
+            char *site = py_site_text(&f);
+            const char *colon = site ? strchr(site, ':') : NULL;
+            w = snprintf(buf + len, sizeof buf - len, "%.*s (%.*s)", nfn, f.name,
+                         colon ? (int)(strrchr(site, ':') - site) : 1, site ? site : "?");
+            free(site);
+        } else {
+            w = snprintf(buf + len, sizeof buf - len, " < %.*s", nfn, f.name);
+        }
+        if (w < 0 || (size_t)w >= sizeof buf - len)
+            break;
+        len += (size_t)w;
+        if (k == PY_TEXT_FRAMES)
+            break;
+    }
+    return len ? strndup(buf, len) : NULL;
+}
+
+/* The allocation site of Python stack `id` (the innermost frame outside
+ * PyTorch and installed packages, else the innermost) into ev->site, and
+ * its frames into ev->pystack; both NULL when the stack is unknown. Cached
+ * per stack. */
+static void
+py_site(native *n, uint32_t id, am_event *ev)
+{
+    if (!id)
+        return;
+    if (id >= n->npy) {
+        size_t cap = n->npy, old = cap;
+        if (am_grow((void **)&n->py, &cap, (size_t)id + 1, sizeof *n->py, 256))
+            return;
+        memset(n->py + old, 0, (cap - old) * sizeof *n->py);
+        n->npy = cap;
+    }
+    struct py_text *pt = &n->py[id];
+    if (!pt->stack) {
+        rs_pyframe_info inner = {0}, f;
+        uint32_t parent, frame;
+        for (uint32_t s = id; s && rs_reader_pystack(n->r, s, &parent, &frame); s = parent) {
+            if (!rs_reader_pyframe(n->r, frame, &f))
+                continue;
+            if (!inner.name)
+                inner = f;
+            if (!py_library_file(&f)) {
+                inner = f;
+                break;
+            }
+        }
+        if (!inner.name)
+            return;
+        pt->site = py_site_text(&inner);
+        pt->stack = py_stack_text(n, id);
+    }
+    if (pt->site) {
+        ev->site = pt->site;
+        ev->site_len = (uint32_t)strlen(pt->site);
+    }
+    if (pt->stack) {
+        ev->pystack = pt->stack;
+        ev->pystack_len = (uint32_t)strlen(pt->stack);
+    }
+}
+
 static int
 tensor_mode_alloc(const native *n, uint16_t api, int lib)
 {
@@ -151,6 +266,7 @@ translate(native *n, const rs_event *re, am_event *ev)
         ev->levels = AM_LVL_DEVICE;
         if (a->mem == RS_MEM_DEVICE && tensor_mode_alloc(n, a->api, ev->lib))
             ev->levels |= AM_LVL_TENSOR;
+        py_site(n, h->aux, ev);
         return 1;
     }
     case RS_REC_FREE: {
@@ -191,6 +307,7 @@ translate(native *n, const rs_event *re, am_event *ev)
         ev->lib = (uint8_t)lib_of(n, o->caller);
         ev->nframes = h->aux;
         ev->frames = (const uint64_t *)(o + 1);
+        py_site(n, o->pystack, ev);
         return 1;
     }
     case RS_REC_THREAD: {
@@ -243,6 +360,10 @@ translate(native *n, const rs_event *re, am_event *ev)
     }
     case RS_REC_LIMIT:
     case RS_REC_POOL_ATTR:
+#if RS_TRACE_VERSION_MINOR >= 3
+    case RS_REC_PYFRAME:
+    case RS_REC_PYSTACK:
+#endif
         return 0;
 #if RS_TRACE_VERSION_MINOR >= 1
     case RS_REC_VMM_CREATE: {
@@ -297,6 +418,8 @@ translate(native *n, const rs_event *re, am_event *ev)
         ev->caller = t->caller;
         ev->lib = AM_LIB_PYTORCH;
         ev->device = t->device;
+        if (ev->kind == AM_EV_ALLOC)
+            py_site(n, t->pystack, ev);
         return 1;
     }
     case RS_REC_GRAPH: {
@@ -372,6 +495,11 @@ native_close(am_source *s)
         free(n->warnings);
         free(n->argbuf);
         am_sym_free(n->sym);
+        for (size_t i = 0; i < n->npy; i++) {
+            free(n->py[i].site);
+            free(n->py[i].stack);
+        }
+        free(n->py);
         free(n);
     }
     free(s);

@@ -107,6 +107,9 @@ rs_meta_key_name(uint32_t key)
 #if RS_TRACE_VERSION_MINOR >= 1
         [RS_META_UNWINDER] = "unwinder", [RS_META_TENSORS] = "tensors",
 #endif
+#if RS_TRACE_VERSION_MINOR >= 3
+        [RS_META_PYSTACK] = "pystack",
+#endif
     };
     return key < NELEM(n) ? n[key] : NULL;
 }
@@ -201,6 +204,7 @@ typedef struct rd_def {
     const char *text;         /* strings, domains (inline name) */
     uint32_t len;
     uint32_t name_id;         /* domains named through the string table */
+    uint32_t py[3];           /* PYFRAME: name_id, file_id, line; PYSTACK: parent, frame */
     char name[RS_THREAD_NAME_LEN + 1];
 } rd_def;
 
@@ -229,6 +233,7 @@ struct rs_reader {
     uint64_t nrecords;
 
     rd_defs strings, domains, threads, pthreads;
+    rd_defs pyframes, pystacks;   /* (1.3) Python frames and stacks */
     rs_module_info *modules;  /* file order */
     size_t nmodules, cap_modules;
     size_t *mod_by_lo;        /* indices into modules, sorted by lo */
@@ -557,6 +562,30 @@ check_fields(rs_reader *r, const rd_chunk *c, uint64_t off, uint32_t idx,
     }
     case RS_REC_CTX_SET:
 #endif
+#if RS_TRACE_VERSION_MINOR >= 3
+    case RS_REC_PYFRAME:
+        if (((const rs_rec_pyframe *)p)->id == 0) {
+            rec_err(r, off + offsetof(rs_rec_pyframe, id), c, idx, kind, "frame id 0");
+            return -1;
+        }
+        break;
+    case RS_REC_PYSTACK: {
+        const rs_rec_pystack *ps = p;
+        if (ps->id == 0 || ps->frame == 0) {
+            rec_err(r, off + (ps->id ? offsetof(rs_rec_pystack, frame) : offsetof(rs_rec_pystack, id)),
+                    c, idx, kind, "%s 0", ps->id ? "frame id" : "stack id");
+            return -1;
+        }
+        if (ps->parent >= ps->id) {
+            /* the shim numbers a stack after its parent: this also rules out cycles */
+            rec_err(r, off + offsetof(rs_rec_pystack, parent), c, idx, kind,
+                    "parent stack %" PRIu32 " is not below its own id %" PRIu32, ps->parent,
+                    ps->id);
+            return -1;
+        }
+        break;
+    }
+#endif
     case RS_REC_SET_DEVICE:
     case RS_REC_THREAD:
     case RS_REC_NVTX_POP:
@@ -675,6 +704,23 @@ collect(rs_reader *r, const rs_record_header *h, uint64_t off)
         r->nmetas++;
         return 0;
     }
+#if RS_TRACE_VERSION_MINOR >= 3
+    case RS_REC_PYFRAME: {
+        const rs_rec_pyframe *f = (const void *)h;
+        d.key = f->id;
+        d.py[0] = f->name_id;
+        d.py[1] = f->file_id;
+        d.py[2] = f->line;
+        return add_def(&r->pyframes, &d);
+    }
+    case RS_REC_PYSTACK: {
+        const rs_rec_pystack *st = (const void *)h;
+        d.key = st->id;
+        d.py[0] = st->parent;
+        d.py[1] = st->frame;
+        return add_def(&r->pystacks, &d);
+    }
+#endif
     case RS_REC_MODULE: {
         const rs_rec_module *m = (const void *)h;
         if (grow((void **)&r->modules, &r->cap_modules, r->nmodules, sizeof *r->modules))
@@ -1007,6 +1053,8 @@ load(rs_reader *r)
     sort_defs(&r->domains);
     sort_defs(&r->threads);
     sort_defs(&r->pthreads);
+    sort_defs(&r->pyframes);
+    sort_defs(&r->pystacks);
     if (r->nmodules) {
         r->mod_by_lo = malloc(r->nmodules * sizeof *r->mod_by_lo);
         r->mod_maxhi = malloc(r->nmodules * sizeof *r->mod_maxhi);
@@ -1161,6 +1209,8 @@ rs_reader_close(rs_reader *r)
     free(r->domains.v);
     free(r->threads.v);
     free(r->pthreads.v);
+    free(r->pyframes.v);
+    free(r->pystacks.v);
     free(r->modules);
     free(r->mod_by_lo);
     free(r->mod_maxhi);
@@ -1236,6 +1286,35 @@ rs_reader_string(const rs_reader *r, uint32_t id, const char **text, uint32_t *l
         return 0;
     *text = d->text;
     *len = d->len;
+    return 1;
+}
+
+int
+rs_reader_pystack(const rs_reader *r, uint32_t id, uint32_t *parent, uint32_t *frame)
+{
+    const rd_def *d = id ? find_def(&r->pystacks, id) : NULL;
+    if (!d)
+        return 0;
+    *parent = d->py[0];
+    *frame = d->py[1];
+    return 1;
+}
+
+int
+rs_reader_pyframe(const rs_reader *r, uint32_t id, rs_pyframe_info *out)
+{
+    const rd_def *d = id ? find_def(&r->pyframes, id) : NULL;
+    if (!d)
+        return 0;
+    out->line = d->py[2];
+    if (!rs_reader_string(r, d->py[0], &out->name, &out->name_len)) {
+        out->name = "?";
+        out->name_len = 1;
+    }
+    if (!rs_reader_string(r, d->py[1], &out->file, &out->file_len)) {
+        out->file = "?";
+        out->file_len = 1;
+    }
     return 1;
 }
 

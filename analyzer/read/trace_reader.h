@@ -134,6 +134,23 @@ int64_t rs_reader_rel_ns(const rs_reader *r, uint64_t t_ns);
  * When an id is defined twice the last definition in the file wins. */
 int rs_reader_string(const rs_reader *r, uint32_t id, const char **text, uint32_t *len);
 
+/* (1.3) Python stack `id` (a PYSTACK record): its innermost frame (a
+ * PYFRAME id) and the stack it was called from (0: the outermost frame the
+ * shim saw). Returns 1 if known, else 0 (also for id 0, "no stack").
+ * Parents are always below their child's id (checked at open), so walking
+ * parents ends. */
+int rs_reader_pystack(const rs_reader *r, uint32_t id, uint32_t *parent, uint32_t *frame);
+
+/* (1.3) A Python frame: qualified name, file (not NUL-terminated; "?" when
+ * not interned) and first line of its code object. */
+typedef struct rs_pyframe_info {
+    const char *name, *file;
+    uint32_t name_len, file_len;
+    uint32_t line;
+} rs_pyframe_info;
+/* Frame `id` into *out; 1 if known, else 0. */
+int rs_reader_pyframe(const rs_reader *r, uint32_t id, rs_pyframe_info *out);
+
 /* Name of NVTX domain `id` (from its NVTX_DOMAIN record, via the string
  * table or inline text); returns 1 if known, else 0 (also for id 0, the
  * default domain, which has no record). */

@@ -108,6 +108,8 @@ peak(yajl_gen g, const am_rank *r, const am_peak *p, int level)
     K(g, "library"); S(g, am_lib_name(p->setter.lib));
     K(g, "thread"); I(g, p->setter.tid);
     K(g, "ranges"); S(g, p->setter.where);
+    K(g, "python");
+    if (p->setter.python[0]) S(g, p->setter.python); else N(g);
     K(g, "before_trace"); B(g, p->setter.pretrace);
     yajl_gen_map_close(g);
     K(g, "untracked_bytes"); u64(g, p->untracked_bytes);

@@ -77,6 +77,8 @@ print_peak(FILE *f, const am_rank *r, const am_peak *p, const char *label, int t
     }
     if (p->setter.where[0])
         fprintf(f, "    ranges: %s\n", p->setter.where);
+    if (p->setter.python[0])
+        fprintf(f, "    python: %s\n", p->setter.python);
     if (p->reserved_bytes)
         fprintf(f, "    PyTorch reserved then: %s\n", am_fmt_bytes(p->reserved_bytes, b, sizeof b));
     if (p->untracked_bytes)
@@ -319,6 +321,8 @@ peak_line(FILE *f, const am_rank *r, int level)
     else
         fprintf(f, "; set by a %s allocation (%s / %s)\n", GB(p->setter.size),
                 am_phase_name(p->setter.attr.phase), am_boundary_name(p->setter.attr.boundary));
+    if (!p->setter.pretrace && p->setter.python[0])
+        fprintf(f, "    in Python: %s\n", p->setter.python);
 }
 
 /* A rank in brief: peaks, the OOM, coverage; contributors when top > 0. */

@@ -33,7 +33,7 @@
 #define RS_TRACE_MAGIC "RSTRACE1"         /* 8 bytes, no NUL in the file */
 #define RS_TRACE_MAGIC_LEN 8
 #define RS_TRACE_VERSION_MAJOR 1
-#define RS_TRACE_VERSION_MINOR 2
+#define RS_TRACE_VERSION_MINOR 3
 /* The first minor version whose header carries header_checksum. */
 #define RS_TRACE_MINOR_HEADER_CHECKSUM 2
 
@@ -181,6 +181,7 @@ enum rs_meta_key {
     RS_META_NOTE = 6,         /* free-form note from the shim (refusals, errors) */
     RS_META_UNWINDER = 7,     /* "libunwind", "glibc" or "none" (v1.1) */
     RS_META_TENSORS = 8,      /* RECOMPSHIM_TENSORS as requested, and what took effect (v1.1) */
+    RS_META_PYSTACK = 9,      /* how Python frames are recorded, or why not (v1.3) */
 };
 
 /* Window record states. */
@@ -196,7 +197,8 @@ typedef struct rs_record_header {
 } rs_record_header;
 _Static_assert(sizeof(rs_record_header) == 16, "record header");
 
-/* ALLOC: a successful allocation. aux = 0. */
+/* ALLOC: a successful allocation. aux = the Python stack (PYSTACK id) the
+ * allocating thread was in, 0 none or unknown (v1.3; 0 before). */
 typedef struct rs_rec_alloc {
     rs_record_header h;
     uint64_t ptr;                        /* device or host address */
@@ -255,7 +257,7 @@ typedef struct rs_rec_oom {
     int8_t device;
     int32_t status;                      /* the error returned to the job */
     int32_t meminfo_status;              /* cudaMemGetInfo's status, -1 not taken */
-    uint32_t reserved;
+    uint32_t pystack;                    /* (v1.3) PYSTACK id, 0 none; was reserved (0) */
 } rs_rec_oom;
 _Static_assert(sizeof(rs_rec_oom) == 64, "oom");
 
@@ -408,7 +410,7 @@ typedef struct rs_rec_tensor {
     int8_t device_type;                  /* c10::DeviceType (1 = CUDA) */
     int8_t device;
     uint16_t reserved0;
-    uint32_t reserved1;
+    uint32_t pystack;                    /* (v1.3) PYSTACK id, 0 none; was reserved (0) */
 } rs_rec_tensor;
 _Static_assert(sizeof(rs_rec_tensor) == 64, "tensor");
 
@@ -484,6 +486,32 @@ typedef struct rs_rec_ctx {
     int32_t status;
 } rs_rec_ctx;
 _Static_assert(sizeof(rs_rec_ctx) == 32, "ctx");
+
+/* PYFRAME (v1.3): a Python code object, interned once (shim/pystack.c).
+ * name_id and file_id are STRING ids (0: not interned, the table was full):
+ * the code object's qualified name (co_qualname; co_name before 3.11) and
+ * file name; line is its first line. aux = 0. */
+typedef struct rs_rec_pyframe {
+    rs_record_header h;
+    uint32_t id;                         /* >= 1 */
+    uint32_t name_id;
+    uint32_t file_id;
+    uint32_t line;                       /* co_firstlineno */
+} rs_rec_pyframe;
+_Static_assert(sizeof(rs_rec_pyframe) == 32, "pyframe");
+
+/* PYSTACK (v1.3): an interned Python stack: frame `frame` (a PYFRAME id)
+ * called from stack `parent` (a PYSTACK id, 0 for the outermost frame the
+ * shim saw on that thread). ALLOC, TENSOR and OOM records name the stack
+ * their thread was in by id. aux = 0. */
+typedef struct rs_rec_pystack {
+    rs_record_header h;
+    uint32_t id;                         /* >= 1 */
+    uint32_t parent;                     /* PYSTACK id, 0 none */
+    uint32_t frame;                      /* PYFRAME id, >= 1 */
+    uint32_t reserved;
+} rs_rec_pystack;
+_Static_assert(sizeof(rs_rec_pystack) == 32, "pystack");
 
 /* Tensor-mode refusals (header.refusals bits, docs/architecture.md, Modes). */
 #define RS_REFUSE_ASYNC_BACKEND_NATIVE     0x01u /* backend:native set explicitly */

@@ -94,9 +94,9 @@ def check_conventions(tool, path):
 
 
 def records(text):
-    """Record lines of recomp-dump's text (not headers, not frame lines)."""
+    """Record lines of recomp-dump's text (not headers, not native or Python frame lines)."""
     return [l for l in text.splitlines()
-            if l and not l.startswith(("recompshim trace ", "header ", "  frame "))]
+            if l and not l.startswith(("recompshim trace ", "header ", "  frame ", "  py #"))]
 
 
 def field(line, key):

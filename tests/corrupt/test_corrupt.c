@@ -512,3 +512,99 @@ Test(corrupt, unsealed_chunk_records_counted_and_checked)
     set16(&b, b.alloc + offsetof(rs_record_header, kind), 999);
     expect_corrupt(&b, b.len, b.alloc, "unknown record kind 999");
 }
+
+/* ---- (1.3) Python frames: ids not 0, a stack's parent below its own id
+ * (so walking parents ends), and a valid stack read back and printed ---- */
+
+typedef struct py_base {
+    base b;
+    uint64_t frame, stack2;
+} py_base;
+
+static py_base
+build_py(void)
+{
+    py_base p = {{0}, 0, 0};
+    p.b.t = tb_new(0, 2);
+    tb_trace *t = p.b.t;
+    uint32_t c = tb_chunk(t, 5);
+    uint64_t ts = 1000100;
+    rs_rec_string s = {.h = {.kind = RS_REC_STRING, .t_ns = ts++}, .id = 1, .len = 3};
+    tb_put(t, c, &s, sizeof s, "fwd", 3);
+    rs_rec_string s2 = {.h = {.kind = RS_REC_STRING, .t_ns = ts++}, .id = 2, .len = 7};
+    tb_put(t, c, &s2, sizeof s2, "/m/x.py", 7);
+    rs_rec_pyframe f = {.h = {.kind = RS_REC_PYFRAME, .t_ns = ts++}, .id = 1, .name_id = 1,
+                        .file_id = 2, .line = 3};
+    p.frame = tb_put(t, c, &f, sizeof f, NULL, 0);
+    rs_rec_pystack s1 = {.h = {.kind = RS_REC_PYSTACK, .t_ns = ts++}, .id = 1, .parent = 0,
+                         .frame = 1};
+    tb_put(t, c, &s1, sizeof s1, NULL, 0);
+    rs_rec_pystack st2 = {.h = {.kind = RS_REC_PYSTACK, .t_ns = ts++}, .id = 2, .parent = 1,
+                          .frame = 1};
+    p.stack2 = tb_put(t, c, &st2, sizeof st2, NULL, 0);
+    rs_rec_alloc a = {.h = {.kind = RS_REC_ALLOC, .aux = 2, .t_ns = ts++}, .ptr = 0x1000,
+                      .size = 512, .api = RS_API_cudaMalloc};
+    tb_put(t, c, &a, sizeof a, NULL, 0);
+    tb_seal(t, c);
+    p.b.len = tb_finish(t, 1);
+    return p;
+}
+
+Test(corrupt, pystack_valid_reads_and_prints)
+{
+    py_base p = build_py();
+    rs_reader *r;
+    char err[640];
+    cr_assert_eq(rs_reader_open_mem(p.b.t->buf, p.b.len, "py", &r, err, sizeof err), 0, "%s",
+                 err);
+    uint32_t parent = 9, frame = 9;
+    cr_assert_eq(rs_reader_pystack(r, 2, &parent, &frame), 1);
+    cr_expect_eq(parent, 1);
+    cr_expect_eq(frame, 1);
+    cr_expect_eq(rs_reader_pystack(r, 0, &parent, &frame), 0, "id 0 is no stack");
+    rs_pyframe_info fi;
+    cr_assert_eq(rs_reader_pyframe(r, 1, &fi), 1);
+    cr_expect(fi.name_len == 3 && !memcmp(fi.name, "fwd", 3) && fi.line == 3);
+    cr_expect(fi.file_len == 7 && !memcmp(fi.file, "/m/x.py", 7));
+    rs_reader_close(r);
+    char *path = tb_tmpname();
+    cr_assert_eq(tb_write(p.b.t, path, p.b.len), 0);
+    char *out, *e;
+    cr_assert_eq(run_dump(RECOMP_DUMP_PATH, path, &out, &e), 0, "%s", e);
+    cr_expect(strstr(out, " pystack=2\n  py #0 fwd (/m/x.py:3)\n  py #1 fwd (/m/x.py:3)\n"),
+              "%s", out);
+    cr_expect(strstr(out, "PYFRAME t=") && strstr(out, "id=1 name=\"fwd\" file=\"/m/x.py\" line=3"),
+              "%s", out);
+    free(out);
+    free(e);
+    unlink(path);
+    free(path);
+    tb_free(p.b.t);
+}
+
+Test(corrupt, pystack_parent_not_below_id)
+{
+    py_base p = build_py();
+    set32(&p.b, p.stack2 + offsetof(rs_rec_pystack, parent), 2);
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.stack2 + offsetof(rs_rec_pystack, parent),
+                   "record 4 (PYSTACK): parent stack 2 is not below its own id 2");
+}
+
+Test(corrupt, pyframe_id_zero)
+{
+    py_base p = build_py();
+    set32(&p.b, p.frame + offsetof(rs_rec_pyframe, id), 0);
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.frame + offsetof(rs_rec_pyframe, id),
+                   "record 2 (PYFRAME): frame id 0");
+}
+
+Test(corrupt, pystack_frame_zero)
+{
+    py_base p = build_py();
+    set32(&p.b, p.stack2 + offsetof(rs_rec_pystack, frame), 0);
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.stack2 + offsetof(rs_rec_pystack, frame),
+                   "record 4 (PYSTACK): frame id 0");
+}
