@@ -57,7 +57,10 @@ def flag_parser():
     a("--attention-dropout", type=float, default=0.1)
     a("--hidden-dropout", type=float, default=0.1)
     a("--qk-layernorm", action="store_true")
-    a("--transformer-impl", choices=["local"], default="local")
+    # Megatron-LM's default is transformer_engine; Transformer Engine is not
+    # loaded on the fake GPU, so only the local spec runs (run.sh records
+    # --transformer-impl local on the command line when it is not given).
+    a("--transformer-impl", choices=["local", "transformer_engine"], default="transformer_engine")
     # MoE (local SequentialMLP experts; capacity factor + padding, see docs)
     a("--num-experts", type=int)
     a("--moe-ffn-hidden-size", type=int)
@@ -98,6 +101,8 @@ def flag_parser():
     # this driver's own
     a("--mcore-out", default=os.environ.get("MCORE_OUT", "."),
       help="directory for counters-rank<R>.json")
+    a("--mcore-check-flags", action="store_true",
+      help="parse the flags, then exit (run.sh refuses bad flags before torchrun)")
     return p
 
 
@@ -109,11 +114,23 @@ def parse_flags(argv):
     if unknown:
         p.error("unsupported flag(s): %s (tools/mcore_job/driver.py supports only the flags "
                 "in its --help; nothing is ignored)" % " ".join(bad or unknown))
+    if args.transformer_impl != "local":
+        p.error("--transformer-impl %s: only --transformer-impl local is supported (Transformer "
+                "Engine does not load on the fake GPU)" % args.transformer_impl)
     if args.num_query_groups and not args.group_query_attention:
         p.error("--num-query-groups needs --group-query-attention (as in Megatron)")
     if args.recompute_method and args.recompute_granularity != "full":
         p.error("--recompute-method needs --recompute-granularity full")
     return args
+
+
+def vpp_size(args):
+    """Model chunks per pipeline stage from --num-layers-per-virtual-pipeline-stage
+    (Megatron-LM's arithmetic), None without it."""
+    if not args.num_layers_per_virtual_pipeline_stage:
+        return None
+    per_stage = args.num_layers // args.pipeline_model_parallel_size
+    return per_stage // args.num_layers_per_virtual_pipeline_stage
 
 
 def transformer_config(args, world):
@@ -144,10 +161,8 @@ def transformer_config(args, world):
         bias_dropout_fusion=False, apply_rope_fusion=False, persist_layer_norm=False,
         gradient_accumulation_fusion=False, cross_entropy_loss_fusion=False,
     )
-    if args.num_layers_per_virtual_pipeline_stage:
-        per_stage = args.num_layers // args.pipeline_model_parallel_size
-        kw["virtual_pipeline_model_parallel_size"] = (
-            per_stage // args.num_layers_per_virtual_pipeline_stage)
+    if vpp_size(args):
+        kw["virtual_pipeline_model_parallel_size"] = vpp_size(args)
     if args.recompute_modules is not None:
         kw["recompute_modules"] = args.recompute_modules
     if args.num_experts:
@@ -336,10 +351,12 @@ def main(argv):
     """Parse, initialise torch.distributed (NCCL) and parallel_state, build,
     train; exit 0, 3 on OutOfMemoryError (counters written either way)."""
     args = parse_flags(argv)
+    if args.mcore_check_flags:
+        return EXIT_OK
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
-    from megatron.core import __version__ as mcore_version
+    from importlib.metadata import version
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
@@ -352,7 +369,7 @@ def main(argv):
     rank = dist.get_rank()
     os.makedirs(args.mcore_out, exist_ok=True)
     counters = {"rank": rank, "world_size": dist.get_world_size(), "torch": torch.__version__,
-                "megatron_core": mcore_version, "argv": argv,
+                "megatron_core": version("megatron-core"), "argv": argv,
                 "iteration_max_memory_allocated": [], "iterations_done": 0,
                 "exit_status": None}
     oom_observer(counters)
@@ -361,7 +378,7 @@ def main(argv):
         ps.initialize_model_parallel(
             tensor_model_parallel_size=args.tensor_model_parallel_size,
             pipeline_model_parallel_size=args.pipeline_model_parallel_size,
-            virtual_pipeline_model_parallel_size=None,
+            virtual_pipeline_model_parallel_size=vpp_size(args),
             expert_model_parallel_size=args.expert_model_parallel_size)
         model_parallel_cuda_manual_seed(args.seed)
         config = transformer_config(args, dist.get_world_size())

@@ -17,7 +17,8 @@
 # Exit status: the job's (0, or 1 when a rank failed: each rank's own status
 # is in its counters file, 3 = OutOfMemoryError); 77 SKIP when PyPI or
 # CPython 3.12 is out of reach (a failure with RECOMPSHIM_REQUIRE_TORCH=1);
-# 2 usage, build or install problems.
+# 2 usage (flags the driver does not support, refused by name before
+# torchrun starts), build or install problems.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:?usage: run.sh OUTDIR [--nproc-per-node N] [MEGATRON FLAGS...]}"
@@ -39,12 +40,15 @@ rm -f "$out"/counters-rank*.json
 export LD_LIBRARY_PATH="$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$site" PYTHONWARNINGS="${PYTHONWARNINGS:-ignore}"
 export TORCHINDUCTOR_CACHE_DIR="$out/.inductor" TRITON_CACHE_DIR="$out/.triton"
+impl=(--transformer-impl local)
+for a in "$@"; do case "$a" in --transformer-impl|--transformer-impl=*) impl=() ;; esac; done
+"$py" "$root/tools/mcore_job/driver.py" --mcore-check-flags "${impl[@]}" "$@" || exit 2
 port=$(( 20000 + $$ % 20000 ))
 RECOMPSHIM_OUT="$out/traces" LD_PRELOAD="${RS_SANITIZER_RUNTIME:+$RS_SANITIZER_RUNTIME }$shim" \
     timeout "${RECOMPSHIM_MCORE_TIMEOUT:-600}" \
     "$py" -m torch.distributed.run --nnodes 1 --nproc-per-node "$nproc" \
         --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
-        "$root/tools/mcore_job/driver.py" --mcore-out "$out" "$@" >"$out/job.log" 2>&1
+        "$root/tools/mcore_job/driver.py" --mcore-out "$out" "${impl[@]}" "$@" >"$out/job.log" 2>&1
 rc=$?
 echo "$rc" >"$out/exit-status"
 [ $rc = 0 ] || echo "mcore run: job exit status $rc (see $out/job.log)" >&2
