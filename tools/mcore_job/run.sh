@@ -38,7 +38,7 @@ mkdir -p "$out" && out="$(cd "$out" && pwd)" || exit 2
 rm -rf "$out/traces" && mkdir -p "$out/traces" && chmod 700 "$out/traces"
 rm -f "$out"/counters-rank*.json
 export LD_LIBRARY_PATH="$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONPATH="$site" PYTHONWARNINGS="${PYTHONWARNINGS:-ignore}"
+export PYTHONPATH="$site" PYTHONWARNINGS="${PYTHONWARNINGS:-ignore}" PYTHONFAULTHANDLER=1
 export TORCHINDUCTOR_CACHE_DIR="$out/.inductor" TRITON_CACHE_DIR="$out/.triton"
 impl=(--transformer-impl local)
 for a in "$@"; do case "$a" in --transformer-impl|--transformer-impl=*) impl=() ;; esac; done
