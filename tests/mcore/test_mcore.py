@@ -16,7 +16,9 @@ recompute and with full uniform recompute of 1 layer. Checks:
   3. the advisor's predicted tensor-level peak for each executed setting,
      taken from the baseline's candidates, is within 2% of what the setting
      measured on every rank; the optimizer step (no NVTX range without TE) is
-     seen, so the baseline is predicted as measured.
+     seen, so the baseline is predicted as measured;
+  4. on 8 GiB devices (--budget) the verdict recommends one of the executed
+     settings, whose measured reserved peak fits, and no X:RETENTION.
 
 Exit 77 (SKIP) when run.sh cannot install the pinned wheels (no PyPI, no
 CPython 3.12) unless RECOMPSHIM_REQUIRE_TORCH=1.
@@ -43,6 +45,7 @@ SETTINGS = [  # (run name, flags, the advisor's candidate name)
                         "--recompute-num-layers", "1"], "full[uniform,1]"),
 ]
 TOLERANCE = 0.02
+BUDGET = 8 << 30   # 8 GiB devices: the baseline (7 GiB reserved) misses the 2 GiB headroom
 failures = []
 
 
@@ -147,6 +150,37 @@ def check_advisor(base, name, cand_name, counters):
               % (name, r, predr, measr, 100.0 * (predr - measr) / measr))
 
 
+def analyze_budget(build, out, budget):
+    """recomp-analyze --json --budget BUDGET on OUT's run directory."""
+    runs = glob.glob(os.path.join(out, "traces", "*"))
+    p = subprocess.run([os.path.join(build, "analyzer", "recomp-analyze"), "--json",
+                        "--budget", str(budget), runs[0]], capture_output=True, text=True)
+    return json.loads(p.stdout) if p.stdout.startswith("{") else None
+
+
+def check_verdict(v, measured, budget):
+    """Oracle 4: on devices too small for the baseline (BUDGET bytes), the
+    verdict is a recompute setting the slice executed, and that setting's
+    measured reserved peak fits (capacity - outside PyTorch - headroom); no
+    X:RETENTION (the first iteration's persistent buffers are not retained
+    activations) and no optimizer state added twice."""
+    codes = [f["code"] for f in v["findings"]]
+    check(not any(c.startswith("X:RETENTION") for c in codes),
+          "budget %d: no X:RETENTION finding (%s)" % (budget, codes))
+    chosen = next((c for c in v["candidates"] if c.get("chosen")), None)
+    name = chosen["setting"] if chosen else None
+    if not check(v["code"].startswith("R:") and name in measured,
+                 "budget %d: verdict %s recommends an executed setting (%s)"
+                 % (budget, v["code"], name)):
+        return
+    for r, c in sorted(measured[name].items()):
+        rv = next(x for x in v["ranks"] if x["rank"] == r)
+        room = budget - rv["outside_pytorch_bytes"] - v["headroom_bytes"]
+        check(c["max_memory_reserved"] <= room,
+              "budget %d rank %d: %s measured reserved %d fits in %d"
+              % (budget, r, name, c["max_memory_reserved"], room))
+
+
 def main():
     build = os.environ.get("RS_BUILD_DIR") or os.path.join(ROOT, "build")
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(build, "tests", "mcore", "out")
@@ -165,14 +199,19 @@ def main():
         check(v["baseline_peak_bytes"] == counters[r]["max_memory_allocated"],
               "baseline rank %d: the advisor's baseline %d is the measured peak "
               "(the optimizer step is seen)" % (r, v["baseline_peak_bytes"]))
+    measured = {}
     for name, flags, cand in SETTINGS:
         out = os.path.join(outdir, name)
         rc, counters = run_job(out, MODEL + flags)
+        measured[cand] = counters
         check(rc == 0 and sorted(counters) == [0, 1], "%s: exit 0 on both ranks" % name)
         a = analyze(build, out)
         if check(a is not None, "%s: recomp-analyze reads the run" % name):
             check_counters(name, a, counters)
         check_advisor(base, name, cand, counters)
+    small = analyze_budget(build, os.path.join(outdir, "baseline"), BUDGET)
+    if check(small is not None, "baseline: recomp-analyze --budget %d" % BUDGET):
+        check_verdict(small["verdict"], measured, BUDGET)
     print("# %d failed; %.0f s" % (len(failures), time.time() - t0))
     return 1 if failures else 0
 
