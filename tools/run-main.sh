@@ -24,15 +24,23 @@
 # each line prefixed with its rank; 2 bootstrap or build failure.
 # Traces go to a fresh temporary directory, printed, and removed at the end
 # unless --keep is given.
+#
+# --mcore (first argument): the real Megatron-Core job instead of megasim
+# (tools/mcore_job/run.sh on the fake GPU, docs/validation/megatron-core.md):
+# by default a dense Llama-like model on 2 ranks of 8 GiB fake devices
+# (MOCK_CUDA_CAPACITY, unless set) whose baseline does not fit with the
+# advisor's headroom; the flags given replace the defaults of the same name.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
     cat <<'USAGE'
-usage: tools/run-main.sh [--keep] [MEGASIM/MEGATRON FLAGS...]
+usage: tools/run-main.sh [--mcore] [--keep] [MEGASIM/MEGATRON FLAGS...]
        tools/run-main.sh --help
   Build, run a megasim job under the shim, print recomp-analyze's report.
   Without flags: Llama-3 8B-like, 4 ranks (TP=1 PP=2 DP=2), 3 iterations.
+  --mcore         (first) the real Megatron-Core job on the fake GPU instead
+                  of megasim (docs/validation/megatron-core.md)
   --keep          keep the trace directory (default: removed at exit)
   -h, --help      this text
   Other flags go to megasim (Megatron spellings, --sim-* flags; see
@@ -44,6 +52,8 @@ exit: recomp-analyze's status; 1 the job failed before any iteration (its
 USAGE
 }
 keep=0
+mcore=0
+if [ "${1:-}" = "--mcore" ]; then mcore=1; shift; fi
 args=()
 for a in "$@"; do
     case "$a" in
@@ -71,6 +81,61 @@ for f in "$shim" "$libdir/libmegasim_cuda.so" "$analyze"; do
     [ -e "$f" ] || { echo "run-main: $f was not built (tests need libcriterion-dev)" >&2; exit 2; }
 done
 
+# The real Megatron-Core job (--mcore): run.sh into a temporary directory,
+# then the same report as the default job's.
+run_mcore() {
+    default --num-layers 4
+    default --hidden-size 1024
+    default --ffn-hidden-size 2816
+    default --num-attention-heads 16
+    given --num-query-groups || flags+=(--group-query-attention --num-query-groups 4)
+    default --seq-length 2048
+    default --max-position-embeddings 2048
+    default --micro-batch-size 2
+    default --global-batch-size 4
+    default --train-iters 3
+    default --normalization RMSNorm
+    given --swiglu || flags+=(--swiglu)
+    given --bf16 || flags+=(--bf16)
+    given --disable-bias-linear || flags+=(--disable-bias-linear)
+    default --position-embedding-type rope
+    given --untie-embeddings-and-output-weights || flags+=(--untie-embeddings-and-output-weights)
+    given --use-distributed-optimizer || flags+=(--use-distributed-optimizer)
+    default --attention-dropout 0
+    default --hidden-dropout 0
+    given --profile || flags+=(--profile)
+    given --nvtx-ranges || flags+=(--nvtx-ranges)
+    default --profile-step-start 0
+    default --profile-step-end 3
+    flags+=("${args[@]+"${args[@]}"}")
+    local out  # mcore_out for the EXIT trap
+    out=$(mktemp -d "${TMPDIR:-/tmp}/recomp-mcore.XXXXXX") || return 2
+    mcore_out="$out"
+    if [ $keep = 1 ]; then
+        trap 'echo "== kept: $mcore_out"' EXIT
+    else
+        trap 'rm -rf "$mcore_out"' EXIT
+    fi
+    export MOCK_CUDA_CAPACITY="${MOCK_CUDA_CAPACITY:-8589934592}"
+    echo "== real Megatron-Core (tools/mcore_job) under the shim, 2 ranks, fake GPU of $MOCK_CUDA_CAPACITY bytes"
+    echo "== flags: ${flags[*]}"
+    echo "== traces: $out ($([ $keep = 1 ] && echo "kept" || echo "removed at exit; --keep keeps it"))"
+    RS_BUILD_DIR="$builddir" tools/mcore_job/run.sh "$out" "${flags[@]}"
+    local rc=$?
+    echo "== job exit status: $rc"
+    [ $rc = 77 ] && return 77
+    grep -h 'OutOfMemoryError' "$out/job.log" | head -2 | cut -c1-200
+    local run
+    run=$(find "$out/traces" -mindepth 1 -maxdepth 1 -type d | head -1)
+    if [ -z "$run" ]; then
+        echo "run-main: no trace (see the job's log)" >&2
+        tail -20 "$out/job.log" >&2
+        return 1
+    fi
+    echo "== recomp-analyze $run"
+    "$analyze" "$run"
+}
+
 given() {  # given FLAG: the user passed FLAG (or FLAG=VALUE)
     local a
     for a in "${args[@]+"${args[@]}"}"; do
@@ -82,6 +147,10 @@ flags=()
 default() {  # default FLAG [VALUE]: add unless the user gave FLAG
     given "$1" || flags+=("$@")
 }
+if [ $mcore = 1 ]; then
+    run_mcore
+    exit $?
+fi
 if ! given --sim-preset; then
     flags+=(--sim-preset llama3-8b)
     default --pipeline-model-parallel-size 2

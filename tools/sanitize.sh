@@ -24,11 +24,11 @@ export RS_SANITIZER_RUNTIME="$rt"
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0"
-# Not here: the real-PyTorch tier (fakegpu), and the suites whose subject is
+# Not here: the real-PyTorch tiers (fakegpu, mcore), and the suites whose subject is
 # other programs run under the preloaded runtime (cli: run-main.sh and the
 # non-sanitized build; install: the compiler, pkg-config and groff; html:
 # Chromium), which report those programs' own leaks or time out.
-meson test -C "$b" --no-rebuild --print-errorlogs --wrapper "env LD_PRELOAD=$rt" --no-suite fakegpu --no-suite cli --no-suite install --no-suite html \
+meson test -C "$b" --no-rebuild --print-errorlogs --wrapper "env LD_PRELOAD=$rt" --no-suite fakegpu --no-suite mcore --no-suite cli --no-suite install --no-suite html \
     --timeout-multiplier 3 --logbase sanitize "$@"
 rc=$?
 log="$(ls -t "$b"/meson-logs/sanitize*.json | head -1)"

@@ -159,6 +159,8 @@ typedef struct adv_trace {
     size_t nxr;
     uint64_t xr_bytes;        /* their largest size sum in one replay */
     int megatron_ranges;      /* Megatron layer ranges were seen */
+    int core_regions;         /* forward .core_attention regions seen */
+    int core_te_attn;         /* ... holding a TE fused/flash attention call */
     int replays;              /* forward code on the backward thread (recompute on) */
     uint64_t replay_bytes;    /* bytes allocated in backward_replay */
     uint64_t max_outside;     /* max(device live - PyTorch reserved), bytes */

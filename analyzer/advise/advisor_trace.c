@@ -207,6 +207,8 @@ on_nvte(cap *c, int cls)
             }
         }
         if (cls == ADV_T_ATTN && c->depth_attn) {
+            if (c->depth_core)
+                t->core_te_attn++;
             c->flash_groups++;
             if (c->flash_groups == 1 && L->mla && c->npend >= 4) {
                 L->mla_q = c->pend[c->npend - 4];
@@ -261,6 +263,8 @@ on_push(cap *c, const am_event *ev, tl_thread *th)
         c->depth_attn++;
     } else if (reg == R_CORE) {
         adv_layer *L = cur(c);
+        if (c->tl.phase == AM_PH_forward)
+            t->core_regions++;
         if (L && L->core_b == ADV_NONE)
             L->core_b = (uint32_t)t->nops;
         c->depth_core++;
@@ -460,6 +464,7 @@ typedef struct build {
     size_t ndsz, capdsz;
     uint64_t seq;             /* events read so far */
     int prev_phase;           /* timeline phase before the current event */
+    int prev_iteration;       /* timeline iteration before the current event */
 } build;
 
 /* the capture's and the timeline's initial state for rank r; MLA's input
@@ -490,7 +495,9 @@ build_init(build *b, am_rank *r, const adv_cfg *cfg, adv_trace *t)
     c->tl.resolve = on_resolve;
     c->tl.resolve_ctx = c;
     c->tl.no_spans = 1; /* scratch iterations: their spans are never read */
+    b->scratch.opt_state_preexisting = r->opt_state_preexisting;
     b->prev_phase = AM_PH_init;
+    b->prev_iteration = -1;
     live_init(&b->dkeys);
     live_init(&c->keys);
 }
@@ -614,6 +621,16 @@ note_event(build *b, const am_event *ev, const tl_thread *th)
          b->prev_phase == AM_PH_param_sync) &&
         c->tl.phase == AM_PH_forward)
         t->last_complete_iter = c->tl.iteration - 1;
+    /* an optimizer step without a range, inferred by the timeline when the
+     * next iteration's forward began (timeline.c infer_optimizer_step) */
+    if (b->prev_phase == AM_PH_grad_sync && c->tl.phase == AM_PH_forward &&
+        c->tl.out->opt_inferred && c->tl.iteration > b->prev_iteration) {
+        t->last_complete_iter = c->tl.iteration - 1;
+        t->optimizer_seen = 1;
+        if (t->opt_state_init_end == ADV_NONE && c->tl.out->opt_init_iteration >= 0)
+            t->opt_state_init_end = (uint32_t)t->nops;
+    }
+    b->prev_iteration = c->tl.iteration;
     if (c->tl.phase == AM_PH_optimizer || c->tl.phase == AM_PH_optimizer_state_init)
         t->optimizer_seen = 1;
     b->prev_phase = c->tl.phase;

@@ -825,11 +825,35 @@ triage_optimizer_state(const triage_rank *k, adv_verdict *v)
     return 1;
 }
 
+/* Bytes of never-freed activation allocations made in iteration it before
+ * iteration it + 1's first forward allocation (first_fwd[it + 1]). */
+static uint64_t
+never_freed_kept(const adv_trace *t, const uint32_t *first_fwd, int it)
+{
+    uint64_t b = 0;
+    if (it < 0 || it + 1 >= 64 || first_fwd[it + 1] == ADV_NONE)
+        return 0;
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (is_act(x) && x->iteration == it && x->a_pos < first_fwd[it + 1] &&
+            x->f_pos == ADV_NONE)
+            b += x->size;
+    }
+    return b;
+}
+
 /* Step 5 without a trend: activation/replay bytes allocated in one
  * iteration before the next iteration's first forward allocation and still
  * alive then (the first such iteration only). Over 256 MiB, when the job
  * is over its budget (the threshold is the margin, not a share of the
- * budget), a finding. Returns 1 when a finding was added. */
+ * budget), a finding. Allocations of that iteration that are never freed
+ * are left out when the next iteration, followed by another forward, keeps
+ * none of its own: made once and kept for good, they are the job's
+ * persistent buffers, not retained references -- on real Megatron-Core the
+ * cuBLAS workspace of each thread, the global memory buffer of the local
+ * DotProductAttention (b*np x s x s) and RoPE's cached embedding, all
+ * created in the first forward/backward (docs/validation/megatron-core.md).
+ * Returns 1 when a finding was added. */
 static int
 triage_retention_once(const triage_rank *k, adv_verdict *v)
 {
@@ -860,6 +884,9 @@ triage_retention_once(const triage_rank *k, adv_verdict *v)
             kept += x->size;
         }
     }
+    if (it >= 0 && it + 2 < 64 && first_fwd[it + 2] != ADV_NONE &&
+        never_freed_kept(t, first_fwd, it + 1) == 0)
+        kept -= never_freed_kept(t, first_fwd, it);
     if (!(kept > ((uint64_t)256 << 20) && v->baseline[k->i] > k->budget))
         return 0;
     adv_finding_add(v, "X:RETENTION", t->replay_bytes ? "replay_bytes" : "activations",

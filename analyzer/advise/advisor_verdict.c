@@ -568,6 +568,31 @@ run_build_traces(run_state *st)
     return 0;
 }
 
+
+/* Core attention as the trace shows it, over the configuration's default:
+ * Megatron's .core_attention regions that hold no TE fused/flash attention
+ * call (nvte_flash_attn_fwd / nvte_fused_attn_fwd, always on in TE's C API)
+ * are unfused attention -- Megatron-Core's local DotProductAttention or TE's
+ * unfused backend -- which saves the s x s probabilities, so core_attn
+ * recompute frees them (measured on Megatron-Core 0.19.2's local spec,
+ * docs/validation/megatron-core.md). Every rank must agree; otherwise the
+ * configuration stands. */
+static void
+attention_from_trace(run_state *st)
+{
+    adv_cfg *cfg = st->cfg;
+    size_t regions = 0;
+    if (!cfg->fused_attn || !st->tensor)
+        return;
+    for (size_t i = 0; i < st->v->nranks; i++) {
+        if (st->tr[i].core_te_attn)
+            return;
+        regions += (size_t)st->tr[i].core_regions;
+    }
+    if (regions)
+        cfg->fused_attn = 0;
+}
+
 /* Step 3: triage (advisor_triage.c), the baseline against the budgets, the
  * hot pipeline stage, and whether counterfactuals are possible (the note says
  * what is missing when not). */
@@ -619,6 +644,7 @@ run_triage(run_state *st)
     for (size_t i = 0; i < v->nranks && st->can_cf; i++)
         if (!st->tr[i].megatron_ranges || !st->tr[i].nlayers)
             st->can_cf = 0;
+    attention_from_trace(st);
     if (!cfg->megatron) {
         snprintf(v->level_note, sizeof v->level_note,
                  "not a Megatron job (no Megatron flags, config or frames recorded): triage "

@@ -140,6 +140,8 @@ typedef struct am_rank {
                                * plain optimizer (the state existed before the trace,
                                * or the optimizer keeps none); decided in pass 1 */
     int first_opt_iteration;  /* iteration of the first optimizer step, -1 none */
+    int opt_inferred;         /* 1: an optimizer step was inferred from an iteration
+                               * that ended in grad sync without an optimizer range */
     am_oom *oom;              /* first fatal OOM, or NULL */
     size_t noom_fatal;
     am_retry *retries;

@@ -198,6 +198,27 @@ in_post_process(const tl *t, const tl_thread *th)
     return 1;
 }
 
+/* An iteration that ends in grad sync and is followed by the next forward
+ * had its optimizer step even when no range said so: Megatron's train_step
+ * always steps after finalize_model_grads, and only Transformer Engine's
+ * FusedAdam (nvte_multi_tensor_adam) or a profiler annotation name it --
+ * torch.optim.AdamW and Apex's FusedAdam (Megatron-Core without TE) emit no
+ * NVTX range (checked on Megatron-Core 0.19.2, docs/megasim.md). The step is
+ * placed at the end of the iteration: the first one initialised the state
+ * (its allocations keep the grad_sync label), unless the state predates the
+ * trace. */
+static void
+infer_optimizer_step(tl *t)
+{
+    am_rank *o = t->out;
+    if (o->first_opt_iteration < 0)
+        o->first_opt_iteration = t->iteration;
+    if (!t->opt_init_done && !o->opt_state_preexisting && o->opt_init_iteration < 0)
+        o->opt_init_iteration = t->iteration;
+    o->opt_inferred = 1;
+    t->opt_in_iter = 1;
+}
+
 static void
 begin_forward(tl *t)
 {
@@ -206,6 +227,8 @@ begin_forward(tl *t)
         if (t->iteration < 0 || t->opt_in_iter || t->phase == AM_PH_grad_sync ||
             t->phase == AM_PH_param_sync)
             newit = 1;
+        if (newit && t->iteration >= 0 && !t->opt_in_iter)
+            infer_optimizer_step(t);
         if (newit)
             new_iteration(t, t->next_iteration);
     }

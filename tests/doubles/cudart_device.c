@@ -1,4 +1,5 @@
 /* cudart_device.c: mock libcudart devices, memory info, versions, errors. */
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include "mock_state.h"
@@ -115,4 +116,21 @@ cudaGetErrorString(cudaError_t error)
     case 101: return "invalid device ordinal";
     default: return "unknown error";
     }
+}
+
+/* Profiler window (nsys capture range): accepted, nothing to capture. Megatron-LM's
+ * --profile path (without --use-pytorch-profiler) calls them through
+ * torch.cuda.cudart() at --profile-step-start/--profile-step-end (issue 16). */
+cudaError_t CUDARTAPI
+cudaProfilerStart(void)
+{
+    CHECK_FAIL("cudaProfilerStart");
+    return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI
+cudaProfilerStop(void)
+{
+    CHECK_FAIL("cudaProfilerStop");
+    return cudaSuccess;
 }

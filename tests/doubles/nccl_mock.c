@@ -368,6 +368,15 @@ ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t
     return check(comm, datatype, root);
 }
 
+/* In-place broadcast: PyTorch's ProcessGroupNCCL::broadcast calls it
+ * (Megatron-Core's DistributedDataParallel.broadcast_params, issue 16). */
+EXPORT ncclResult_t
+ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    (void)buff, (void)count, (void)stream;
+    return check(comm, datatype, root);
+}
+
 EXPORT ncclResult_t
 ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root,
            ncclComm_t comm, cudaStream_t stream)
