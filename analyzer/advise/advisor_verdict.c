@@ -546,7 +546,19 @@ run_build_traces(run_state *st)
          * to each prediction (its own timeline), not to the budget */
         uint64_t keep = out + st->o->headroom;
         v->budget[i] = capy > keep ? capy - keep : 0;
-        if (st->tensor && st->cfg->megatron && !t->optimizer_seen)
+        /* an OOM in model construction cut init short: its bytes are not the
+         * whole model's parameters, grads and main params (a resume may have
+         * made the optimizer state and the loaded copy already), so no
+         * optimizer state is predicted from them: the prediction stays what was
+         * recorded, a lower bound (a public report: 117 GiB predicted for a
+         * resume that peaked at 78.87 GiB) */
+        int cut_in_init = r->oom && !r->oom->past_limit && r->oom->iteration < 0;
+        if (st->tensor && st->cfg->megatron && !t->optimizer_seen && cut_in_init)
+            snprintf(v->next_wall, sizeof v->next_wall,
+                     "the trace ends in model construction (an OOM before iteration 0): the "
+                     "optimizer state the first step creates is not predicted from an "
+                     "unfinished construction and comes on top of every figure here");
+        else if (st->tensor && st->cfg->megatron && !t->optimizer_seen)
             st->extra[i] = adv_predict_optimizer_state(st->cfg, t->init_bytes, v->next_wall,
                                                        sizeof v->next_wall);
         if (st->tensor) {
