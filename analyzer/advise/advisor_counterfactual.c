@@ -85,10 +85,37 @@ push_ins(cf *c, uint32_t pos, int kind, uint32_t v)
     return 0;
 }
 
-static int
-survivor(const adv_alloc *x)
+/* The forward instance whose backward frees allocation x, -1 none: a
+ * main-thread forward allocation freed on the backward thread, made inside one
+ * of the instance's layers, or after its last layer (before the next instance
+ * starts) and freed inside that instance's backward job, before its layers'
+ * last free (the last stage's final norm, output layer and loss: the autograd
+ * tape reaches those first, so the backward reaches the instance's last layer
+ * only after freeing them; the next microbatch's embedding output, made there
+ * too, lives until the end of its own backward and is not the instance's).
+ * last_f[k]: the last backward free of instance k's layers' allocations (op
+ * position), NULL while it is being computed. */
+static int32_t
+survivor_inst(const adv_trace *t, const adv_alloc *x, const uint32_t *last_f)
 {
-    return x->inst >= 0 && !x->bwd && x->fbwd && x->f_pos != ADV_NONE;
+    if (x->bwd || !x->fbwd || x->f_pos == ADV_NONE)
+        return -1;
+    if (x->inst >= 0)
+        return x->inst;
+    if (!last_f || x->phase != AM_PH_forward || !t->ninsts)
+        return -1;
+    size_t lo = 0, hi = t->ninsts;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t->insts[mid].begin <= x->a_pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (!lo || x->a_pos < t->insts[lo - 1].end || last_f[lo - 1] == ADV_NONE ||
+        x->f_pos >= last_f[lo - 1])
+        return -1;
+    return (int32_t)(lo - 1);
 }
 
 static int
@@ -102,9 +129,22 @@ prep(cf *c)
     c->bwd_start = malloc((ni ? ni : 1) * sizeof *c->bwd_start);
     if (!c->sv_a || !c->sv_f || !c->nsv || !c->bwd_start)
         return -1;
-    for (size_t i = 0; i < t->na; i++)
-        if (survivor(&t->a[i]) && (size_t)t->a[i].inst < ni)
-            c->nsv[t->a[i].inst]++;
+    /* the layers' last backward free per instance (kept in bwd_start until
+     * it is computed below) */
+    uint32_t *last_f = c->bwd_start;
+    for (size_t k = 0; k < ni; k++)
+        last_f[k] = ADV_NONE;
+    for (size_t i = 0; i < t->na; i++) {
+        int32_t k = survivor_inst(t, &t->a[i], NULL);
+        if (k >= 0 && (size_t)k < ni &&
+            (last_f[k] == ADV_NONE || t->a[i].f_pos > last_f[k]))
+            last_f[k] = t->a[i].f_pos;
+    }
+    for (size_t i = 0; i < t->na; i++) {
+        int32_t k = survivor_inst(t, &t->a[i], last_f);
+        if (k >= 0 && (size_t)k < ni)
+            c->nsv[k]++;
+    }
     for (size_t k = 0; k < ni; k++) {
         c->sv_a[k] = malloc((c->nsv[k] + 1) * sizeof **c->sv_a);
         c->sv_f[k] = malloc((c->nsv[k] + 1) * sizeof **c->sv_f);
@@ -114,8 +154,8 @@ prep(cf *c)
     }
     for (size_t i = 0; i < t->na; i++) {
         const adv_alloc *x = &t->a[i];
-        if (survivor(x) && (size_t)x->inst < ni) {
-            size_t k = (size_t)x->inst;
+        int32_t k = survivor_inst(t, x, last_f);
+        if (k >= 0 && (size_t)k < ni) {
             c->sv_a[k][c->nsv[k]] = x->a_pos;
             c->sv_f[k][c->nsv[k]] = x->f_pos;
             c->nsv[k]++;
@@ -1214,16 +1254,28 @@ undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs)
     x->ok = 1;
     x->lo = lo;
     x->hi = found + nm;
-    uint32_t last_a = t->a[bal[found + nm - 1]].a_pos;
+    /* the replay's forward code ends before the next backward-thread
+     * allocation that is not its own (its nested backward's first gradient,
+     * or the next replay): a twin freed by then was a transient of the
+     * forward code (freed at its scope's exit), one freed later was saved */
+    uint32_t last_a = x->hi < st->nbal ? t->a[bal[x->hi]].a_pos : (uint32_t)t->nops;
     for (size_t w = 0; w < nmatch; w++) {
         uint32_t y = bal[lo + w];
         uint32_t fid = x->f[z + w];
         st->used[y] = 1;
         st->twin[y] = fid;
         /* saved in a grad-enabled forward: the replay twin lives past the
-         * replay's last allocation; transients keep their own free */
+         * replay's forward code; transients keep their own free. The
+         * region's output (its forward copy freed after the region ended, by
+         * its consumer, which did not save it) is held past the replay only by
+         * the checkpoint's nested backward: without recompute the consumer
+         * frees it in forward, as recorded. A discarded tensor (a norm's
+         * output, the expert activation) is kept until its twin's free; an
+         * MLA up-projection region's other tensors follow the rules above */
         const adv_alloc *ya = &t->a[y];
-        if (ya->f_pos == ADV_NONE || ya->f_pos > last_a || x->discard)
+        int output = !x->discard && x->re && t->a[fid].f_pos >= x->re;
+        int kept = ya->f_pos == ADV_NONE || ya->f_pos > last_a || (x->discard && x->nf == 1);
+        if (kept && !output)
             st->ext[fid] = 1;
     }
     return lo;

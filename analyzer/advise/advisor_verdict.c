@@ -156,6 +156,10 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
                                                      e->extra[i], &ph, lim, &c->reserved[i]);
         if (c->peak[i] > c->max_peak)
             c->max_peak = c->peak[i];
+        if (getenv("RECOMP_ADVISOR_DEBUG"))
+            fprintf(stderr, "advisor: eval %s rank %d peak %llu reserved %llu (%s)\n",
+                    c->name, v->rank_id[i], (unsigned long long)c->peak[i],
+                    (unsigned long long)c->reserved[i], am_phase_name(ph));
         /* a prediction carries the model's error bound (2%, what the accuracy
          * tests hold it to against megasim executing the setting); the current
          * setting is measured */

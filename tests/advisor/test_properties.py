@@ -115,11 +115,7 @@ SCENARIOS = [
     # tests/megasim's jobs: the main job with mlp recompute, with
     # --recompute-activations; 16 layers on a 60 GiB device (no ranges)
     sc("main selective mlp", MAIN + ["--recompute-granularity", "selective",
-                                     "--recompute-modules", "mlp"], known_gaps={
-        "4": "from the selective[mlp] run full[block,4] is recommended (full[block,3] is "
-             "predicted not to fit); rerun with full[block,4], full[block,3] is predicted to "
-             "fit and recommended: the full-family predictions from a recompute-on run are "
-             "~3% high (issue 14 item 11)"}),
+                                     "--recompute-modules", "mlp"]),
     sc("main recompute-activations", MAIN + ["--recompute-activations"]),
     sc("16 layers at 60 GiB", ["--sim-preset", "llama3-8b", "--num-layers", "16",
                                "--train-iters", "2", "--seq-length", "2048",
