@@ -467,6 +467,37 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
     return 0;
 }
 
+uint64_t
+adv_foreign_bytes(const adv_trace *t, const adv_setting *s)
+{
+    if (!s->full_method || s->full_n < 1)
+        return 0;
+    uint64_t most = 0;
+    size_t i = 0;
+    while (i < t->nlayers) {
+        size_t j = i;
+        while (j < t->nlayers && t->layers[j].inst == t->layers[i].inst)
+            j++;
+        size_t nl = j - i, n = (size_t)s->full_n;
+        for (size_t g = 0; g < nl && (s->full_method == 1 || g < n);
+             g += s->full_method == 1 ? n : 1) {
+            size_t last = s->full_method == 1 ? (g + n < nl ? g + n : nl) : g + 1;
+            uint32_t b = t->layers[i + g].pre_b, e = t->layers[i + last - 1].end;
+            uint64_t sum = 0;
+            for (uint32_t p = b; b != ADV_NONE && e != ADV_NONE && p < e && p < t->nops; p++) {
+                int32_t v = t->ops[p];
+                const adv_alloc *x = v > 0 ? &t->a[v - 1] : NULL;
+                if (x && x->inst < 0 && !x->bwd && x->phase == AM_PH_forward)
+                    sum += x->size;
+            }
+            if (sum > most)
+                most = sum;
+        }
+        i = j;
+    }
+    return most;
+}
+
 /* the caching allocator model along the sweep (advisor_cache.c): reserved
  * bytes plus the projection's offset, their max in best_res */
 
@@ -817,7 +848,16 @@ typedef struct uundo {
     uint32_t rb, re;          /* full group: forward region [pre_b, end) */
     int ok;                   /* matched: twins are bal[lo, hi) */
     size_t lo, hi;
+    uint8_t ctxmask;          /* ADV_C_* range flags its replay re-emits: a twin's
+                               * flags under the mask equal its forward's */
 } uundo;
+
+/* the range flags a replay re-emits ([M] in docs/sources.md): full recompute
+ * every layer range; mlp, moe and shared experts the mlp.forward.* ranges
+ * (the outer _run_mlp.mlp / _forward_mlp.mlp is pushed outside the
+ * checkpoint); core_attn only TE's ranges, discard-style replays none */
+enum { UU_CTX_FULL = ADV_C_ATTN | ADV_C_CORE | ADV_C_MLP | ADV_C_SUBMLP | ADV_C_BDA,
+       UU_CTX_MLP = ADV_C_SUBMLP };
 
 /* Replay twin: the same request gives the same block size, except that the
  * caching allocator does not split a cached large block whose remainder is at
@@ -1057,8 +1097,10 @@ undo_units_full(undo_st *st, const adv_setting *s)
             if (uu_add(&st->u, &st->nu, &st->capu, t, L->inst, F->pre_b, e, e, 0, ADV_NONE,
                        F->begin) < 0)
                 return -1;
-            if (st->nu > before)
+            if (st->nu > before) {
                 st->u[before].full = 1;
+                st->u[before].ctxmask = UU_CTX_FULL;
+            }
         }
         i = j;
     }
@@ -1076,13 +1118,17 @@ undo_units_selective(undo_st *st, const adv_setting *s)
     for (size_t i = 0; i < t->nlayers; i++) {
         const adv_layer *L = &t->layers[i];
         int e = 0;
-        if (((m & (1u << ADV_L_moe)) && L->moe) || ((m & (1u << ADV_L_mlp)) && !L->moe))
+        size_t before = st->nu;
+        if (((m & (1u << ADV_L_moe)) && L->moe) || ((m & (1u << ADV_L_mlp)) && !L->moe)) {
             e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0,
                         ADV_NONE, 0);
-        else if ((m & (1u << ADV_L_shared_experts)) && L->moe) {
-            size_t before = st->nu;
+            if (st->nu > before)
+                st->u[before].ctxmask = UU_CTX_MLP;
+        } else if ((m & (1u << ADV_L_shared_experts)) && L->moe) {
             e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0,
                         ADV_NONE, 0);
+            if (st->nu > before)
+                st->u[before].ctxmask = UU_CTX_MLP;
             /* only the shared experts' own ranges are checkpointed (and
              * replayed), not the whole MoE layer */
             if (st->nu > before) {
@@ -1189,10 +1235,11 @@ undo_inst_cursor(const undo_st *st, int32_t inst, uint32_t *inst_bs)
     return lo;
 }
 
-/* The first unused run of backward allocations whose block sizes (bytes)
- * repeat unit x's forward ones after its pre part (a full group's own
- * Megatron-range part), searched from cursor, then from the start: its index
- * in bal, (size_t)-1 none. */
+/* The first unused run of backward allocations whose block sizes (bytes) and
+ * range paths (the Megatron ranges the replay re-emits, x->ctxmask) repeat
+ * unit x's forward ones after its pre part (a full group's own Megatron-range
+ * part), searched from cursor (the instance's backward: its microbatch), then
+ * from the start: its index in bal, (size_t)-1 none. */
 static size_t
 undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
 {
@@ -1205,7 +1252,8 @@ undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
         for (size_t q = from; q + nm <= st->nbal; q++) {
             size_t z = 0;
             while (z < nm && !st->used[st->bal[q + z]] &&
-                   same_block(t->a[st->bal[q + z]].size, t->a[fm[z]].size))
+                   same_block(t->a[st->bal[q + z]].size, t->a[fm[z]].size) &&
+                   (t->a[st->bal[q + z]].ctx & x->ctxmask) == (t->a[fm[z]].ctx & x->ctxmask))
                 z++;
             if (z == nm) {
                 found = q;

@@ -939,6 +939,16 @@ def r02():
     if not ok(rca == 0 and ra, "R02: run A (no recompute) fits", erra[-1500:]):
         return
     a_peaks = tensor_peaks(analyze(ra, "--no-advice"))
+    # issue 14 item 11: from run A the module's replay was never seen: the full
+    # candidates that fit are unverified, and the advice is not full recompute
+    va = analyze(ra)["verdict"]
+    fa = {c["setting"]: (c["effect"], c["reason"][:90]) for c in va["candidates"]
+          if c["setting"].startswith("full[")}
+    ok(fa and all(e != "fits" for e, _ in fa.values()) and
+       any(e == "marginal" and r.startswith("unverified") for e, r in fa.values()) and
+       not va["code"].startswith("R:FULL"),
+       "R02: run A: full candidates unverified (the module's replay never recorded), "
+       "the advice is not full recompute (got %s)" % va["code"], json.dumps(fa))
     shutil.rmtree(tmpa, ignore_errors=True)
     rb, rcb, tmpb, errb = run_megasim(R02 + PROFILE + FULL1, R02_CAP)
     if not ok(rcb != 0 and rb and "OutOfMemoryError" in errb,
