@@ -1317,11 +1317,14 @@ undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs)
          * region's output (its forward copy freed after the region ended, by
          * its consumer, which did not save it) is held past the replay only by
          * the checkpoint's nested backward: without recompute the consumer
-         * frees it in forward, as recorded. A discarded tensor (a norm's
+         * frees it in forward, as recorded. Not for a full group: its output
+         * is the next group's saved input, and what its no_grad forward frees
+         * just after its last range (the residual a layer's locals hold until
+         * it returns) was saved with grad on. A discarded tensor (a norm's
          * output, the expert activation) is kept until its twin's free; an
          * MLA up-projection region's other tensors follow the rules above */
         const adv_alloc *ya = &t->a[y];
-        int output = !x->discard && x->re && t->a[fid].f_pos >= x->re;
+        int output = !x->discard && !x->full && x->re && t->a[fid].f_pos >= x->re;
         int kept = ya->f_pos == ADV_NONE || ya->f_pos > last_a || (x->discard && x->nf == 1);
         if (kept && !output)
             st->ext[fid] = 1;
