@@ -37,6 +37,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_advisor as ta  # noqa: E402  (flag sets shared with the advisor tests)
+import test_matrix as tm  # noqa: E402  (the small dense, MoE and MLA models)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness import preload  # noqa: E402  (tests/harness.py)
@@ -116,6 +117,16 @@ SCENARIOS = [
     sc("16 layers at 60 GiB", ["--sim-preset", "llama3-8b", "--num-layers", "16",
                                "--train-iters", "2", "--seq-length", "2048",
                                "--profile", "--nvtx-ranges"], 60),
+    # the label matrix's small MoE and MLA+MoE models under budgets that need
+    # recompute (issue 14 item 11), without it and with a label already on
+    sc("MoE at 5 GiB", tm.MOE, 5),
+    sc("MoE shared_experts on at 4.9 GiB", tm.MOE + ["--recompute-granularity", "selective",
+                                                     "--recompute-modules", "shared_experts"],
+       4.9),
+    sc("MLA+MoE at 4.9 GiB", tm.MLA, 4.9),
+    sc("MLA+MoE mla_up_proj on at 4.75 GiB", tm.MLA + ["--recompute-granularity", "selective",
+                                                       "--recompute-modules", "mla_up_proj"],
+       4.75),
     # OOM before iteration 0: the parameters' construction does not fit 8 GiB
     sc("OOM in init", ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
                        "--max-position-embeddings", "2048", "--global-batch-size", "1",
