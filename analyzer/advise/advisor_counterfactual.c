@@ -234,6 +234,34 @@ m_shared(const adv_alloc *x, const adv_layer *L)
     return (x->ctx & ADV_C_SUBMLP) != 0;
 }
 
+/* The op after the shared experts' own forward in MoE layer L: after its last
+ * allocation inside the mlp.forward.* ranges (m_shared) and the frees of the
+ * shared experts' tensors right after it; their checkpoint ends there, not at
+ * the MoE layer's end (the router, dispatch and experts follow). L->mlp_e when
+ * there is none. */
+static uint32_t
+shared_end(const adv_trace *t, const adv_layer *L)
+{
+    if (L->mlp_b == ADV_NONE || L->mlp_e == ADV_NONE)
+        return L->mlp_e;
+    uint32_t last = ADV_NONE;
+    for (uint32_t p = L->mlp_b; p < L->mlp_e && p < t->nops; p++) {
+        int32_t v = t->ops[p];
+        if (v > 0 && t->a[v - 1].inst == L->inst && !t->a[v - 1].bwd && m_shared(&t->a[v - 1], L))
+            last = p;
+    }
+    if (last == ADV_NONE)
+        return L->mlp_e;
+    uint32_t e = last + 1;
+    while (e < L->mlp_e && t->ops[e] < 0) {
+        const adv_alloc *x = &t->a[-t->ops[e] - 1];
+        if (x->a_pos < L->mlp_b || !m_shared(x, L))
+            break;
+        e++;
+    }
+    return e;
+}
+
 /* pre-region: ops [b, pre_e) are the code before the group's first Megatron
  * range (a full-recompute group starts at its first layer's pre_b); main-thread
  * forward allocations there without an instance are the group's too */
@@ -440,7 +468,8 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
             if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L->mlp_b, L, m_all, 0) < 0)
                 return -1;
         if ((m & (1u << ADV_L_shared_experts)) && L->moe && !cfg->shared_overlap)
-            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L->mlp_b, L, m_shared, 0) < 0)
+            if (checkpoint_unit(c, L->inst, L->mlp_b, shared_end(t, L), L->mlp_b, L, m_shared,
+                                0) < 0)
                 return -1;
         if (m & (1u << ADV_L_core_attn)) {
             if (cfg->fused_attn)
@@ -1125,7 +1154,8 @@ undo_units_selective(undo_st *st, const adv_setting *s)
             if (st->nu > before)
                 st->u[before].ctxmask = UU_CTX_MLP;
         } else if ((m & (1u << ADV_L_shared_experts)) && L->moe) {
-            e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0,
+            uint32_t se = shared_end(t, L);
+            e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mlp_b, se, se, 0,
                         ADV_NONE, 0);
             if (st->nu > before)
                 st->u[before].ctxmask = UU_CTX_MLP;

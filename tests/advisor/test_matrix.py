@@ -58,10 +58,7 @@ FULL = {"full[block,1]": ["--recompute-granularity", "full", "--recompute-method
 
 # known gaps, reported as TAP TODO (meson flags an unexpected pass: then drop
 # the entry): (model, run, predicted setting) -> why
-SE_FULL = ("from a full-recompute run, shared_experts is predicted 2.0-2.4% high on stage 0 "
-           "(42 MB more than megasim: conservative, not yet explained)")
-KNOWN = {(m, src, "selective[shared_experts]"): SE_FULL
-         for m in ("moe", "mla") for src in ("full[block,1]", "full[uniform,1]")}
+KNOWN = {}
 # reserved bytes (the allocator cache model along each candidate's own timeline,
 # advisor_cache.c) per model
 RESERVED_GAP = ("the allocator cache model (advisor_cache.c) predicts the reserved peaks of "
