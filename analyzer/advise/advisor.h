@@ -100,7 +100,8 @@ typedef struct adv_alloc {
     uint8_t phase;            /* am_phase (analyzer attribution) */
     uint8_t bwd;              /* allocated on the backward thread */
     uint8_t fbwd;             /* freed on the backward thread */
-    uint8_t ctx;              /* ADV_C_* */
+    uint8_t ctx;              /* ADV_C_* (backward thread: the Megatron ranges open there,
+                               * a checkpoint replay's re-emitted forward ranges) */
     uint8_t te;               /* ADV_T_* */
     uint8_t boundary;         /* am_boundary (analyzer attribution) */
     uint8_t graph;            /* allocated inside a CUDA-graph capture window */
@@ -295,6 +296,13 @@ uint64_t adv_counterfactual(const adv_trace *t, const adv_cfg *c, const adv_sett
 uint64_t adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *c, const adv_setting *s,
                                      uint64_t extra_state, uint8_t *phase, uint64_t limit,
                                      uint64_t *reserved_out);
+/* The most bytes one of a full-recompute setting's layer groups would
+ * checkpoint that were allocated in forward outside Megatron's layer ranges
+ * (a module of the job's own, before or between the layers' ranges: no NVTX
+ * range, no Transformer Engine call), per group and microbatch; 0 for
+ * selective settings. Its replay is Python the trace shows only when it was
+ * recorded with full recompute on (advisor_counterfactual.c). */
+uint64_t adv_foreign_bytes(const adv_trace *t, const adv_setting *s);
 /* The caching allocator model (advisor_cache.c): alloc ids 0..nids-1. */
 typedef struct adv_cache_sim adv_cache_sim;
 adv_cache_sim *adv_cache_new(size_t nids, uint64_t limit);

@@ -85,10 +85,37 @@ push_ins(cf *c, uint32_t pos, int kind, uint32_t v)
     return 0;
 }
 
-static int
-survivor(const adv_alloc *x)
+/* The forward instance whose backward frees allocation x, -1 none: a
+ * main-thread forward allocation freed on the backward thread, made inside one
+ * of the instance's layers, or after its last layer (before the next instance
+ * starts) and freed inside that instance's backward job, before its layers'
+ * last free (the last stage's final norm, output layer and loss: the autograd
+ * tape reaches those first, so the backward reaches the instance's last layer
+ * only after freeing them; the next microbatch's embedding output, made there
+ * too, lives until the end of its own backward and is not the instance's).
+ * last_f[k]: the last backward free of instance k's layers' allocations (op
+ * position), NULL while it is being computed. */
+static int32_t
+survivor_inst(const adv_trace *t, const adv_alloc *x, const uint32_t *last_f)
 {
-    return x->inst >= 0 && !x->bwd && x->fbwd && x->f_pos != ADV_NONE;
+    if (x->bwd || !x->fbwd || x->f_pos == ADV_NONE)
+        return -1;
+    if (x->inst >= 0)
+        return x->inst;
+    if (!last_f || x->phase != AM_PH_forward || !t->ninsts)
+        return -1;
+    size_t lo = 0, hi = t->ninsts;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t->insts[mid].begin <= x->a_pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (!lo || x->a_pos < t->insts[lo - 1].end || last_f[lo - 1] == ADV_NONE ||
+        x->f_pos >= last_f[lo - 1])
+        return -1;
+    return (int32_t)(lo - 1);
 }
 
 static int
@@ -102,9 +129,22 @@ prep(cf *c)
     c->bwd_start = malloc((ni ? ni : 1) * sizeof *c->bwd_start);
     if (!c->sv_a || !c->sv_f || !c->nsv || !c->bwd_start)
         return -1;
-    for (size_t i = 0; i < t->na; i++)
-        if (survivor(&t->a[i]) && (size_t)t->a[i].inst < ni)
-            c->nsv[t->a[i].inst]++;
+    /* the layers' last backward free per instance (kept in bwd_start until
+     * it is computed below) */
+    uint32_t *last_f = c->bwd_start;
+    for (size_t k = 0; k < ni; k++)
+        last_f[k] = ADV_NONE;
+    for (size_t i = 0; i < t->na; i++) {
+        int32_t k = survivor_inst(t, &t->a[i], NULL);
+        if (k >= 0 && (size_t)k < ni &&
+            (last_f[k] == ADV_NONE || t->a[i].f_pos > last_f[k]))
+            last_f[k] = t->a[i].f_pos;
+    }
+    for (size_t i = 0; i < t->na; i++) {
+        int32_t k = survivor_inst(t, &t->a[i], last_f);
+        if (k >= 0 && (size_t)k < ni)
+            c->nsv[k]++;
+    }
     for (size_t k = 0; k < ni; k++) {
         c->sv_a[k] = malloc((c->nsv[k] + 1) * sizeof **c->sv_a);
         c->sv_f[k] = malloc((c->nsv[k] + 1) * sizeof **c->sv_f);
@@ -114,8 +154,8 @@ prep(cf *c)
     }
     for (size_t i = 0; i < t->na; i++) {
         const adv_alloc *x = &t->a[i];
-        if (survivor(x) && (size_t)x->inst < ni) {
-            size_t k = (size_t)x->inst;
+        int32_t k = survivor_inst(t, x, last_f);
+        if (k >= 0 && (size_t)k < ni) {
             c->sv_a[k][c->nsv[k]] = x->a_pos;
             c->sv_f[k][c->nsv[k]] = x->f_pos;
             c->nsv[k]++;
@@ -192,6 +232,34 @@ m_shared(const adv_alloc *x, const adv_layer *L)
 {
     (void)L;
     return (x->ctx & ADV_C_SUBMLP) != 0;
+}
+
+/* The op after the shared experts' own forward in MoE layer L: after its last
+ * allocation inside the mlp.forward.* ranges (m_shared) and the frees of the
+ * shared experts' tensors right after it; their checkpoint ends there, not at
+ * the MoE layer's end (the router, dispatch and experts follow). L->mlp_e when
+ * there is none. */
+static uint32_t
+shared_end(const adv_trace *t, const adv_layer *L)
+{
+    if (L->mlp_b == ADV_NONE || L->mlp_e == ADV_NONE)
+        return L->mlp_e;
+    uint32_t last = ADV_NONE;
+    for (uint32_t p = L->mlp_b; p < L->mlp_e && p < t->nops; p++) {
+        int32_t v = t->ops[p];
+        if (v > 0 && t->a[v - 1].inst == L->inst && !t->a[v - 1].bwd && m_shared(&t->a[v - 1], L))
+            last = p;
+    }
+    if (last == ADV_NONE)
+        return L->mlp_e;
+    uint32_t e = last + 1;
+    while (e < L->mlp_e && t->ops[e] < 0) {
+        const adv_alloc *x = &t->a[-t->ops[e] - 1];
+        if (x->a_pos < L->mlp_b || !m_shared(x, L))
+            break;
+        e++;
+    }
+    return e;
 }
 
 /* pre-region: ops [b, pre_e) are the code before the group's first Megatron
@@ -400,7 +468,8 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
             if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L->mlp_b, L, m_all, 0) < 0)
                 return -1;
         if ((m & (1u << ADV_L_shared_experts)) && L->moe && !cfg->shared_overlap)
-            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L->mlp_b, L, m_shared, 0) < 0)
+            if (checkpoint_unit(c, L->inst, L->mlp_b, shared_end(t, L), L->mlp_b, L, m_shared,
+                                0) < 0)
                 return -1;
         if (m & (1u << ADV_L_core_attn)) {
             if (cfg->fused_attn)
@@ -425,6 +494,37 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
         }
     }
     return 0;
+}
+
+uint64_t
+adv_foreign_bytes(const adv_trace *t, const adv_setting *s)
+{
+    if (!s->full_method || s->full_n < 1)
+        return 0;
+    uint64_t most = 0;
+    size_t i = 0;
+    while (i < t->nlayers) {
+        size_t j = i;
+        while (j < t->nlayers && t->layers[j].inst == t->layers[i].inst)
+            j++;
+        size_t nl = j - i, n = (size_t)s->full_n;
+        for (size_t g = 0; g < nl && (s->full_method == 1 || g < n);
+             g += s->full_method == 1 ? n : 1) {
+            size_t last = s->full_method == 1 ? (g + n < nl ? g + n : nl) : g + 1;
+            uint32_t b = t->layers[i + g].pre_b, e = t->layers[i + last - 1].end;
+            uint64_t sum = 0;
+            for (uint32_t p = b; b != ADV_NONE && e != ADV_NONE && p < e && p < t->nops; p++) {
+                int32_t v = t->ops[p];
+                const adv_alloc *x = v > 0 ? &t->a[v - 1] : NULL;
+                if (x && x->inst < 0 && !x->bwd && x->phase == AM_PH_forward)
+                    sum += x->size;
+            }
+            if (sum > most)
+                most = sum;
+        }
+        i = j;
+    }
+    return most;
 }
 
 /* the caching allocator model along the sweep (advisor_cache.c): reserved
@@ -777,7 +877,16 @@ typedef struct uundo {
     uint32_t rb, re;          /* full group: forward region [pre_b, end) */
     int ok;                   /* matched: twins are bal[lo, hi) */
     size_t lo, hi;
+    uint8_t ctxmask;          /* ADV_C_* range flags its replay re-emits: a twin's
+                               * flags under the mask equal its forward's */
 } uundo;
+
+/* the range flags a replay re-emits ([M] in docs/sources.md): full recompute
+ * every layer range; mlp, moe and shared experts the mlp.forward.* ranges
+ * (the outer _run_mlp.mlp / _forward_mlp.mlp is pushed outside the
+ * checkpoint); core_attn only TE's ranges, discard-style replays none */
+enum { UU_CTX_FULL = ADV_C_ATTN | ADV_C_CORE | ADV_C_MLP | ADV_C_SUBMLP | ADV_C_BDA,
+       UU_CTX_MLP = ADV_C_SUBMLP };
 
 /* Replay twin: the same request gives the same block size, except that the
  * caching allocator does not split a cached large block whose remainder is at
@@ -1017,8 +1126,10 @@ undo_units_full(undo_st *st, const adv_setting *s)
             if (uu_add(&st->u, &st->nu, &st->capu, t, L->inst, F->pre_b, e, e, 0, ADV_NONE,
                        F->begin) < 0)
                 return -1;
-            if (st->nu > before)
+            if (st->nu > before) {
                 st->u[before].full = 1;
+                st->u[before].ctxmask = UU_CTX_FULL;
+            }
         }
         i = j;
     }
@@ -1036,13 +1147,18 @@ undo_units_selective(undo_st *st, const adv_setting *s)
     for (size_t i = 0; i < t->nlayers; i++) {
         const adv_layer *L = &t->layers[i];
         int e = 0;
-        if (((m & (1u << ADV_L_moe)) && L->moe) || ((m & (1u << ADV_L_mlp)) && !L->moe))
+        size_t before = st->nu;
+        if (((m & (1u << ADV_L_moe)) && L->moe) || ((m & (1u << ADV_L_mlp)) && !L->moe)) {
             e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0,
                         ADV_NONE, 0);
-        else if ((m & (1u << ADV_L_shared_experts)) && L->moe) {
-            size_t before = st->nu;
-            e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mlp_b, L->mlp_e, L->mlp_e, 0,
+            if (st->nu > before)
+                st->u[before].ctxmask = UU_CTX_MLP;
+        } else if ((m & (1u << ADV_L_shared_experts)) && L->moe) {
+            uint32_t se = shared_end(t, L);
+            e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mlp_b, se, se, 0,
                         ADV_NONE, 0);
+            if (st->nu > before)
+                st->u[before].ctxmask = UU_CTX_MLP;
             /* only the shared experts' own ranges are checkpointed (and
              * replayed), not the whole MoE layer */
             if (st->nu > before) {
@@ -1149,10 +1265,11 @@ undo_inst_cursor(const undo_st *st, int32_t inst, uint32_t *inst_bs)
     return lo;
 }
 
-/* The first unused run of backward allocations whose block sizes (bytes)
- * repeat unit x's forward ones after its pre part (a full group's own
- * Megatron-range part), searched from cursor, then from the start: its index
- * in bal, (size_t)-1 none. */
+/* The first unused run of backward allocations whose block sizes (bytes) and
+ * range paths (the Megatron ranges the replay re-emits, x->ctxmask) repeat
+ * unit x's forward ones after its pre part (a full group's own Megatron-range
+ * part), searched from cursor (the instance's backward: its microbatch), then
+ * from the start: its index in bal, (size_t)-1 none. */
 static size_t
 undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
 {
@@ -1165,7 +1282,8 @@ undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
         for (size_t q = from; q + nm <= st->nbal; q++) {
             size_t z = 0;
             while (z < nm && !st->used[st->bal[q + z]] &&
-                   same_block(t->a[st->bal[q + z]].size, t->a[fm[z]].size))
+                   same_block(t->a[st->bal[q + z]].size, t->a[fm[z]].size) &&
+                   (t->a[st->bal[q + z]].ctx & x->ctxmask) == (t->a[fm[z]].ctx & x->ctxmask))
                 z++;
             if (z == nm) {
                 found = q;
@@ -1214,16 +1332,31 @@ undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs)
     x->ok = 1;
     x->lo = lo;
     x->hi = found + nm;
-    uint32_t last_a = t->a[bal[found + nm - 1]].a_pos;
+    /* the replay's forward code ends before the next backward-thread
+     * allocation that is not its own (its nested backward's first gradient,
+     * or the next replay): a twin freed by then was a transient of the
+     * forward code (freed at its scope's exit), one freed later was saved */
+    uint32_t last_a = x->hi < st->nbal ? t->a[bal[x->hi]].a_pos : (uint32_t)t->nops;
     for (size_t w = 0; w < nmatch; w++) {
         uint32_t y = bal[lo + w];
         uint32_t fid = x->f[z + w];
         st->used[y] = 1;
         st->twin[y] = fid;
         /* saved in a grad-enabled forward: the replay twin lives past the
-         * replay's last allocation; transients keep their own free */
+         * replay's forward code; transients keep their own free. The
+         * region's output (its forward copy freed after the region ended, by
+         * its consumer, which did not save it) is held past the replay only by
+         * the checkpoint's nested backward: without recompute the consumer
+         * frees it in forward, as recorded. Not for a full group: its output
+         * is the next group's saved input, and what its no_grad forward frees
+         * just after its last range (the residual a layer's locals hold until
+         * it returns) was saved with grad on. A discarded tensor (a norm's
+         * output, the expert activation) is kept until its twin's free; an
+         * MLA up-projection region's other tensors follow the rules above */
         const adv_alloc *ya = &t->a[y];
-        if (ya->f_pos == ADV_NONE || ya->f_pos > last_a || x->discard)
+        int output = !x->discard && !x->full && x->re && t->a[fid].f_pos >= x->re;
+        int kept = ya->f_pos == ADV_NONE || ya->f_pos > last_a || (x->discard && x->nf == 1);
+        if (kept && !output)
             st->ext[fid] = 1;
     }
     return lo;

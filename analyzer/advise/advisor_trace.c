@@ -196,8 +196,14 @@ on_nvte(cap *c, int cls)
     /* a grouped GEMM's nested per-expert GEMMs belong to it */
     for (int i = 0; i < c->npend; i++)
         t->a[c->pend[i]].te = (uint8_t)cls;
-    if (cls == ADV_T_NORM && c->npend && !c->depth_attn && !c->depth_mlp)
-        c->last_norm = c->pend[c->npend - 1];
+    /* a standalone norm's output: TE allocates it before the call's first
+     * nvte_* range (the workspace-size query) and its small workspace before
+     * the second (the launch): the larger one is the output */
+    if (cls == ADV_T_NORM && c->npend && !c->depth_attn && !c->depth_mlp) {
+        uint32_t cand = c->pend[c->npend - 1];
+        if (c->last_norm == ADV_NONE || t->a[cand].size > t->a[c->last_norm].size)
+            c->last_norm = cand;
+    }
     if (L && L->end == ADV_NONE && c->tl.phase == AM_PH_forward) {
         if (cls == ADV_T_GROUPED && c->depth_mlp && !c->depth_sub) {
             c->grouped_groups++;
@@ -372,6 +378,25 @@ op(cap *c, int32_t v)
     return 0;
 }
 
+/* The Megatron region flags (ADV_C_*) of the ranges open on a thread: a
+ * backward thread's checkpoint replay re-emits its forward's ranges (full
+ * recompute every layer range, mlp the mlp.forward.* ones; [M] in
+ * docs/sources.md), so a replayed allocation carries its forward twin's range
+ * path. */
+static uint8_t
+stack_ctx(const tl_thread *th)
+{
+    static const uint8_t flags[] = {
+        [R_ATTN] = ADV_C_ATTN | ADV_C_MEGA, [R_CORE] = ADV_C_CORE | ADV_C_MEGA,
+        [R_MLP] = ADV_C_MLP | ADV_C_MEGA, [R_SUB] = ADV_C_SUBMLP | ADV_C_MEGA,
+        [R_BDA] = ADV_C_BDA | ADV_C_MEGA, [R_MLPBDA] = ADV_C_BDA | ADV_C_MEGA,
+    };
+    uint8_t ctx = 0;
+    for (size_t i = 0; i < th->depth; i++)
+        ctx |= flags[region_of(th->stack[i].name, th->stack[i].len)];
+    return ctx;
+}
+
 static int
 on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
 {
@@ -423,6 +448,8 @@ on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
                     L->mla_up_b = x->a_pos + 1;
         if (c->npend < 64)
             c->pend[c->npend++] = id;
+    } else if (th->role == AM_ROLE_BACKWARD) {
+        x->ctx = stack_ctx(th);
     }
     if (a.phase == AM_PH_backward_replay)
         t->replay_bytes += ev->size;

@@ -155,6 +155,34 @@ limit_of(const adv_verdict *v, size_t i)
     return v->capacity[i] > v->outside[i] ? v->capacity[i] - v->outside[i] : 0;
 }
 
+/* A full-recompute setting whose layer groups checkpoint forward code outside
+ * Megatron's layer ranges (a module of the job's own: adv_foreign_bytes, at
+ * least 1 MiB on some rank), predicted from a trace recorded without full
+ * recompute: that code's replay was never seen, and replayed Python may do more
+ * than its forward (R02: a user's module allocates 7 GiB only when replayed).
+ * The prediction is unverified: a fit becomes marginal (recommended only when
+ * nothing else fits, with "confirm with a run"), and the reason says why. */
+static void
+unverified_replay(const adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
+{
+    if (!s->full_method || (e->active && e->active->full_method) || c->effect != ADV_E_FITS)
+        return;
+    uint64_t most = 0;
+    for (size_t i = 0; i < v->nranks; i++) {
+        uint64_t b = adv_foreign_bytes(e->t0 ? &e->t0[i] : &e->tr[i], s);
+        if (b > most)
+            most = b;
+    }
+    if (most < ((uint64_t)1 << 20))
+        return;
+    c->effect = ADV_E_MARGINAL;
+    snprintf(c->reason, sizeof c->reason,
+             "unverified: a layer group checkpoints %s of forward allocations made outside "
+             "Megatron's layer ranges (code of the job's own) whose replay this trace, recorded "
+             "without full recompute, never shows; a replay may do more than its forward",
+             GB(most));
+}
+
 /* evaluate one setting on every rank: the current setting is the measured
  * trace; with recompute on, every other setting rewrites the trace without it.
  * It fits when its reserved peak (allocated + the cache its own timeline
@@ -179,6 +207,10 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
                                &v->cfg, s, e->extra[i], &ph, lim, &c->reserved[i]);
         if (c->peak[i] > c->max_peak)
             c->max_peak = c->peak[i];
+        if (getenv("RECOMP_ADVISOR_DEBUG"))
+            fprintf(stderr, "advisor: eval %s rank %d peak %llu reserved %llu (%s)\n",
+                    c->name, v->rank_id[i], (unsigned long long)c->peak[i],
+                    (unsigned long long)c->reserved[i], am_phase_name(ph));
         /* a prediction carries the model's error bound (2%, what the accuracy
          * tests hold it to against megasim executing the setting); the current
          * setting is measured */
@@ -205,6 +237,7 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
         c->effect = ADV_E_INEFFECTIVE;
     else
         c->effect = ADV_E_INSUFFICIENT;
+    unverified_replay(v, e, s, c);
     if (!c->reason[0]) {
         if (c->effect == ADV_E_FITS)
             snprintf(c->reason, sizeof c->reason, "every rank within its budget%s",
@@ -1099,7 +1132,10 @@ choose_candidate(run_state *st, const adv_cand *curc)
                  "the least replay cost (%.1f%% of the step, %s) among the settings that "
                  "fit every rank: predicted max peak %s against %s without it",
                  100 * c->cost, "FLOP model", GB(c->max_peak), GB(st->base_max));
-    if (c->effect == ADV_E_MARGINAL)
+    if (c->effect == ADV_E_MARGINAL && !strncmp(c->reason, "unverified", 10))
+        why_add(v, "MARGINAL: no other setting fits; this one is %s: confirm with a run "
+                   "before relying on it", c->reason);
+    else if (c->effect == ADV_E_MARGINAL)
         why_add(v, "MARGINAL: no setting fits with the prediction's 2%% error bound added; "
                    "this one fits without it (%s): confirm with a run before relying on it",
                 c->reason);
@@ -1116,12 +1152,15 @@ run_choose(run_state *st)
     if (v->ncands > 1)
         am_sort(v->cands, v->ncands, sizeof *v->cands, cand_cost_cmp);
     /* clear fits first, then settings that fit only without the error bound
-     * (marginal, said so); each without an ineffective label first */
+     * (marginal, said so), then unverified ones (a replay of the job's own
+     * code never recorded: unverified_replay); each without an ineffective
+     * label first */
     st->pick = -1;
-    for (int pass = 0; pass < 4 && st->pick < 0; pass++)
+    for (int pass = 0; pass < 6 && st->pick < 0; pass++)
         for (size_t k = 0; k < v->ncands; k++)
             if (v->cands[k].valid &&
                 v->cands[k].effect == (pass < 2 ? ADV_E_FITS : ADV_E_MARGINAL) &&
+                (pass < 2 || (pass >= 4) == !strncmp(v->cands[k].reason, "unverified", 10)) &&
                 (pass % 2 || !(v->cands[k].labels & st->ineff))) {
                 st->pick = (int)k;
                 break;

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Every recompute label, active and inactive, on dense, MoE and MLA layers
+(issue 14 item 11; docs/advisor.md "Recompute already on"), TAP.
+
+For each small megasim model below, megasim runs once with no recompute,
+once with each recompute label Megatron allows on that model, and once with
+full recompute (block and uniform). Every run is both ground truth and a
+source: recomp-analyze reads it (recompute active: its replays are matched to
+their forward regions and undone; inactive: the label is applied) and
+predicts every candidate setting; each prediction whose setting megasim also
+ran is held to 2% of megasim's measured tensor-level peak on every rank
+(PyTorch's reserved peak too, one check per model). So each label is checked active (run with it
+on, predict it off and every other setting) and inactive (run without it,
+predict it on), and every active run must match all of its units' replays.
+
+The runs are shared between the checks: megasim runs each setting once per
+model (25 small runs, two at a time).
+
+Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
+MEGASIM_LIB_DIR, MEGASIM_PYDIR.
+"""
+import json
+import os
+import re
+import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_advisor as ta  # noqa: E402  (megasim runner, analysis, TAP output)
+
+PROFILE = ta.PROFILE
+# dense: Llama-like (RMSNorm, SwiGLU, GQA, TE fused attention), PP=2, 4
+# microbatches: the 1F1B schedule keeps two in flight on stage 0
+DENSE = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size", "1024",
+         "--ffn-hidden-size", "3584", "--num-attention-heads", "8", "--num-query-groups", "2",
+         "--seq-length", "4096", "--max-position-embeddings", "4096", "--vocab-size", "32000",
+         "--pipeline-model-parallel-size", "2", "--sim-world-size", "2",
+         "--global-batch-size", "4", "--train-iters", "2"]
+# MoE: the same with 3 of 4 layers MoE (grouped GEMM, shared experts)
+MOE = DENSE + ["--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "1024",
+               "--moe-shared-expert-intermediate-size", "1024", "--moe-grouped-gemm",
+               "--moe-token-dispatcher-type", "alltoall", "--moe-layer-freq", "([0]+[1]*3)"]
+# MLA (DeepSeek-V2-Lite-like: no RoPE fusion) with MoE layers, PP=2
+MLA = ["--sim-preset", "deepseek-v2-lite", "--num-layers", "4", "--hidden-size", "1024",
+       "--num-attention-heads", "8", "--ffn-hidden-size", "3584", "--moe-ffn-hidden-size", "512",
+       "--moe-shared-expert-intermediate-size", "1024", "--num-experts", "4",
+       "--moe-layer-freq", "([0]+[1]*3)", "--tensor-model-parallel-size", "1",
+       "--expert-model-parallel-size", "1", "--seq-length", "4096",
+       "--max-position-embeddings", "4096", "--vocab-size", "32000",
+       "--pipeline-model-parallel-size", "2", "--sim-world-size", "2",
+       "--global-batch-size", "4", "--train-iters", "2"]
+
+FULL = {"full[block,1]": ["--recompute-granularity", "full", "--recompute-method", "block",
+                          "--recompute-num-layers", "1"],
+        "full[uniform,1]": ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                            "--recompute-num-layers", "1"]}
+
+# known gaps, reported as TAP TODO (meson flags an unexpected pass: then drop
+# the entry): (model, run, predicted setting) -> why
+KNOWN = {}
+# reserved bytes (the allocator cache model along each candidate's own timeline,
+# advisor_cache.c) per model
+RESERVED_GAP = ("the allocator cache model (advisor_cache.c) predicts the reserved peaks of "
+                "moe and full-recompute candidates -3.8% to +6.6% off megasim's on these small "
+                "MoE models")
+KNOWN_RESERVED = {"moe": RESERVED_GAP, "mla": RESERVED_GAP}
+
+# model -> (flags, the labels Megatron allows on it)
+MODELS = {
+    "dense": (DENSE, ["core_attn", "layernorm", "mlp"]),
+    "moe": (MOE, ["core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts"]),
+    "mla": (MLA, ["core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act",
+                  "shared_experts"]),
+}
+
+
+def setting_flags(setting):
+    if setting == "none":
+        return []
+    if setting in FULL:
+        return FULL[setting]
+    m = re.match(r"selective\[(.*)\]", setting)
+    return ["--recompute-granularity", "selective", "--recompute-modules"] + m.group(1).split(",")
+
+
+def run_one(flags):
+    """megasim under the shim, analysed: (doc or None, error text)"""
+    run, rc, tmp, err = ta.run_megasim(flags)
+    try:
+        if rc != 0 or not run:
+            return None, "exit %d: %s" % (rc, err[-800:])
+        return ta.analyze(run), ""
+    except RuntimeError as e:
+        return None, str(e)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def within(pred, sim):
+    """per rank (str keys in pred): the errors above 2%, as lines"""
+    bad = []
+    for rk, s in sim.items():
+        p = pred.get(str(rk))
+        if p is None:
+            bad.append("rank %d: no prediction" % rk)
+        elif abs(p - s) > 0.02 * s:
+            bad.append("rank %d: predicted %d, megasim %d (%+.2f%%)" %
+                       (rk, p, s, 100.0 * (p - s) / s))
+    return bad
+
+
+def model(name, flags, labels, pool):
+    settings = ["none"] + ["selective[%s]" % l for l in labels] + list(FULL)
+    futs = {s: pool.submit(run_one, flags + PROFILE + setting_flags(s)) for s in settings}
+    docs = {}
+    for s in settings:
+        doc, err = futs[s].result()
+        if ta.ok(doc is not None, "%s: megasim runs %s" % (name, s), err):
+            docs[s] = doc
+    sim = {s: ta.tensor_peaks(d) for s, d in docs.items()}
+    simr = {s: ta.reserved_peaks(d) for s, d in docs.items()}
+    worst = 0.0
+    reserved_bad = []
+    for src, doc in docs.items():
+        v = doc["verdict"]
+        if src != "none":
+            m = re.search(r"\((\d+) of (\d+) units", v.get("note", ""))
+            ta.ok(m is not None and m.group(1) == m.group(2),
+                  "%s: run with %s on: every unit's replay matched to its forward" % (name, src),
+                  v.get("note"))
+        cand = {c["setting"]: c for c in v.get("candidates", [])}
+        for dst in settings:
+            if dst == src or dst not in docs:
+                continue
+            # each label inactive (from the run without it) and active (its
+            # own run predicts no recompute) must be predicted, not skipped
+            must = src == "none" or dst == "none"
+            c = cand.get(dst)
+            if c is None:
+                if must:
+                    ta.ok(False, "%s: from %s, %s is a candidate" % (name, src, dst),
+                          sorted(cand))
+                continue
+            bad = within(c["predicted_peak_bytes"], sim[dst])
+            reserved_bad += ["from %s, %s: %s" % (src, dst, b)
+                             for b in within(c["predicted_reserved_bytes"], simr[dst])]
+            for rk, s in sim[dst].items():
+                p = c["predicted_peak_bytes"].get(str(rk))
+                if p:
+                    worst = max(worst, abs(p - s) / s)
+            what = ("%s: from the run with %s, %s predicted within 2%% of megasim on every "
+                    "rank" % (name, src, dst))
+            gap = KNOWN.get((name, src, dst))
+            if gap:
+                todo(not bad, what, gap, "\n".join(bad))
+            else:
+                ta.ok(not bad, what, "\n".join(bad))
+    what = "%s: reserved peaks predicted within 2%% of megasim, every run and rank" % name
+    if name in KNOWN_RESERVED:
+        todo(not reserved_bad, what, KNOWN_RESERVED[name], "\n".join(reserved_bad))
+    else:
+        ta.ok(not reserved_bad, what, "\n".join(reserved_bad))
+    print("# %s: worst allocated-peak error %.3f%%" % (name, worst * 100))
+    sys.stdout.flush()
+
+
+def todo(cond, name, why, detail=""):
+    """a known gap (TAP TODO: an expected failure)"""
+    ta.n += 1
+    print("%s %d - %s # TODO known gap: %s" % ("ok" if cond else "not ok", ta.n, name, why))
+    if not cond and detail:
+        for line in str(detail).splitlines()[:20]:
+            print("#   " + line)
+    sys.stdout.flush()
+
+
+def main():
+    only = sys.argv[1:]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for name, (flags, labels) in MODELS.items():
+            if not only or name in only:
+                model(name, flags, labels, pool)
+    print("1..%d" % ta.n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
