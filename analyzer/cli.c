@@ -180,7 +180,8 @@ usage(FILE *f)
             "                  the output is the same for every N)\n"
             "  --out FILE      summarize: the summary file to write\n"
             "  -h, --help      this text on stdout\n"
-            "  --version       the project version, the trace format and JSON schema versions\n"
+            "  --version       the project version, the trace format, JSON schema and summary\n"
+            "                  format versions\n"
             "  --salvage       read every chunk of a damaged native trace that checks out,\n"
             "                  skip the rest; the rank is marked COVERAGE: INCOMPLETE\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
@@ -372,9 +373,10 @@ parse_args(int argc, char **argv, cli *o)
             usage(stdout);
             return 0;
         case 'V':
-            printf("recomp-analyze %s (reads recompshim trace format %d.%d; JSON schema %s)\n",
+            printf("recomp-analyze %s (reads recompshim trace format %d.%d; JSON schema %s; "
+                   "summary format %d.%d)\n",
                    RS_PROJECT_VERSION, RS_TRACE_VERSION_MAJOR, RS_TRACE_VERSION_MINOR,
-                   AM_SCHEMA_VERSION);
+                   AM_SCHEMA_VERSION, AM_SUMMARY_MAJOR, AM_SUMMARY_MINOR);
             return 0;
         default:
             usage(stderr);

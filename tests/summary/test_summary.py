@@ -30,6 +30,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -196,9 +197,11 @@ def fnv(b):
     return h
 
 
-def reseal(payload):
-    """a summary around payload with a valid header (length and checksum)"""
-    return struct.pack("<8sHHIQQ", b"RSSUMMRY", 1, 0, 0, len(payload), fnv(payload)) + payload
+def reseal(payload, flags=0):
+    """a summary around payload with a valid header (length and checksum);
+    flags 0: the payload stored as it is"""
+    return struct.pack("<8sHHIQQ", b"RSSUMMRY", 1, 0, flags, len(payload), fnv(payload)) + \
+        payload
 
 
 def bad(label, data, tmp, *want):
@@ -212,7 +215,12 @@ def bad(label, data, tmp, *want):
 
 def corrupt(summ, other, tmp):
     buf = open(summ, "rb").read()
-    pay = buf[32:]
+    ok(header(buf)[3] == 1, "summaries are written deflated (flags 1)")
+    pay = zlib.decompress(buf[40:])  # the fields, as a reader sees them
+    bad("unknown flags: field flags", reseal(pay, flags=6), tmp, "field flags")
+    bad("a damaged zlib stream (checksum fixed): field payload, damaged",
+        reseal(buf[32:40] + b"\x78\x9c" + bytes(200), flags=1), tmp, "field payload",
+        "damaged")
     bad("not a summary: field magic", b"hello world, not a summary" * 3, tmp, "field magic")
     bad("truncated file: payload_length, truncated", buf[:len(buf) // 2], tmp,
         "payload_length", "truncated")
@@ -280,7 +288,7 @@ def main():
             other = got.get("R09") or got.get("R01")
             corrupt(summ, other[1] if other else sa, tmp)
             size = os.path.getsize(summ)
-            ok(size < 64 * 1024, "the main job's summary is small: %d bytes for 4 ranks" % size)
+            ok(size < 16 * 1024, "the main job's summary is small: %d bytes for 4 ranks" % size)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("1..%d" % n)
