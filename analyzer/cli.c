@@ -434,6 +434,19 @@ collect_files(char *const *in, int n, paths *files)
     return 0;
 }
 
+/* A source's warnings on stderr (also merge's, from a summary's metadata). */
+static void
+source_warnings(const am_meta *m)
+{
+    for (size_t w = 0; w < m->nwarnings; w++)
+        fprintf(stderr, "recomp-analyze: warning: %s\n", m->warnings[w]);
+    if (!m->closed && !m->nwarnings)
+        fprintf(stderr,
+                "recomp-analyze: warning: %s: trace not closed (the process was killed or "
+                "is still running): read to its last published record\n",
+                m->path);
+}
+
 /* Open every file of the run, `workers` at a time, reported in input order
  * as if read in turn; each warning once on stderr. 0, or 2. */
 static int
@@ -454,14 +467,7 @@ open_sources(run *r, int workers)
             free(oerr);
             return 2;
         }
-        const am_meta *m = &r->srcs[i]->meta;
-        for (size_t w = 0; w < m->nwarnings; w++)
-            fprintf(stderr, "recomp-analyze: warning: %s\n", m->warnings[w]);
-        if (!m->closed && !m->nwarnings)
-            fprintf(stderr,
-                    "recomp-analyze: warning: %s: trace not closed (the process was killed or "
-                    "is still running): read to its last published record\n",
-                    m->path);
+        source_warnings(&r->srcs[i]->meta);
     }
     free(oerr);
     return 0;
@@ -1116,6 +1122,7 @@ load_summaries(const cli *o, am_summary **sv, size_t *ns, run *r)
             char name[4096];
             snprintf(name, sizeof name, "%s: %s", files.v[i], (*sv)[i].ranks[k].path);
             r->srcs[r->files.n] = (*sv)[i].ranks[k].src;
+            source_warnings(&r->srcs[r->files.n]->meta); /* as analysing the trace says */
             if (add_path(&r->files, name) < 0)
                 rc = 2;
         }

@@ -8,6 +8,8 @@
   the measured current setting), MoE/MLA (more labels), replays with extra
   work, triage findings (fragmentation, CUDA graphs, NCCL, retention), an
   explicit --budget;
+- the real fixtures of tests/scenarios.py (Kineto traces, a memory
+  snapshot) when RECOMP_FIXTURES holds them (skipped visibly otherwise);
 - two "nodes": the ranks of one job in two run directories of the same name,
   one summary each, merged (files, or a directory of them) = the direct
   analysis of both directories;
@@ -20,7 +22,7 @@
   (--html, --perfetto, --budget) and summarize's own (--out).
 
 Environment (tests/summary/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
-MEGASIM_LIB_DIR, MEGASIM_PYDIR.
+MEGASIM_LIB_DIR, MEGASIM_PYDIR, RECOMP_FIXTURES.
 """
 import os
 import random
@@ -118,6 +120,23 @@ def compare_scenario(name, tmp):
                      "oom,verdict!=OK:FITS", summ))
         ok(open(md_d).read() == open(md_m).read(), "main: Markdown identical")
     return rundir, summ
+
+
+def fixtures(tmp):
+    root = os.environ.get("RECOMP_FIXTURES", "")
+    have = [f for f in scenarios.FIXTURES if root and os.path.exists(os.path.join(root, f))]
+    if not have:
+        print("# SKIP fixtures: RECOMP_FIXTURES (%s) holds none of them" % (root or "unset"))
+        return
+    for k, rel in enumerate(have):
+        f = os.path.join(root, rel)
+        summ = os.path.join(tmp, "fixture%d.rssum" % k)
+        rc = analyze("summarize", f, "--out", summ)
+        if not ok(rc[0] == 0, "fixture %s: summarize" % rel, rc[2]):
+            continue
+        same("fixture %s: text identical" % rel, analyze(f), analyze("merge", summ))
+        same("fixture %s: JSON identical" % rel, analyze("--json", f),
+             analyze("merge", "--json", summ))
 
 
 def split_nodes(rundir, tmp, name):
@@ -276,6 +295,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="summary.", dir=os.environ.get("TMPDIR"))
     try:
         got = {}
+        fixtures(tmp)
         for name in COMPARED:
             got[name] = compare_scenario(name, tmp)
         if got.get("main"):
