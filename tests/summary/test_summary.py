@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """recomp-analyze summarize and merge (docs/summary-format.md; TAP).
 
-- summarize RUNDIR then merge gives the same text, JSON, --ranks all text,
-  Markdown, exit code and --fail-on result as recomp-analyze RUNDIR, on the
-  README's main job and on scenarios of tests/scenarios.py that take every
-  path of the advisor's job part: recompute on (full and selective: the undo,
-  the measured current setting), MoE/MLA (more labels), replays with extra
-  work, triage findings (fragmentation, CUDA graphs, NCCL, retention), an
-  explicit --budget;
+- summarize RUNDIR then merge gives the same text, JSON, stderr and exit
+  code as recomp-analyze RUNDIR on every scenario of tests/scenarios.py
+  (the README's main job also with --ranks all, Markdown and --fail-on):
+  together they take every path of the advisor's job part: recompute on
+  (full and selective: the undo, the measured current setting), MoE/MLA (more
+  labels), replays with extra work, triage findings (fragmentation, CUDA
+  graphs, NCCL, retention), an explicit --budget;
 - the real fixtures of tests/scenarios.py (Kineto traces, a memory
   snapshot) when RECOMP_FIXTURES holds them (skipped visibly otherwise);
 - two "nodes": the ranks of one job in two run directories of the same name,
@@ -44,9 +44,9 @@ ANALYZE = os.environ["RECOMP_ANALYZE"]
 LIBDIR = os.environ["MEGASIM_LIB_DIR"]
 PYDIR = os.environ["MEGASIM_PYDIR"]
 
-# the scenarios compared (each takes another path of the advisor's job part)
-COMPARED = ["main", "main-full-block-3", "main-selective-mlp", "acc-moonlight-16b",
-            "R01", "R02-full-uniform-1", "R09", "R12", "nccl-failing", "retention"]
+# every scenario is compared (together they take every path of the advisor's
+# job part); a new scenario is compared without a change here
+COMPARED = list(scenarios.SCENARIOS)
 
 n = 0
 failed = 0
