@@ -13,6 +13,9 @@
 - two "nodes": the ranks of one job in two run directories of the same name,
   one summary each, merged (files, or a directory of them) = the direct
   analysis of both directories;
+- compare with summaries as runs (tests/scenarios.py's COMPARISONS): the
+  same table, text and JSON, as compare of the run directories (each run's
+  label is its argument); compare --html of a summary refused;
 - --rank, --iteration and --no-advice through summaries;
 - bad summaries: not a summary, truncated, a flipped payload byte (checksum),
   another format version, a payload cut at every field boundary or with
@@ -120,6 +123,24 @@ def compare_scenario(name, tmp):
                      "oom,verdict!=OK:FITS", summ))
         ok(open(md_d).read() == open(md_m).read(), "main: Markdown identical")
     return rundir, summ
+
+
+def comparisons(got, tmp):
+    for name, members in scenarios.COMPARISONS.items():
+        if not all(got.get(m) for m in members):
+            ok(False, "%s: its runs exist" % name)
+            continue
+        dirs = [got[m][0] for m in members]
+        sums = [got[m][1] for m in members]
+        for flag in ([], ["--json"]):
+            d = analyze("compare", *flag, *dirs)
+            for a, b in zip(dirs, sums):
+                d = (d[0], d[1].replace(a, b), d[2].replace(a, b))
+            same("%s: compare of summaries %s= compare of the run directories" %
+                 (name, "--json " if flag else ""), d, analyze("compare", *flag, *sums))
+        rc = analyze("compare", "--html", os.path.join(tmp, "c.html"), *sums)
+        ok(rc[0] == 1 and "summary" in rc[2], "%s: compare --html of summaries refused" % name,
+           rc[2])
 
 
 def fixtures(tmp):
@@ -298,6 +319,7 @@ def main():
         fixtures(tmp)
         for name in COMPARED:
             got[name] = compare_scenario(name, tmp)
+        comparisons(got, tmp)
         if got.get("main"):
             rundir, summ = got["main"]
             nodes = two_nodes("main", rundir, tmp)
