@@ -150,7 +150,8 @@ usage(FILE *f)
             "  Per-rank GPU memory peaks (tensor and device level), the phase, module\n"
             "  boundary and layer of what was live, OOMs, the hot rank and the recompute\n"
             "  verdict. compare: each argument is one run (a run directory or a file); the\n"
-            "  matched-comparison table of every candidate against the control.\n"
+            "  matched-comparison table of every candidate against the control (a run may\n"
+            "  also be its summaries: a summary file or a directory of them).\n"
             "  summarize: the local ranks' per-rank summary (docs/summary-format.md) into\n"
             "  --out FILE, one per node; merge: the report and verdict of the job from its\n"
             "  summaries, the same as analysing all traces at once (not --html/--perfetto:\n"
@@ -180,7 +181,8 @@ usage(FILE *f)
             "                  the output is the same for every N)\n"
             "  --out FILE      summarize: the summary file to write\n"
             "  -h, --help      this text on stdout\n"
-            "  --version       the project version, the trace format and JSON schema versions\n"
+            "  --version       the project version, the trace format, JSON schema and summary\n"
+            "                  format versions\n"
             "  --salvage       read every chunk of a damaged native trace that checks out,\n"
             "                  skip the rest; the rank is marked COVERAGE: INCOMPLETE\n"
             "  --pretty        with --json: indented JSON (default: compact, one line)\n"
@@ -391,9 +393,10 @@ parse_args(int argc, char **argv, cli *o)
             usage(stdout);
             return 0;
         case 'V':
-            printf("recomp-analyze %s (reads recompshim trace format %d.%d; JSON schema %s)\n",
+            printf("recomp-analyze %s (reads recompshim trace format %d.%d; JSON schema %s; "
+                   "summary format %d.%d)\n",
                    RS_PROJECT_VERSION, RS_TRACE_VERSION_MAJOR, RS_TRACE_VERSION_MINOR,
-                   AM_SCHEMA_VERSION);
+                   AM_SCHEMA_VERSION, AM_SUMMARY_MAJOR, AM_SUMMARY_MINOR);
             return 0;
         default:
             usage(stderr);
@@ -460,6 +463,19 @@ collect_files(char *const *in, int n, paths *files)
     return 0;
 }
 
+/* A source's warnings on stderr (also merge's, from a summary's metadata). */
+static void
+source_warnings(const am_meta *m)
+{
+    for (size_t w = 0; w < m->nwarnings; w++)
+        fprintf(stderr, "recomp-analyze: warning: %s\n", m->warnings[w]);
+    if (!m->closed && !m->nwarnings)
+        fprintf(stderr,
+                "recomp-analyze: warning: %s: trace not closed (the process was killed or "
+                "is still running): read to its last published record\n",
+                m->path);
+}
+
 /* Open every file of the run, `workers` at a time, reported in input order
  * as if read in turn; each warning once on stderr. 0, or 2. */
 static int
@@ -480,14 +496,7 @@ open_sources(run *r, int workers)
             free(oerr);
             return 2;
         }
-        const am_meta *m = &r->srcs[i]->meta;
-        for (size_t w = 0; w < m->nwarnings; w++)
-            fprintf(stderr, "recomp-analyze: warning: %s\n", m->warnings[w]);
-        if (!m->closed && !m->nwarnings)
-            fprintf(stderr,
-                    "recomp-analyze: warning: %s: trace not closed (the process was killed or "
-                    "is still running): read to its last published record\n",
-                    m->path);
+        source_warnings(&r->srcs[i]->meta);
     }
     free(oerr);
     return 0;
@@ -931,7 +940,11 @@ run_section(const run *r, size_t i, const char *label)
     return buf;
 }
 
-/* recomp-analyze compare CONTROL CANDIDATE...: each argument one run. */
+static int load_merged(char *const *in, int nin, const cli *o, run *rp, cli *eff);
+static int is_summary_input(const char *in);
+
+/* recomp-analyze compare CONTROL CANDIDATE...: each argument one run (its
+ * traces, or its summaries: a summary file or a directory of them). */
 static int
 main_compare(const cli *o)
 {
@@ -946,10 +959,21 @@ main_compare(const cli *o)
     char **sections = o->html ? calloc(cmp.n, sizeof *sections) : NULL;
     for (size_t i = 0; i < cmp.n && !rc; i++) {
         run r = {0};
-        rc = load_run(&o->inputs[i], 1, o, &r);
+        cli eff = *o;
+        if (is_summary_input(o->inputs[i])) {
+            if (o->html) {
+                fprintf(stderr, "recomp-analyze: compare --html draws each run's timeline, "
+                                "which needs its traces: %s is a summary\n", o->inputs[i]);
+                rc = 1;
+                break;
+            }
+            rc = load_merged(&o->inputs[i], 1, o, &r, &eff); /* a run from its summaries */
+        } else {
+            rc = load_run(&o->inputs[i], 1, o, &r);
+        }
         if (!rc) {
             am_runsum_fill(&cmp.runs[i], o->inputs[i], &r.job, r.have_verdict ? &r.verdict : NULL,
-                           o->aopts.config);
+                           eff.aopts.config);
             if (sections)
                 sections[i] = run_section(&r, i, o->inputs[i]);
         } else
@@ -1113,10 +1137,10 @@ check_summary_options(const am_summary *s0, const am_summary *s, const cli *o)
  * rank once. Their ranks are listed in r->srcs / r->files (named
  * "SUMMARY: TRACE"). 0, 1, or 2. */
 static int
-load_summaries(const cli *o, am_summary **sv, size_t *ns, run *r)
+load_summaries(char *const *in, int nin, const cli *o, am_summary **sv, size_t *ns, run *r)
 {
     paths files = {0};
-    int rc = collect_summaries(o->inputs, o->ninputs, &files);
+    int rc = collect_summaries(in, nin, &files);
     *ns = files.n;
     *sv = calloc(files.n ? files.n : 1, sizeof **sv);
     char(*errs)[1024] = calloc(files.n ? files.n : 1, sizeof *errs);
@@ -1143,6 +1167,7 @@ load_summaries(const cli *o, am_summary **sv, size_t *ns, run *r)
             char name[4096];
             snprintf(name, sizeof name, "%s: %s", files.v[i], (*sv)[i].ranks[k].path);
             r->srcs[r->files.n] = (*sv)[i].ranks[k].src;
+            source_warnings(&r->srcs[r->files.n]->meta); /* as analysing the trace says */
             if (add_path(&r->files, name) < 0)
                 rc = 2;
         }
@@ -1212,17 +1237,19 @@ merge_ranks(const cli *o, am_summary *sv, size_t ns, run *r, adv_rank_part ***pa
     return 0;
 }
 
-/* recomp-analyze merge SUMMARY...|DIR: the job's reports and verdict from
- * its summaries, then its gates. 0, 1, 2 or 3. */
+/* One run from its summaries (the inputs), up to the verdict, as load_run
+ * gives it from traces; *eff: o with the summaries' --iteration and
+ * --config (what the reports take). 0, or the exit code (1, 2). */
 static int
-main_merge(const cli *o)
+load_merged(char *const *in, int nin, const cli *o, run *rp, cli *eff)
 {
-    run r = {0};
+    run r = *rp;
     am_summary *sv = NULL;
     adv_rank_part **parts = NULL;
     size_t ns = 0;
     char err[1024];
-    int rc = load_summaries(o, &sv, &ns, &r);
+    *eff = *o;
+    int rc = load_summaries(in, nin, o, &sv, &ns, &r);
     if (!rc)
         rc = merge_ranks(o, sv, ns, &r, &parts);
     if (!rc)
@@ -1247,17 +1274,54 @@ main_merge(const cli *o)
         }
     }
     if (!rc) {
-        cli o2 = *o;
-        o2.iteration = sv[0].opts.iteration;
-        o2.aopts.config = sv[0].opts.config[0] ? sv[0].opts.config : NULL;
-        rc = report_run(&r, &o2);
+        static char config[1024]; /* the reports' --config (eff), past the summaries */
+        snprintf(config, sizeof config, "%s", sv[0].opts.config);
+        eff->iteration = sv[0].opts.iteration;
+        eff->aopts.config = config[0] ? config : NULL;
     }
-    run_free(&r);
     free(parts);
     for (size_t i = 0; i < ns; i++)
         am_summary_free(&sv[i]);
     free(sv);
+    *rp = r;
     return rc;
+}
+
+/* recomp-analyze merge SUMMARY...|DIR: the job's reports and verdict from
+ * its summaries, then its gates. 0, 1, 2 or 3. */
+static int
+main_merge(const cli *o)
+{
+    run r = {0};
+    cli eff;
+    int rc = load_merged(o->inputs, o->ninputs, o, &r, &eff);
+    if (!rc)
+        rc = report_run(&r, &eff);
+    run_free(&r);
+    return rc;
+}
+
+/* A compare argument that is a summary, or a directory holding one. */
+static int
+is_summary_input(const char *in)
+{
+    struct stat st;
+    if (stat(in, &st) < 0)
+        return 0;
+    if (!S_ISDIR(st.st_mode))
+        return am_summary_sniff(in);
+    DIR *d = opendir(in);
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d))) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", in, e->d_name);
+        found = e->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode) &&
+                am_summary_sniff(p);
+    }
+    if (d)
+        closedir(d);
+    return found;
 }
 
 int

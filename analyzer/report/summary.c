@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zlib.h>
+
 #include "summary.h"
 
 /* ---- the source a summary's rank keeps: its metadata and strings ---- */
@@ -63,6 +65,7 @@ typedef struct sio {
     char *err;
     size_t errlen;
     int bad;                  /* read: a field failed; write: out of memory */
+    int deflated;             /* read: the payload was stored compressed */
     sum_src *owner;           /* read: the source taking metadata strings */
 } sio;
 
@@ -79,9 +82,9 @@ fail(sio *io, const char *field, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    snprintf(io->err, io->errlen, "%s: offset %zu: field %s%s%s: %s", io->name,
-             (size_t)AM_SUMMARY_HEADER + io->pos, io->where, io->where[0] ? "." : "", field,
-             what);
+    snprintf(io->err, io->errlen, "%s: %soffset %zu: field %s%s%s: %s", io->name,
+             io->deflated ? "payload " : "", (io->deflated ? 0 : (size_t)AM_SUMMARY_HEADER) + io->pos,
+             io->where, io->where[0] ? "." : "", field, what);
 }
 
 /* n bytes at p: written, or read (zeros once a field failed) */
@@ -721,10 +724,24 @@ am_summary_write(const char *path, const am_job *j, const am_summary_opts *opts,
         free(io.buf);
         return -1;
     }
+    /* stored: the payload's length (u64) and its zlib stream (flag 1) */
+    uLongf zlen = compressBound((uLong)io.len);
+    unsigned char *z = malloc(8 + (size_t)zlen);
+    if (!z || compress2(z + 8, &zlen, io.buf, (uLong)io.len, Z_DEFAULT_COMPRESSION) != Z_OK) {
+        snprintf(err, errlen, "%s: out of memory (compressing)", path);
+        free(z);
+        free(io.buf);
+        return -1;
+    }
+    put_le(z, io.len, 8);
+    free(io.buf);
+    io.buf = z;
+    io.len = 8 + (size_t)zlen;
     unsigned char h[AM_SUMMARY_HEADER] = {0};
     memcpy(h, AM_SUMMARY_MAGIC, 8);
     put_le(h + 8, AM_SUMMARY_MAJOR, 2);
     put_le(h + 10, AM_SUMMARY_MINOR, 2);
+    put_le(h + 12, AM_SUMMARY_DEFLATE, 4);
     put_le(h + 16, io.len, 8);
     put_le(h + 24, fnv64(io.buf, io.len), 8);
     FILE *f = fopen(path, "wb");
@@ -774,6 +791,42 @@ check_header(const char *name, const unsigned char *buf, size_t len, char *err, 
                  name);
         return -1;
     }
+    uint64_t flags = get_le(buf + 12, 4);
+    if (flags & ~(uint64_t)AM_SUMMARY_DEFLATE) {
+        snprintf(err, errlen, "%s: offset 12: field flags: unknown flags 0x%" PRIx64, name,
+                 flags);
+        return -1;
+    }
+    return 0;
+}
+
+/* The stored payload of a deflated summary inflated into *out (malloc'd).
+ * 0, or -1 with err. */
+static int
+inflate_payload(const char *name, const unsigned char *p, size_t n, unsigned char **out,
+                size_t *outlen, char *err, size_t errlen)
+{
+    uint64_t raw = n >= 8 ? get_le(p, 8) : 0;
+    /* zlib expands at most about 1032:1; a summary stays below 1 GiB */
+    if (n < 8 || raw > ((uint64_t)1 << 30) || raw > (uint64_t)(n - 8) * 1032 + 64) {
+        snprintf(err, errlen, "%s: offset %d: field payload.length: %s", name,
+                 AM_SUMMARY_HEADER, n < 8 ? "truncated" : "implausible for the stream's size");
+        return -1;
+    }
+    uLongf got = (uLongf)raw;
+    *out = malloc(raw ? (size_t)raw : 1);
+    if (!*out) {
+        snprintf(err, errlen, "%s: out of memory (%" PRIu64 " bytes)", name, raw);
+        return -1;
+    }
+    if (uncompress(*out, &got, p + 8, (uLong)(n - 8)) != Z_OK || got != raw) {
+        free(*out);
+        snprintf(err, errlen, "%s: offset %d: field payload: the zlib stream does not inflate "
+                              "to its %" PRIu64 " bytes (damaged)",
+                 name, AM_SUMMARY_HEADER + 8, raw);
+        return -1;
+    }
+    *outlen = (size_t)raw;
     return 0;
 }
 
@@ -815,6 +868,13 @@ am_summary_parse(const char *name, const unsigned char *buf, size_t len, am_summ
         return -1;
     sio io = {.rd = 1, .buf = (unsigned char *)buf + AM_SUMMARY_HEADER,
               .len = len - AM_SUMMARY_HEADER, .name = name, .err = err, .errlen = errlen};
+    unsigned char *raw = NULL;
+    if (get_le(buf + 12, 4) & AM_SUMMARY_DEFLATE) {
+        if (inflate_payload(name, io.buf, io.len, &raw, &io.len, err, errlen) < 0)
+            return -1;
+        io.buf = raw;
+        io.deflated = 1;
+    }
     v_opts(&io, &s->opts);
     uint64_t n = 0;
     snprintf(io.where, sizeof io.where, "job");
@@ -838,6 +898,7 @@ am_summary_parse(const char *name, const unsigned char *buf, size_t len, am_summ
         io.where[0] = 0;
         fail(&io, "(end)", "%zu bytes after the last rank", io.len - io.pos);
     }
+    free(raw);
     if (io.bad) {
         am_summary_free(s);
         return -1;

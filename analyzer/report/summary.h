@@ -23,6 +23,8 @@
 #define AM_SUMMARY_MAJOR 1
 #define AM_SUMMARY_MINOR 0
 #define AM_SUMMARY_HEADER 32 /* bytes before the payload */
+#define AM_SUMMARY_DEFLATE 1 /* flags: the payload is stored as its length (u64) and a
+                              * zlib stream of it */
 
 /* The analysis options a summary was made with; merge refuses others, as the
  * per-rank values depend on them. */

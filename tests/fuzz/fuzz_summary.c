@@ -1,8 +1,10 @@
 /* fuzz_summary.c: libFuzzer target over the summary reader
  * (analyzer/report/summary.c, docs/summary-format.md). The checksum would
  * stop almost every mutation at the header, so the target seals each input
- * with a valid header first: the fuzzer's bytes are the payload, and every
- * field check behind the checksum is reached.
+ * with a valid header first (flags 0: stored as it is, not deflated): the
+ * fuzzer's bytes are the payload, and every field check behind the checksum
+ * is reached. The seeds (corpus_summary/) are payloads of megasim jobs'
+ * summaries, inflated.
  * Build and run: tests/fuzz/run-fuzz-summary.sh [SECONDS] */
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,11 +24,6 @@ put_le(unsigned char *p, uint64_t v, int n)
 int
 LLVMFuzzerTestOneInputSummary(const uint8_t *data, size_t size)
 {
-    /* a seed that is a whole summary is taken as its payload */
-    if (size >= AM_SUMMARY_HEADER && memcmp(data, AM_SUMMARY_MAGIC, 8) == 0) {
-        data += AM_SUMMARY_HEADER;
-        size -= AM_SUMMARY_HEADER;
-    }
     unsigned char *buf = malloc(AM_SUMMARY_HEADER + size);
     if (!buf)
         return 0;

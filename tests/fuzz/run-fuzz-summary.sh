@@ -4,8 +4,9 @@
 # Usage: tests/fuzz/run-fuzz-summary.sh [SECONDS] [WORKDIR]
 #   SECONDS   how long libFuzzer runs (default 60)
 #   WORKDIR   binary, grown corpus and crash files (default /tmp/recomp-fuzz-summary)
-# Seeds come from tests/fuzz/corpus_summary (never written to): summaries of
-# the megasim scenarios nccl-failing and R04 (recomp-analyze summarize). Exits non-zero when
+# Seeds come from tests/fuzz/corpus_summary (never written to): the inflated
+# payloads of the summaries of the megasim scenarios nccl-failing and R04
+# (recomp-analyze summarize). Exits non-zero when
 # libFuzzer finds a crash; replay with WORKDIR/fuzz_summary FILE.
 set -eu
 secs=${1:-60}

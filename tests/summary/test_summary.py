@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """recomp-analyze summarize and merge (docs/summary-format.md; TAP).
 
-- summarize RUNDIR then merge gives the same text, JSON, --ranks all text,
-  Markdown, exit code and --fail-on result as recomp-analyze RUNDIR, on the
-  README's main job and on scenarios of tests/scenarios.py that take every
-  path of the advisor's job part: recompute on (full and selective: the undo,
-  the measured current setting), MoE/MLA (more labels), replays with extra
-  work, triage findings (fragmentation, CUDA graphs, NCCL, retention), an
-  explicit --budget;
+- summarize RUNDIR then merge gives the same text, JSON, stderr and exit
+  code as recomp-analyze RUNDIR on every scenario of tests/scenarios.py
+  (the README's main job also with --ranks all, Markdown and --fail-on):
+  together they take every path of the advisor's job part: recompute on
+  (full and selective: the undo, the measured current setting), MoE/MLA (more
+  labels), replays with extra work, triage findings (fragmentation, CUDA
+  graphs, NCCL, retention), an explicit --budget;
+- the real fixtures of tests/scenarios.py (Kineto traces, a memory
+  snapshot) when RECOMP_FIXTURES holds them (skipped visibly otherwise);
 - two "nodes": the ranks of one job in two run directories of the same name,
   one summary each, merged (files, or a directory of them) = the direct
   analysis of both directories;
+- compare with summaries as runs (tests/scenarios.py's COMPARISONS): the
+  same table, text and JSON, as compare of the run directories (each run's
+  label is its argument); compare --html of a summary refused;
 - --rank, --iteration and --no-advice through summaries;
 - bad summaries: not a summary, truncated, a flipped payload byte (checksum),
   another format version, a payload cut at every field boundary or with
@@ -20,7 +25,7 @@
   (--html, --perfetto, --budget) and summarize's own (--out).
 
 Environment (tests/summary/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
-MEGASIM_LIB_DIR, MEGASIM_PYDIR.
+MEGASIM_LIB_DIR, MEGASIM_PYDIR, RECOMP_FIXTURES.
 """
 import os
 import random
@@ -30,6 +35,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -41,9 +47,9 @@ ANALYZE = os.environ["RECOMP_ANALYZE"]
 LIBDIR = os.environ["MEGASIM_LIB_DIR"]
 PYDIR = os.environ["MEGASIM_PYDIR"]
 
-# the scenarios compared (each takes another path of the advisor's job part)
-COMPARED = ["main", "main-full-block-3", "main-selective-mlp", "acc-moonlight-16b",
-            "R01", "R02-full-uniform-1", "R09", "R12", "nccl-failing", "retention"]
+# every scenario is compared (together they take every path of the advisor's
+# job part); a new scenario is compared without a change here
+COMPARED = list(scenarios.SCENARIOS)
 
 n = 0
 failed = 0
@@ -117,6 +123,41 @@ def compare_scenario(name, tmp):
                      "oom,verdict!=OK:FITS", summ))
         ok(open(md_d).read() == open(md_m).read(), "main: Markdown identical")
     return rundir, summ
+
+
+def comparisons(got, tmp):
+    for name, members in scenarios.COMPARISONS.items():
+        if not all(got.get(m) for m in members):
+            ok(False, "%s: its runs exist" % name)
+            continue
+        dirs = [got[m][0] for m in members]
+        sums = [got[m][1] for m in members]
+        for flag in ([], ["--json"]):
+            d = analyze("compare", *flag, *dirs)
+            for a, b in zip(dirs, sums):
+                d = (d[0], d[1].replace(a, b), d[2].replace(a, b))
+            same("%s: compare of summaries %s= compare of the run directories" %
+                 (name, "--json " if flag else ""), d, analyze("compare", *flag, *sums))
+        rc = analyze("compare", "--html", os.path.join(tmp, "c.html"), *sums)
+        ok(rc[0] == 1 and "summary" in rc[2], "%s: compare --html of summaries refused" % name,
+           rc[2])
+
+
+def fixtures(tmp):
+    root = os.environ.get("RECOMP_FIXTURES", "")
+    have = [f for f in scenarios.FIXTURES if root and os.path.exists(os.path.join(root, f))]
+    if not have:
+        print("# SKIP fixtures: RECOMP_FIXTURES (%s) holds none of them" % (root or "unset"))
+        return
+    for k, rel in enumerate(have):
+        f = os.path.join(root, rel)
+        summ = os.path.join(tmp, "fixture%d.rssum" % k)
+        rc = analyze("summarize", f, "--out", summ)
+        if not ok(rc[0] == 0, "fixture %s: summarize" % rel, rc[2]):
+            continue
+        same("fixture %s: text identical" % rel, analyze(f), analyze("merge", summ))
+        same("fixture %s: JSON identical" % rel, analyze("--json", f),
+             analyze("merge", "--json", summ))
 
 
 def split_nodes(rundir, tmp, name):
@@ -196,9 +237,11 @@ def fnv(b):
     return h
 
 
-def reseal(payload):
-    """a summary around payload with a valid header (length and checksum)"""
-    return struct.pack("<8sHHIQQ", b"RSSUMMRY", 1, 0, 0, len(payload), fnv(payload)) + payload
+def reseal(payload, flags=0):
+    """a summary around payload with a valid header (length and checksum);
+    flags 0: the payload stored as it is"""
+    return struct.pack("<8sHHIQQ", b"RSSUMMRY", 1, 0, flags, len(payload), fnv(payload)) + \
+        payload
 
 
 def bad(label, data, tmp, *want):
@@ -212,7 +255,12 @@ def bad(label, data, tmp, *want):
 
 def corrupt(summ, other, tmp):
     buf = open(summ, "rb").read()
-    pay = buf[32:]
+    ok(header(buf)[3] == 1, "summaries are written deflated (flags 1)")
+    pay = zlib.decompress(buf[40:])  # the fields, as a reader sees them
+    bad("unknown flags: field flags", reseal(pay, flags=6), tmp, "field flags")
+    bad("a damaged zlib stream (checksum fixed): field payload, damaged",
+        reseal(buf[32:40] + b"\x78\x9c" + bytes(200), flags=1), tmp, "field payload",
+        "damaged")
     bad("not a summary: field magic", b"hello world, not a summary" * 3, tmp, "field magic")
     bad("truncated file: payload_length, truncated", buf[:len(buf) // 2], tmp,
         "payload_length", "truncated")
@@ -268,8 +316,10 @@ def main():
     tmp = tempfile.mkdtemp(prefix="summary.", dir=os.environ.get("TMPDIR"))
     try:
         got = {}
+        fixtures(tmp)
         for name in COMPARED:
             got[name] = compare_scenario(name, tmp)
+        comparisons(got, tmp)
         if got.get("main"):
             rundir, summ = got["main"]
             nodes = two_nodes("main", rundir, tmp)
@@ -280,7 +330,7 @@ def main():
             other = got.get("R09") or got.get("R01")
             corrupt(summ, other[1] if other else sa, tmp)
             size = os.path.getsize(summ)
-            ok(size < 64 * 1024, "the main job's summary is small: %d bytes for 4 ranks" % size)
+            ok(size < 16 * 1024, "the main job's summary is small: %d bytes for 4 ranks" % size)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("1..%d" % n)
