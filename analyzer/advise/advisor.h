@@ -344,6 +344,7 @@ typedef struct adv_cf {
     uint8_t undone;           /* 1: evaluated on the trace with the recorded recompute undone */
     uint8_t phase;            /* am_phase of the allocated peak */
     uint64_t peak, reserved;  /* allocated and modelled reserved peak (bytes) */
+    uint64_t foreign;         /* full settings: adv_foreign_bytes of the trace (bytes) */
 } adv_cf;
 
 typedef struct adv_rank_part {

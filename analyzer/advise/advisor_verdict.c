@@ -169,7 +169,13 @@ unverified_replay(const adv_verdict *v, const eval_ctx *e, const adv_setting *s,
         return;
     uint64_t most = 0;
     for (size_t i = 0; i < v->nranks; i++) {
-        uint64_t b = adv_foreign_bytes(e->t0 ? &e->t0[i] : &e->tr[i], s);
+        uint64_t b = 0;
+        if (e->parts) { /* merge: the rank's part carries it (no traces) */
+            const adv_cf *f = adv_part_find(e->parts[i], e->t0 != NULL, s);
+            b = f ? f->foreign : 0;
+        } else {
+            b = adv_foreign_bytes(e->t0 ? &e->t0[i] : &e->tr[i], s);
+        }
         if (b > most)
             most = b;
     }
@@ -1561,6 +1567,7 @@ fill_part(void *arg, size_t i)
         f->undone = st->t0 != NULL;
         f->peak = adv_counterfactual_reserved(st->t0 ? &st->t0[i] : t, st->cfg, &f->s,
                                               st->extra[i], &f->phase, lim, &f->reserved);
+        f->foreign = adv_foreign_bytes(st->t0 ? &st->t0[i] : t, &f->s);
     }
     free(set);
     return 0;

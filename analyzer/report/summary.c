@@ -658,6 +658,7 @@ v_part(sio *io, adv_rank_part *p)
         PHASE(f, phase);
         U64(f, peak);
         U64(f, reserved);
+        U64(f, foreign);
     }
 }
 

@@ -269,9 +269,9 @@ def corrupt(summ, other, tmp):
     flip[len(buf) // 3] ^= 0x40
     bad("a flipped payload byte: field checksum", bytes(flip), tmp, "checksum")
     v2 = bytearray(buf)
-    v2[8] = 2
-    bad("format 2.0: field version, says to summarize again", bytes(v2), tmp, "field version",
-        "2.0")
+    v2[8] = 3
+    bad("format 3.0: field version, says to summarize again", bytes(v2), tmp, "field version",
+        "3.0")
     bad("trailing bytes after the last rank: field (end)", reseal(pay + b"\0" * 9), tmp,
         "(end)")
     # every cut of the payload: a clean error naming a field, never a crash
