@@ -62,6 +62,9 @@ RUN_MASKS = [
     (re.compile(r"\bthread \d+"), "thread <tid>"),
     (re.compile(r"\bpid \d+"), "pid <pid>"),
     (re.compile(r"\b\d+(?:\.\d+)? (s|ms|us|ns)\b"), r"<t> \1"),
+    # Python frames name megasim's source lines, which move with every edit
+    # of megasim (the function names stay: they are what is checked)
+    (re.compile(r"(megasim/[\w/]+\.py):\d+"), r"\1:<line>"),
 ]
 # what differs between checkouts for a fixture
 FIXTURE_MASKS = [(re.compile(re.escape(FIXTURES.rstrip("/")) + "/") if FIXTURES else None,
