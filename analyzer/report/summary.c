@@ -419,6 +419,7 @@ v_peak(sio *io, am_peak *p)
     v_attr(io, &s->attr);
     s_enum(io, "lib", &s->lib, AM_LIB_COUNT);
     CHARS(s, where);
+    CHARS(s, python);
     U64(p, event_index);
     v_groups(io, &p->groups, &p->ngroups);
     U64(p, untracked_bytes);
@@ -645,6 +646,7 @@ v_part(sio *io, adv_rank_part *p)
         CHARS(f, evidence);
         U64(f, bytes);
         U64(f, fix_bytes);
+        CHARS(f, lever);
     }
     s_count(io, "counterfactuals", &p->ncf, 30, 1u << 16);
     if (io->rd)

@@ -240,8 +240,11 @@ def fnv(b):
 def reseal(payload, flags=0):
     """a summary around payload with a valid header (length and checksum);
     flags 0: the payload stored as it is"""
-    return struct.pack("<8sHHIQQ", b"RSSUMMRY", 1, 0, flags, len(payload), fnv(payload)) + \
-        payload
+    return struct.pack("<8sHHIQQ", b"RSSUMMRY", FORMAT_MAJOR, 0, flags, len(payload),
+                       fnv(payload)) + payload
+
+
+FORMAT_MAJOR = 2  # docs/summary-format.md
 
 
 def bad(label, data, tmp, *want):
