@@ -40,6 +40,7 @@ typedef struct adv_cfg {
     int ce_fusion;            /* --cross-entropy-loss-fusion */
     int tp, pp, cp, ep, etp, vpp, sp, world, dp;
     int dist_opt, bf16, fp16, swiglu, fused_attn; /* fused_attn: TE fused/flash (not local/unfused) */
+    int no_te;                /* no Transformer Engine (--transformer-impl local, or the trace) */
     int num_experts, topk, moe_ffn, shared_ffn, grouped_gemm, shared_overlap, ep_overlap;
     int mla, q_lora, kv_lora, qk_head, qk_pos, v_head;
     int granularity;          /* 0 none, 1 selective, 2 full */
@@ -162,6 +163,7 @@ typedef struct adv_trace {
     int megatron_ranges;      /* Megatron layer ranges were seen */
     int core_regions;         /* forward .core_attention regions seen */
     int core_te_attn;         /* ... holding a TE fused/flash attention call */
+    int te_calls;             /* Transformer Engine C API ranges (nvte_*) seen */
     int replays;              /* forward code on the backward thread (recompute on) */
     uint64_t replay_bytes;    /* bytes allocated in backward_replay */
     uint64_t max_outside;     /* max(device live - PyTorch reserved), bytes */

@@ -213,8 +213,10 @@ apply(adv_cfg *c, seen *s, const char *key, const char *v)
         return 1;
     }
     if (strcmp(key, "transformer_impl") == 0) {
-        if (v && strstr(v, "local"))
+        if (v && strstr(v, "local")) {
             c->fused_attn = 0;
+            c->no_te = 1;
+        }
         mark(s, key);
         return 1;
     }

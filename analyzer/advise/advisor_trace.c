@@ -244,6 +244,7 @@ on_push(cap *c, const am_event *ev, tl_thread *th)
     uint32_t n = ev->name_len;
     int cls = te_class(s, n);
     if (cls != ADV_T_NONE) {
+        c->t->te_calls++;
         on_nvte(c, cls);
         return 0;
     }

@@ -49,6 +49,13 @@ adv_valid(const adv_cfg *c, const adv_setting *s, char *reason, size_t n)
     unsigned m = s->labels;
     if ((m & (1u << ADV_L_moe_act)) && !c->grouped_gemm)
         FAIL("moe_act in recompute_modules is only supported with moe_grouped_gemm.");
+    /* observed, not validated: megatron-core 0.19.2's CheckpointWithoutOutput
+     * (tensor_parallel/random.py), which layernorm recompute runs through,
+     * reads TE's FP8GlobalStateManager, imported only with TE
+     * (docs/validation/megatron-core.md) */
+    if ((m & (1u << ADV_L_layernorm)) && c->no_te)
+        FAIL("layernorm recompute needs Transformer Engine (megatron-core 0.19.2 without it: "
+             "NameError: name 'FP8GlobalStateManager' is not defined)");
     if ((m & (1u << ADV_L_mla_up_proj)) && !c->mla)
         FAIL("mla_up_proj in recompute_modules is only supported with multi_latent_attention.");
     if ((m & (1u << ADV_L_shared_experts)) && c->shared_ffn && c->shared_overlap)

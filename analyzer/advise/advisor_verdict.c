@@ -644,6 +644,21 @@ attention_from_trace(run_state *st)
         cfg->fused_attn = 0;
 }
 
+/* No Transformer Engine, as the trace shows it: Megatron's layer ranges on
+ * every rank and not one of TE's C API ranges (nvte_*, always on when TE
+ * runs: nvte_cublas_gemm, norms, attention, optimizer). Settings that need TE
+ * are then invalid (advisor_validity.c). */
+static void
+te_from_trace(run_state *st)
+{
+    if (!st->tensor || st->cfg->no_te)
+        return;
+    for (size_t i = 0; i < st->v->nranks; i++)
+        if (!st->tr[i].megatron_ranges || st->tr[i].te_calls)
+            return;
+    st->cfg->no_te = 1;
+}
+
 /* Step 3: triage (advisor_triage.c), the baseline against the budgets, the
  * hot pipeline stage, and whether counterfactuals are possible (the note says
  * what is missing when not). */
@@ -696,6 +711,7 @@ run_triage(run_state *st)
         if (!st->tr[i].megatron_ranges || !st->tr[i].nlayers)
             st->can_cf = 0;
     attention_from_trace(st);
+    te_from_trace(st);
     if (!cfg->megatron) {
         snprintf(v->level_note, sizeof v->level_note,
                  "not a Megatron job (no Megatron flags, config or frames recorded): triage "

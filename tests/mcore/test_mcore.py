@@ -215,6 +215,11 @@ def main():
         return 1
     check_counters("baseline", base, counters)
     check_ranges(base, 4, 2, 2048, 1024)
+    ln = next((c for c in base["verdict"]["candidates"] if c["setting"] == "selective[layernorm]"),
+              None)
+    check(ln is None or not ln["valid"],
+          "baseline: selective[layernorm] is not a valid candidate without Transformer Engine "
+          "(0.19.2 raises NameError FP8GlobalStateManager; %s)" % (ln and ln["reason"]))
     for r in sorted(counters):
         v = next(x for x in base["verdict"]["ranks"] if x["rank"] == r)
         check(v["baseline_peak_bytes"] == counters[r]["max_memory_allocated"],
