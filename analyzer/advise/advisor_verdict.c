@@ -1613,9 +1613,140 @@ run_fill_parts(run_state *st)
     return 0;
 }
 
+/* The peak that ranks a rank for the advisor's selection (bytes): tensor
+ * level, else device level, else 0. */
+static uint64_t
+select_key(const am_rank *r)
+{
+    return r->peak[AM_L_TENSOR].known ? r->peak[AM_L_TENSOR].bytes
+           : r->peak[AM_L_DEVICE].known ? r->peak[AM_L_DEVICE].bytes
+                                          : 0;
+}
+
+/* one rank in select_ranks' order */
+typedef struct sel_ent {
+    size_t i;                 /* index into j->ranks */
+    int stage;
+    int oom;                  /* the rank ran out of memory */
+    uint64_t key;             /* select_key */
+    size_t nth;               /* its place among its stage's ranks by peak, 0 first */
+} sel_ent;
+
+static int
+sel_by_stage_peak(const void *a, const void *b)
+{
+    const sel_ent *x = a, *y = b;
+    if (x->stage != y->stage)
+        return x->stage < y->stage ? -1 : 1;
+    if (x->oom != y->oom)
+        return x->oom ? -1 : 1;
+    if (x->key != y->key)
+        return x->key > y->key ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static int
+sel_by_round(const void *a, const void *b)
+{
+    const sel_ent *x = a, *y = b;
+    if (x->nth != y->nth)
+        return x->nth < y->nth ? -1 : 1;
+    if (x->stage != y->stage)
+        return x->stage < y->stage ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static int
+size_cmp(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A job of more ranks than the advisor evaluates (ADV_MAX_RANKS): the ranks
+ * it takes, as indices into j->ranks in rank order, into idx (max entries):
+ * round by round, each pipeline stage's next rank, those that ran out of
+ * memory first, then by highest peak, so that every stage is represented by
+ * its failing and heaviest ranks (the ranks of one stage run the same code on the same shapes;
+ * the last stage's logits or the first stage's in-flight microbatches are
+ * never left out because of their rank numbers). Returns how many. */
+static size_t
+select_ranks(const am_job *j, size_t *idx, size_t max)
+{
+    size_t n = j->nranks, k = 0;
+    sel_ent *e = malloc(n * sizeof *e);
+    if (!e) {
+        for (k = 0; k < max && k < n; k++)
+            idx[k] = k;
+        return k;
+    }
+    for (size_t i = 0; i < n; i++)
+        e[i] = (sel_ent){i, j->ranks[i].stage, j->ranks[i].oom != NULL,
+                         select_key(&j->ranks[i]), 0};
+    am_sort(e, n, sizeof *e, sel_by_stage_peak);
+    for (size_t i = 1; i < n; i++)
+        e[i].nth = e[i].stage == e[i - 1].stage ? e[i - 1].nth + 1 : 0;
+    am_sort(e, n, sizeof *e, sel_by_round);
+    for (size_t i = 0; i < n && k < max; i++)
+        idx[k++] = e[i].i;
+    free(e);
+    am_sort(idx, k, sizeof *idx, size_cmp);
+    return k;
+}
+
 /* adv_run's pipeline over st (adv_run, adv_run_summarize, adv_run_merge). */
+static int run_pipeline_on(run_state st);
+
+/* A job larger than ADV_MAX_RANKS: the pipeline on the ranks select_ranks
+ * takes (a job of those ranks, their parts under merge), and the verdict says
+ * which; otherwise the pipeline on the job as it is. */
 static int
 run_pipeline(run_state st)
+{
+    am_job *j = st.j;
+    if (j->nranks <= ADV_MAX_RANKS || st.sparts)
+        return run_pipeline_on(st);
+    size_t idx[ADV_MAX_RANKS];
+    size_t n = select_ranks(j, idx, ADV_MAX_RANKS);
+    am_rank *sub = malloc(n * sizeof *sub);
+    adv_rank_part **subp = st.mparts ? malloc(n * sizeof *subp) : NULL;
+    if (!sub || (st.mparts && !subp)) {
+        free(sub);
+        free(subp);
+        snprintf(st.err, st.errlen, "advisor: out of memory");
+        return -1;
+    }
+    am_job sj = *j;
+    sj.ranks = sub;
+    sj.nranks = n;
+    sj.hot = -1;
+    for (size_t k = 0; k < n; k++) {
+        sub[k] = j->ranks[idx[k]]; /* shallow: the advisor reads ranks, never frees them */
+        if ((int)idx[k] == j->hot)
+            sj.hot = (int)k;
+        if (subp)
+            subp[k] = st.mparts[idx[k]];
+    }
+    st.j = &sj;
+    if (subp)
+        st.mparts = subp;
+    int rc = run_pipeline_on(st);
+    if (rc == 0) {
+        adv_verdict *v = st.v;
+        size_t l = strlen(v->level_note);
+        snprintf(v->level_note + l, sizeof v->level_note - l,
+                 "%sthe advisor evaluated %zu of the job's %zu ranks: from every pipeline "
+                 "stage in turn, its ranks that ran out of memory, then those with the highest "
+                 "peaks (the ranks of one stage run the same code on the same shapes)",
+                 l ? "; " : "", n, j->nranks);
+    }
+    free(sub);
+    free(subp);
+    return rc;
+}
+
+static int
+run_pipeline_on(run_state st)
 {
     am_job *j = st.j;
     const adv_opts *o = st.o;

@@ -574,7 +574,8 @@ v_rank(sio *io, am_rank *r)
     X(fused_attn) X(num_experts) X(topk) X(moe_ffn) X(shared_ffn) X(grouped_gemm)          \
     X(shared_overlap) X(ep_overlap) X(mla) X(q_lora) X(kv_lora) X(qk_head) X(qk_pos)       \
     X(v_head) X(granularity) X(method) X(recompute_num_layers) X(fp8) X(distribute_saved)  \
-    X(cpu_offloading) X(exp_avg_bf16) X(moe_layer_freq_k) X(alloc_expandable)
+    X(cpu_offloading) X(exp_avg_bf16) X(moe_layer_freq_k) X(alloc_expandable) X(no_te)      \
+    X(optimizer_cpu_offload) X(ckpt_fully_reshardable) X(ckpt_mem_efficient) X(ckpt_torch)
 #define CFG_STRS(X) X(source) X(fp8_recipe) X(cuda_graph_impl) X(cuda_graph_modules) \
     X(moe_pattern) X(unknown)
 
@@ -588,6 +589,10 @@ v_cfg(sio *io, adv_cfg *c)
 #define X(f) CHARS(c, f);
     CFG_STRS(X)
 #undef X
+    uint64_t of; /* the offload fraction's IEEE 754 bits */
+    memcpy(&of, &c->offload_fraction, sizeof of);
+    s_u64(io, "offload_fraction", &of);
+    memcpy(&c->offload_fraction, &of, sizeof of);
     uint32_t m = c->modules;
     s_u32(io, "modules", &m);
     c->modules = m;
@@ -604,6 +609,9 @@ v_scal(sio *io, adv_trace *t)
     s_u64(io, "nlayers", &nl);
     t->nlayers = (size_t)nl;
     INT(t, megatron_ranges);
+    INT(t, core_regions);
+    INT(t, core_te_attn);
+    INT(t, te_calls);
     INT(t, replays);
     U64(t, replay_bytes);
     U64(t, max_outside);

@@ -27,6 +27,7 @@
 Environment (tests/summary/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR, RECOMP_FIXTURES.
 """
+import json
 import os
 import random
 import re
@@ -65,6 +66,9 @@ def ok(cond, name, detail=""):
             print("#   " + line)
     sys.stdout.flush()
     return cond
+
+
+GEN_SUMMARIES = os.environ.get("GEN_SUMMARIES", "")
 
 
 def analyze(*args):
@@ -315,6 +319,38 @@ def corrupt(summ, other, tmp):
        "'two traces of rank'", rc[2])
 
 
+def many_ranks(rundir, summ, tmp):
+    """a job of more ranks than the advisor evaluates (256): 1,024 copies of
+    the main job's 4 ranks laid out as Megatron does (pipeline outermost:
+    ranks 0-511 stage 0, 512-1023 stage 1, gen_summaries block). The
+    advisor takes ranks from both stages (before, the first 256 by rank
+    number were all stage 0) and says so; the verdict is the 4-rank job's."""
+    if not GEN_SUMMARIES:
+        ok(False, "many ranks: gen_summaries not given (GEN_SUMMARIES)")
+        return
+    d = os.path.join(tmp, "many")
+    os.mkdir(d)
+    p = subprocess.run([GEN_SUMMARIES, summ, d, "1024", "32", "block"], capture_output=True,
+                       text=True)
+    if not ok(p.returncode == 0, "many ranks: 1,024 rank summaries generated", p.stderr):
+        return
+    rc, out, err = analyze("merge", "--json", d)
+    direct = json.loads(analyze("--json", rundir)[1])["verdict"]
+    try:
+        v = json.loads(out)["verdict"]
+    except ValueError:
+        ok(False, "many ranks: merge --json parses", err[-800:])
+        return
+    ranks = [r["rank"] for r in v.get("ranks", [])]
+    ok(len(ranks) == 256 and any(r < 512 for r in ranks) and any(r >= 512 for r in ranks),
+       "many ranks: the advisor evaluates 256 ranks from both pipeline stages",
+       "%d ranks, %d of stage 1" % (len(ranks), sum(r >= 512 for r in ranks)))
+    ok("evaluated 256 of the job's 1024 ranks" in v.get("note", ""),
+       "many ranks: the verdict's note says which ranks were evaluated", v.get("note"))
+    ok(v["code"] == direct["code"], "many ranks: the verdict is the 4-rank job's (%s)"
+       % direct["code"], "%s vs %s" % (v["code"], direct["code"]))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="summary.", dir=os.environ.get("TMPDIR"))
     try:
@@ -330,6 +366,7 @@ def main():
             if got.get("main-full-block-3"):
                 two_nodes("main-full-block-3", got["main-full-block-3"][0], tmp)
             options(rundir, summ, nodes, tmp)
+            many_ranks(rundir, summ, tmp)
             other = got.get("R09") or got.get("R01")
             corrupt(summ, other[1] if other else sa, tmp)
             size = os.path.getsize(summ)

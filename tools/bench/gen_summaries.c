@@ -1,11 +1,14 @@
 /* gen_summaries.c: synthetic rank summaries for the merge benchmark
  * (bench-merge.sh; docs/performance.md, "Many nodes: summarize and merge").
  *
- *   gen_summaries TEMPLATE OUTDIR RANKS PER_FILE
+ *   gen_summaries TEMPLATE OUTDIR RANKS PER_FILE [block]
  *
  * Reads TEMPLATE (a summary written by recomp-analyze summarize, e.g. of
  * megasim's main job) and writes RANKS / PER_FILE summaries node<K>.rssum into
- * OUTDIR: rank R is a copy of the template's rank R mod its rank count,
+ * OUTDIR: rank R is a copy of the template's rank R mod its rank count (with
+ * `block`: of rank R * T / RANKS for T template ranks, so that, as in
+ * Megatron's layout with the pipeline outermost, the template's last stage
+ * becomes the job's highest-numbered ranks),
  * renumbered R of a world of RANKS, its trace named node<K>/rank<R>.rstrace.
  * Everything else (peaks, live sets, iterations, the advisor's part) is the
  * template rank's, so a merge of them is one job of RANKS ranks. Exit 0, or
@@ -20,8 +23,9 @@
 int
 main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: gen_summaries TEMPLATE OUTDIR RANKS PER_FILE\n");
+    int block = argc == 6 && strcmp(argv[5], "block") == 0;
+    if (argc != 5 && !block) {
+        fprintf(stderr, "usage: gen_summaries TEMPLATE OUTDIR RANKS PER_FILE [block]\n");
         return 1;
     }
     long total = atol(argv[3]), per = atol(argv[4]);
@@ -48,7 +52,8 @@ main(int argc, char **argv)
         am_job j = {.ranks = ranks};
         for (long i = 0; i < per && k * per + i < total; i++) {
             long r = k * per + i;
-            size_t from = (size_t)r % t.nranks;
+            size_t from = block ? (size_t)((unsigned long long)r * t.nranks / (size_t)total)
+                                : (size_t)r % t.nranks;
             ranks[i] = t.ranks[from];
             srcs[i] = *t.ranks[from].src;
             snprintf(names[i], sizeof names[i], "node%ld/rank%ld.rstrace", k, r);

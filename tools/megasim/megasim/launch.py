@@ -4,7 +4,9 @@ environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT), each on its own
 simulated device. The launcher itself never touches CUDA (no trace)."""
 import os
+import shutil
 import subprocess
+import tempfile
 import sys
 import threading
 
@@ -112,6 +114,9 @@ def main(argv):
     # MEGASIM_RANK_PREFIX=1: every line of a rank's output starts "[rank R]: "
     prefixed = os.environ.get("MEGASIM_RANK_PREFIX", "") not in ("", "0")
     procs = []
+    launched = [r for r in range(world) if only is None or r in only]
+    barrier = tempfile.mkdtemp(prefix="megasim-barrier.")
+    env0["MEGASIM_EXIT_BARRIER"] = "%s:%d" % (barrier, len(launched))
     for r in range(world):
         if only is not None and r not in only:
             continue
@@ -124,6 +129,7 @@ def main(argv):
             t.join()
         if rc:
             failed.append((r, rc))
+    shutil.rmtree(barrier, ignore_errors=True)
     if failed:
         print("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", file=sys.stderr)
         print("%s FAILED" % os.path.basename(script), file=sys.stderr)
