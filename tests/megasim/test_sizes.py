@@ -518,8 +518,52 @@ def resume_checks():
     check("no resident loaded state on stage 1", resident_bytes(1), 0)
 
 
+def fp8_checks():
+    """FP8 (docs/megasim.md "FP8 (derivation)", TE v2.9), Llama-3 8B, s 8192, TP=1,
+    counted by hand. Saved per layer against (b): the two norm outputs are saved
+    column-wise in FP8 (64 -> 32 MiB each), fc2's input too (224 -> 112 MiB), and
+    under delayed scaling linear_proj saves an FP8 copy of O (+32 MiB) beside the
+    bf16 O that attention keeps; each FP8 tensor has a 4-byte scale_inv: -144 MiB
+    + 16 B. Kept across microbatches, made at the first forward: each linear's
+    quantized weight, row-wise + transposed (2 B per element, + 4 B):
+    2*(6144*4096 + 4096*4096 + 28672*4096 + 4096*14336) + 16 = 436,207,632; and
+    the delayed-scaling state per module, scale + amax history for 3 forward and
+    2 backward tensors: 4*(3 + 3L + 2 + 2L) bytes (L = --fp8-amax-history-len,
+    Megatron's default 1: 40 B). With MXFP8, linear_proj saves the original O
+    (set_save_original_input) and every column-wise copy has uint8 scales of
+    ru(s/32,4)*ru(K,128) bytes; the weight copies add row- and column-wise scales."""
+    from megasim import fp8
+    saved = B_TOTAL - 144 * 1048576 + 16
+    weights = 2 * (6144 * 4096 + 4096 * 4096 + 28672 * 4096 + 4096 * 14336) + 16
+    check("fp8 weight workspaces by the formula",
+          sum(fp8.weight_workspace_bytes("delayed", n, k)
+              for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))), weights)
+    got = simulate("llama3-8b", ["--fp8-format", "hybrid"], 1)
+    check("fp8 delayed: each layer's first forward adds saved + weights + state",
+          got[1:], [saved + weights + 4 * 40] * 3)
+    got = simulate("llama3-8b", ["--fp8-format", "e4m3", "--fp8-amax-history-len", "1024"], 1)
+    check("fp8 delayed, amax history 1024: the state per module",
+          got[1:], [saved + weights + 4 * 4 * (5 + 5 * 1024)] * 3)
+    got = simulate("llama3-8b", ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"], 1)
+    check("fp8 tensorwise: no FP8 copy of O, 10 scalars per module",
+          got[1:], [saved - 32 * 1048576 - 4 + weights + 4 * 40] * 3)
+    mx_saved = B_TOTAL - 64 * 1048576 - 112 * 1048576 \
+        + 2 * 256 * 4096 + 256 * 14336            # col scales: ln1, ln2 (K 4096), fc2 (K 14336)
+
+    def mx_w(n, k):
+        return 2 * n * k + n * (k // 32) + (n // 32) * k   # n, k multiples of 128
+    mx_weights = sum(mx_w(n, k) for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)))
+    got = simulate("llama3-8b", ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"], 1)
+    check("fp8 mxfp8: saved + weights with their e8m0 scales", got[1:], [mx_saved + mx_weights] * 3)
+    got = simulate("llama3-8b", ["--fp8-format", "hybrid", "--recompute-granularity", "selective",
+                                 "--recompute-modules", "mlp"], 1)
+    check("fp8 delayed mlp recompute frees the FP8 LN output and fc2 input and the SwiGLU input",
+          saved + weights + 160 - got[2], 32 * 1048576 + 4 + 448 * 1048576 + 112 * 1048576 + 4)
+
+
 def main():
     cuda.device()
+    fp8_checks()
     table_checks()
     sim_checks()
     optimizer_checks()
