@@ -109,6 +109,9 @@ SCENARIOS = [
     # fragmentation beside a colocated engine's memory pool the trace cannot see (issue 21)
     sc("colocated pool", ta.flagsets.COLOCATED_POOL, ta.flagsets.COLOCATED_POOL_CAP,
        expect=("X:FRAGMENTATION", "max_split_size_mb:128")),
+    # FP8 (delayed scaling) runs out of memory where bf16 fits (issue 21)
+    sc("fp8 delayed", ta.flagsets.SCENARIOS["fp8-delayed"][0], ta.flagsets.FP8_CAP),
+    sc("fp8 bf16 control", ta.flagsets.SCENARIOS["fp8-bf16-control"][0], ta.flagsets.FP8_CAP),
     sc("retention", ta.SMALLJOB + ["--global-batch-size", "8", "--sim-retain-replay",
                                    "--recompute-granularity", "selective",
                                    "--recompute-modules", "mlp"], 24),
