@@ -114,7 +114,8 @@ class TELayerNormColumnParallelLinear:
             ws = Tensor(te.NORM_WS, "norm_ws", "workspace")
             te.nvte(fn)
             del ws
-        total = F8.Quantized(A.fp8_recipe, tok, K, "ag_input", columnwise=False) if S.ts > 1 else None
+        total = (F8.Quantized(A.fp8_recipe, tok, K, "ag_input", columnwise=False)
+                 if S.ts > 1 else None)
         with te.py_range("transformer_engine._LayerNormLinear.forward.gemm"):
             out = te.gemm(self.out_bytes, self.name + ".out")
         del total
@@ -196,7 +197,8 @@ class TEColumnParallelLinear:
         row_gather = F8.keeps_rowwise_for_gather(A.fp8_recipe, gathered)
         xq = F8.Quantized(A.fp8_recipe, self.in_local // (S.beta * K), K, self.name + ".input",
                           columnwise=not row_gather)
-        total = F8.Quantized(A.fp8_recipe, tok, K, "ag_input", columnwise=False) if gathered else None
+        total = (F8.Quantized(A.fp8_recipe, tok, K, "ag_input", columnwise=False)
+                 if gathered else None)
         with te.py_range("transformer_engine._Linear.forward.gemm"):
             out = te.gemm(self.out_bytes, self.name + ".out")
         del total
@@ -292,7 +294,8 @@ def _fp8_grad_output(S, out_bytes):
     if not S.args.fp8:
         return None
     tok = S.s * S.b
-    return F8.Quantized(S.args.fp8_recipe, tok, out_bytes // (S.beta * tok), "grad_output", kind="grad")
+    return F8.Quantized(S.args.fp8_recipe, tok, out_bytes // (S.beta * tok), "grad_output",
+                        kind="grad")
 
 
 def _add_residual(dx, nbytes):
