@@ -555,6 +555,16 @@ def fp8_checks():
     mx_weights = sum(mx_w(n, k) for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)))
     got = simulate("llama3-8b", ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"], 1)
     check("fp8 mxfp8: saved + weights with their e8m0 scales", got[1:], [mx_saved + mx_weights] * 3)
+    # blockwise: fp32 scales, 1x128 blocks for the saved inputs (ceil(s/128)*ru(K,4)*4 column-
+    # wise: 64*4096*4 for the norm outputs, 64*14336*4 for fc2's input) and 128x128 blocks for
+    # the weights (ceil(N/128)*ru(ceil(K/128),4)*4 row-wise plus ceil(K/128)*ru(ceil(N/128),4)*4
+    # column-wise: 2*48*32*4, 2*32*32*4, 2*224*32*4, 2*32*112*4); no scaling state
+    bw_saved = B_TOTAL - 176 * 1048576 + 2 * 64 * 4096 * 4 + 64 * 14336 * 4
+    bw_weights = 2 * (6144 * 4096 + 4096 * 4096 + 28672 * 4096 + 4096 * 14336) \
+        + 4 * 2 * (48 * 32 + 32 * 32 + 224 * 32 + 32 * 112)
+    got = simulate("llama3-8b", ["--fp8-format", "e4m3", "--fp8-recipe", "blockwise"], 1)
+    check("fp8 blockwise: saved + weights with their fp32 block scales", got[1:],
+          [bw_saved + bw_weights] * 3)
     got = simulate("llama3-8b", ["--fp8-format", "hybrid", "--recompute-granularity", "selective",
                                  "--recompute-modules", "mlp"], 1)
     check("fp8 delayed mlp recompute frees the FP8 LN output and fc2 input and the SwiGLU input",
