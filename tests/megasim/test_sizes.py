@@ -565,6 +565,15 @@ def fp8_checks():
     got = simulate("llama3-8b", ["--fp8-format", "e4m3", "--fp8-recipe", "blockwise"], 1)
     check("fp8 blockwise: saved + weights with their fp32 block scales", got[1:],
           [bw_saved + bw_weights] * 3)
+    # (a) GPT-3 175B layer, TP=8 + SP, fp16 (s 2048, h 12288, sbh/t = 3 MiB), delayed: the
+    # column-parallel linears save their local input row-wise (Float8 data is gathered
+    # row-wise), 6 -> 3 MiB for each norm output; linear_proj adds an FP8 copy of O (3 MiB),
+    # fc2's input 24 -> 12 MiB: -15 MiB + 16 B. Weights per rank: QKV 4608x12288, proj
+    # 12288x1536, fc1 6144x12288, fc2 12288x6144, 2 B per element + 4 B each; state 4 x 40 B
+    g3_weights = 2 * (4608 * 12288 + 12288 * 1536 + 6144 * 12288 + 12288 * 6144) + 16
+    got = simulate("gpt3-175b", ["--pipeline-model-parallel-size", "1", "--fp8-format", "hybrid"], 8)
+    check("fp8 delayed, TP=8 + SP: GPT-3 layers 1-3", got[1:],
+          [A_FUSED - 15 * 1048576 + 16 + g3_weights + 160] * 3)
     got = simulate("llama3-8b", ["--fp8-format", "hybrid", "--recompute-granularity", "selective",
                                  "--recompute-modules", "mlp"], 1)
     check("fp8 delayed mlp recompute frees the FP8 LN output and fc2 input and the SwiGLU input",
