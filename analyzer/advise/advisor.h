@@ -106,6 +106,8 @@ typedef struct adv_alloc {
     uint8_t te;               /* ADV_T_* */
     uint8_t boundary;         /* am_boundary (analyzer attribution) */
     uint8_t graph;            /* allocated inside a CUDA-graph capture window */
+    uint8_t state;            /* forward state, not an activation (advisor_trace.c
+                               * mark_forward_state): recompute does not remove it */
     int32_t iteration;
 } adv_alloc;
 

@@ -288,8 +288,8 @@ checkpoint_unit(cf *c, int32_t k, uint32_t b, uint32_t e, uint32_t pre_e, const 
             continue;
         uint32_t id = (uint32_t)v - 1;
         const adv_alloc *x = &t->a[id];
-        if ((x->inst != k && !own_pre(x, p, pre_e)) || x->bwd || c->owner[id] != ADV_NONE ||
-            !mf(x, L))
+        if ((x->inst != k && !own_pre(x, p, pre_e)) || x->bwd || x->state ||
+            c->owner[id] != ADV_NONE || !mf(x, L))
             continue;
         c->owner[id] = ui;
         any = 1;
@@ -327,7 +327,7 @@ discard_unit(cf *c, uint32_t id, uint32_t disc)
     if (id == ADV_NONE || disc == ADV_NONE || c->owner[id] != ADV_NONE)
         return 0;
     const adv_alloc *x = &t->a[id];
-    if (x->f_pos != ADV_NONE && x->f_pos <= disc)
+    if (x->state || (x->f_pos != ADV_NONE && x->f_pos <= disc))
         return 0;
     uint32_t R = reach(c, x->inst, disc);
     if (x->f_pos != ADV_NONE && R != ADV_NONE && x->f_pos < R)
@@ -360,7 +360,7 @@ mla_unit(cf *c, const adv_layer *L)
             continue;
         uint32_t id = (uint32_t)v - 1;
         const adv_alloc *x = &t->a[id];
-        if (x->inst != L->inst || x->bwd || c->owner[id] != ADV_NONE)
+        if (x->inst != L->inst || x->bwd || x->state || c->owner[id] != ADV_NONE)
             continue;
         c->owner[id] = ui;
         if (id == L->mla_q || id == L->mla_k || id == L->mla_v) {

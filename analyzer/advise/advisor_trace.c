@@ -726,6 +726,42 @@ close_instances(adv_trace *t)
     }
 }
 
+/* Forward state (adv_alloc.state): a tensor the main thread made inside a
+ * forward instance, outside any CUDA-graph capture, that is never freed in
+ * the trace, or only at teardown (by the main thread, after every
+ * allocation), although the trace saw that instance's backward free what it
+ * had saved (an allocation of the instance freed on the backward thread). A
+ * tensor saved for backward dies with its autograd node; one that outlives
+ * its instance's completed backward is held by a module or a hook:
+ * Transformer Engine's FP8 weight copies and scaling state (made at the first
+ * microbatch, kept for the run, docs/megasim.md "FP8 (derivation)"), TE's
+ * cuBLAS workspace, a lazily made buffer, a leak. Recompute does not remove
+ * it (a checkpointed forward under no_grad still makes it), and its bytes say
+ * nothing about a microbatch's shape. An instance cut by the trace's end (an
+ * OOM before its backward) marks nothing. */
+static void
+mark_forward_state(adv_trace *t)
+{
+    uint8_t *seen = calloc(t->ninsts ? t->ninsts : 1, 1);
+    if (!seen)
+        return; /* unmarked: every never-freed tensor stays an activation, as before */
+    uint32_t last_alloc = 0;
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (x->inst >= 0 && (size_t)x->inst < t->ninsts && x->fbwd && x->f_pos != ADV_NONE)
+            seen[x->inst] = 1;
+        if (x->a_pos > last_alloc)
+            last_alloc = x->a_pos;
+    }
+    for (size_t q = 0; q < t->na; q++) {
+        adv_alloc *x = &t->a[q];
+        x->state = x->inst >= 0 && (size_t)x->inst < t->ninsts && seen[x->inst] && !x->bwd &&
+                   !x->graph &&
+                   (x->f_pos == ADV_NONE || (!x->fbwd && x->f_pos > last_alloc));
+    }
+    free(seen);
+}
+
 int
 adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t errlen)
 {
@@ -753,6 +789,7 @@ adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t 
     }
     trace_totals(t);
     close_instances(t);
+    mark_forward_state(t);
     return 0;
 }
 

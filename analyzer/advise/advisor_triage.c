@@ -874,7 +874,8 @@ triage_retention_once(const triage_rank *k, adv_verdict *v)
     }
     for (size_t q = 0; q < t->na; q++) {
         const adv_alloc *x = &t->a[q];
-        if (!is_act(x) || x->iteration < 0 || x->iteration + 1 >= 64 || x->iteration >= maxit)
+        if (!is_act(x) || x->state || x->iteration < 0 || x->iteration + 1 >= 64 ||
+            x->iteration >= maxit)
             continue;
         uint32_t nf = first_fwd[x->iteration + 1];
         if (nf == ADV_NONE || x->a_pos >= nf)
@@ -1065,7 +1066,8 @@ triage_shape_outlier(const adv_trace *t, adv_verdict *v, int rank)
         return 0;
     }
     for (size_t q = 0; q < t->na; q++)
-        if (t->a[q].inst >= 0 && (size_t)t->a[q].inst < t->ninsts && !t->a[q].bwd)
+        if (t->a[q].inst >= 0 && (size_t)t->a[q].inst < t->ninsts && !t->a[q].bwd &&
+            !t->a[q].state)
             b[t->a[q].inst] += t->a[q].size;
     size_t n = 0, big = 0;
     for (size_t q = 0; q < t->ninsts; q++) {

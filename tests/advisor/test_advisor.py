@@ -1225,6 +1225,44 @@ def checkpoint_save():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def fp8():
+    """issue 21: FP8 runs out of memory where bf16 fits (NVIDIA/Megatron-LM issues
+    1236/1237). The bf16 job fits (OK:FITS). With delayed scaling, TE's FP8 weight
+    copies are made in the first microbatch's forward and kept for the run: forward
+    state, not activations, so neither X:RETENTION nor X:SHAPE_OUTLIER (the first
+    microbatch is not a longer sample), and no recompute setting is credited with
+    removing them. The verdict is a recompute setting, never core_attn or layernorm;
+    megasim running it fits, and every rank's peak is within 2% of the prediction
+    (the counterfactual keeps the weight copies and replays the FP8 saved inputs)."""
+    flags, cap, _ = flagsets.SCENARIOS["fp8-bf16-control"]
+    run, rc, tmp, err = run_megasim(flags, cap)
+    doc = analyze(run)
+    ok(rc == 0 and doc["verdict"]["code"] == "OK:FITS", "fp8: the same job in bf16 fits",
+       (rc, doc["verdict"]["code"], err[-600:]))
+    shutil.rmtree(tmp, ignore_errors=True)
+    flags, cap, _ = flagsets.SCENARIOS["fp8-delayed"]
+    v = scenario("fp8 delayed", flags[:-len(PROFILE)], cap, expect_code="R:",
+                 must_not=["OK:FITS", "R:SELECTIVE[core_attn]", "R:SELECTIVE[layernorm]",
+                           "R:INSUFFICIENT"])
+    if not v:
+        return
+    ok(finding(v, "X:RETENTION") is None and finding(v, "X:SHAPE_OUTLIER") is None,
+       "fp8 delayed: the FP8 weight copies are neither retention nor a shape outlier",
+       codes(v))
+    c = next((c for c in v["candidates"] if c["code"] == v["code"]), None)
+    if not ok(c is not None and v["change"].startswith("--recompute-granularity"),
+              "fp8 delayed: the verdict is a candidate with its flags", v["change"]):
+        return
+    run, rc, tmp, err = run_megasim(flags + v["change"].split(), cap)
+    doc = analyze(run)
+    sp = tensor_peaks(doc)
+    ok(rc == 0 and doc["verdict"]["code"] == "OK:FITS" and within(c["predicted_peak_bytes"], sp),
+       "fp8 delayed: megasim with %s fits, peaks within 2%% of the prediction" % v["code"],
+       json.dumps({"rc": rc, "code": doc["verdict"]["code"], "sim": sp,
+                   "pred": c["predicted_peak_bytes"]}))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def retention_no_recompute():
     """issue 21: retention not tied to recompute. (a) A hook keeps 128 MiB after
     every microbatch's forward (4 per iteration): growth of exactly 512 MiB per
@@ -1308,6 +1346,8 @@ def main():
         checkpoint_save()
     if not only or "seq-lengths" in only:
         seq_lengths()
+    if not only or "fp8" in only:
+        fp8()
     if not only or "recompute-on" in only:
         recompute_on()
     if not only or "undo-moe-mla" in only:

@@ -21,7 +21,14 @@ violations):
      run, rerunning with it and re-analysing keeps it (or says OK:FITS);
   5. the advice never names a label judged ineffective, never Megatron flags
      for a non-Megatron job, never an invalid candidate, never labels the
-     model does not have.
+     model does not have;
+  6. an OOM that cut a rank's trace before one forward and backward had
+     completed (in construction, or in an activation phase of the first
+     recorded iteration) makes every prediction a lower bound: no setting is
+     recommended (R:<setting>) and nothing is said to fit; when the verdict is
+     withheld, its change is a rerun with the valid setting of the lowest
+     predicted reserved peak, and following it (invariant 4) records a whole
+     iteration.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -96,6 +103,16 @@ SCENARIOS = [
     sc("outside PyTorch starved", ta.SMALLJOB + ["--global-batch-size", "2",
                                                  "--sim-foreign-gib", "10"], 24),
     sc("outside PyTorch control", ta.SMALLJOB + ["--global-batch-size", "2"], 24),
+    # NCCL's late buffers starved by PyTorch's cache (issue 21)
+    sc("NCCL starved by the cache", ta.flagsets.NCCL_STARVED + ["--sim-resume-optimizer"],
+       ta.flagsets.NCCL_STARVED_CAP, expect=("X:NCCL_BUFFERS", "cached pool starved nccl")),
+    sc("NCCL starved control", ta.flagsets.NCCL_STARVED, ta.flagsets.NCCL_STARVED_CAP),
+    # fragmentation beside a colocated engine's memory pool the trace cannot see (issue 21)
+    sc("colocated pool", ta.flagsets.COLOCATED_POOL, ta.flagsets.COLOCATED_POOL_CAP,
+       expect=("X:FRAGMENTATION", "max_split_size_mb:128")),
+    # FP8 (delayed scaling) runs out of memory where bf16 fits (issue 21)
+    sc("fp8 delayed", ta.flagsets.SCENARIOS["fp8-delayed"][0], ta.flagsets.FP8_CAP),
+    sc("fp8 bf16 control", ta.flagsets.SCENARIOS["fp8-bf16-control"][0], ta.flagsets.FP8_CAP),
     sc("retention", ta.SMALLJOB + ["--global-batch-size", "8", "--sim-retain-replay",
                                    "--recompute-granularity", "selective",
                                    "--recompute-modules", "mlp"], 24),
@@ -117,6 +134,32 @@ SCENARIOS = [
     sc("16 layers at 60 GiB", ["--sim-preset", "llama3-8b", "--num-layers", "16",
                                "--train-iters", "2", "--seq-length", "2048",
                                "--profile", "--nvtx-ranges"], 60),
+    # an OOM in the first forward (found replaying a public report): before
+    # the cut-off guard, selective[mlp] was recommended from a lower bound of
+    # 23.48 GiB on a 23.50 GiB budget, and the logits the trace never reached
+    # (5.93 GiB) made it fail; the diagnosis run shows X:LOGITS
+    sc("OOM in first forward", ["--sim-preset", "llama3-8b", "--num-layers", "8",
+                                "--sim-world-size", "8", "--sim-only-ranks", "0",
+                                "--use-distributed-optimizer", "--micro-batch-size", "1",
+                                "--global-batch-size", "8", "--train-iters", "2"], 26,
+       expect=("n/a", "before one forward and backward had completed")),
+    # optimizer CPU offload: none offloaded (OOM, the fraction is the lever), all offloaded
+    sc("optimizer offload none", ta.flagsets.OFFLOAD + ["--optimizer-offload-fraction", "0"], 17,
+       expect=("X:OPTIMIZER_STATE", "--optimizer-offload-fraction")),
+    sc("optimizer offload all", ta.flagsets.OFFLOAD, 17),
+    # retention without recompute: a leak after every microbatch; outputs kept to the step's end
+    sc("leak per microbatch", ta.flagsets.LEAK_MICROBATCH + ["--exit-interval", "4"], 32,
+       expect=("X:RETENTION", "grow by 512.00 MiB per iteration")),
+    sc("keep outputs", ta.flagsets.KEEP_OUTPUTS, 24,
+       expect=("X:RETENTION", "freed only when the training step ends")),
+    # a checkpoint save whose NCCL gather of the optimizer state does not fit; the Gloo gather
+    sc("checkpoint save", ta.flagsets.SAVE, 12,
+       expect=("X:CHECKPOINT_SAVE", "phase checkpoint_save")),
+    sc("checkpoint save, Gloo gather", ta.flagsets.SAVE +
+       ["--distrib-optim-fully-reshardable-mem-efficient"], 12),
+    # a long sample every fourth microbatch: recompute sized for it, the outlier a finding
+    sc("seq lengths", ta.flagsets.SEQ_LENGTHS + ["--sim-seq-lengths", "2048*3,8192"], 12,
+       expect=("R:FULL[block,2]", "least replay cost")),
     # the label matrix's small MoE and MLA+MoE models under budgets that need
     # recompute (issue 14 item 11), without it and with a label already on
     sc("MoE at 5 GiB", tm.MOE, 5),
@@ -132,6 +175,14 @@ SCENARIOS = [
                        "--max-position-embeddings", "2048", "--global-batch-size", "1",
                        "--train-iters", "2"], 8,
        expect=("X:PARAM_STATE", "before iteration 0")),
+    # the same with the distributed optimizer on (DP=2): not advised again
+    sc("OOM in init, distributed optimizer", ["--sim-preset", "llama3-8b", "--num-layers", "8",
+                                              "--seq-length", "2048",
+                                              "--max-position-embeddings", "2048",
+                                              "--sim-world-size", "2", "--sim-only-ranks", "0",
+                                              "--use-distributed-optimizer",
+                                              "--global-batch-size", "2", "--train-iters", "2"],
+       8, expect=("X:PARAM_STATE", "before iteration 0")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -298,20 +349,109 @@ def inv5_advice(c):
     moe = "--num-experts" in flags or any("moonlight" in f or "deepseek" in f for f in flags)
     if c.scenario and not moe and re.search(r"\bmoe|shared_experts", code + " " + change):
         bad.append("MoE labels on a dense model: %s / %s" % (code, change))
+    # a switch the job already has on is not advised again (a public report:
+    # --use-distributed-optimizer recommended to a job running with it)
+    for sw in SWITCHES:
+        if sw in flags and re.search(re.escape(sw) + r"(?![\w-])", change):
+            bad.append("the advice turns on %s, which the job already has on: %s" % (sw, change))
+    # ... nor one without effect: the distributed optimizer shards over DP
+    if c.scenario and data_parallel(flags) == 1 and \
+            re.search(r"--use-distributed-optimizer(?![\w-])", change):
+        bad.append("the advice turns on --use-distributed-optimizer with one data-parallel "
+                   "rank: %s" % change)
+    return bad
+
+
+def data_parallel(flags):
+    """megasim's data-parallel size: --sim-world-size over TP*PP*CP, else
+    --sim-dp (default 1); the last value of a flag given twice"""
+    def last(name, default):
+        v = default
+        for i, f in enumerate(flags[:-1]):
+            if f == name:
+                v = int(flags[i + 1])
+        return v
+    mp = (last("--tensor-model-parallel-size", 1) * last("--pipeline-model-parallel-size", 1) *
+          last("--context-parallel-size", 1))
+    world = last("--sim-world-size", 0)
+    return world // mp if world else last("--sim-dp", 1)
+
+
+SWITCHES = ("--use-distributed-optimizer", "--use-precision-aware-optimizer",
+            "--cross-entropy-loss-fusion", "--sequence-parallel", "--overlap-grad-reduce",
+            "--optimizer-cpu-offload")
+
+
+ACTIVATION_PHASES = ("forward", "backward", "backward_replay", "eval", "other", "unknown")
+
+
+def cut_before_first_step(r):
+    """the rank's OOM came before one forward and backward had completed"""
+    o = r.get("oom")
+    if not o or o.get("past_limit"):
+        return False
+    it = o.get("iteration")
+    if it is None or it < 0:
+        return True
+    iters = r.get("iterations") or []
+    if iters and it > iters[0]["iteration"]:
+        return False
+    return o.get("phase") in ACTIVATION_PHASES
+
+
+def lowest_reserved(v):
+    """the valid recompute candidate with the lowest predicted reserved peak"""
+    best, best_max = None, None
+    for k in v.get("candidates", []):
+        if not k.get("valid") or (not k.get("labels") and not k["setting"].startswith("full")):
+            continue
+        mx = max((k.get("predicted_reserved_bytes") or {"": 0}).values())
+        if best is None or mx < best_max:
+            best, best_max = k, mx
+    return best
+
+
+def inv6_cutoff(c):
+    """an OOM before the first forward and backward completed: lower bounds,
+    no recommended setting, the diagnosis run named"""
+    cut = [r for r in c.doc.get("ranks", []) if cut_before_first_step(r)]
+    if not cut:
+        return []
+    v, bad = c.v, []
+    code = v.get("code", "")
+    if code == "OK:FITS" or (code.startswith("R:") and code != "R:INSUFFICIENT"):
+        bad.append("rank %d's OOM cut the trace before one forward and backward completed, "
+                   "yet the verdict is %s" % (cut[0]["rank"], code))
+    if code == "n/a" and v.get("change", "").startswith("rerun with"):
+        best = lowest_reserved(v)
+        want = " ".join(ta.cand_flags(best)) if best else None
+        if not want or want not in v["change"]:
+            bad.append("the diagnosis run is not the lowest-reserved valid setting (%s): %s"
+                       % (best and best["setting"], v["change"]))
     return bad
 
 
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
-              ("5 advice names only effective, valid, existing labels", inv5_advice)]
+              ("5 advice names only effective, valid, existing labels", inv5_advice),
+              ("6 an OOM before the first step gives lower bounds only", inv6_cutoff)]
+
+
+def diagnosis_run(v):
+    """the megasim flags of a withheld verdict's diagnosis run (invariant 6),
+    or None"""
+    if v.get("code") != "n/a" or not v.get("change", "").startswith("rerun with --recompute"):
+        return None
+    best = lowest_reserved(v)
+    return ta.cand_flags(best) if best else None
 
 
 def setting_flags(v):
     """the megasim flags of the recommended setting, or None"""
     ch = [k for k in v.get("candidates", []) if k.get("chosen")]
     if not ch or not v.get("code", "").startswith("R:"):
-        return None
+        return diagnosis_run(v)
     return ta.cand_flags(ch[0])
 
 
@@ -344,6 +484,14 @@ def inv4_converge(c):
         v2 = analyze(run, *s["args"])["verdict"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if diagnosis_run(c.v):
+        # the diagnosis run records a whole iteration: its verdict is no
+        # longer withheld for want of one
+        cut = "before one forward and backward had completed" in v2.get("why", "")
+        if cut:
+            return ["the diagnosis run with %s (exit %d) was cut off again: %s" %
+                    (" ".join(sf), rc, v2["why"][:300])]
+        return []
     keep = v2["code"] == c.v["code"] or (v2["code"] == "OK:FITS" and
                                          "remove" not in v2.get("change", ""))
     if rc != 0 or not keep:

@@ -518,8 +518,71 @@ def resume_checks():
     check("no resident loaded state on stage 1", resident_bytes(1), 0)
 
 
+def fp8_checks():
+    """FP8 (docs/megasim.md "FP8 (derivation)", TE v2.9), Llama-3 8B, s 8192, TP=1,
+    counted by hand. Saved per layer against (b): the two norm outputs are saved
+    column-wise in FP8 (64 -> 32 MiB each), fc2's input too (224 -> 112 MiB), and
+    under delayed scaling linear_proj saves an FP8 copy of O (+32 MiB) beside the
+    bf16 O that attention keeps; each FP8 tensor has a 4-byte scale_inv: -144 MiB
+    + 16 B. Kept across microbatches, made at the first forward: each linear's
+    quantized weight, row-wise + transposed (2 B per element, + 4 B):
+    2*(6144*4096 + 4096*4096 + 28672*4096 + 4096*14336) + 16 = 436,207,632; and
+    the delayed-scaling state per module, scale + amax history for 3 forward and
+    2 backward tensors: 4*(3 + 3L + 2 + 2L) bytes (L = --fp8-amax-history-len,
+    Megatron's default 1: 40 B). With MXFP8, linear_proj saves the original O
+    (set_save_original_input) and every column-wise copy has uint8 scales of
+    ru(s/32,4)*ru(K,128) bytes; the weight copies add row- and column-wise scales."""
+    from megasim import fp8
+    saved = B_TOTAL - 144 * 1048576 + 16
+    weights = 2 * (6144 * 4096 + 4096 * 4096 + 28672 * 4096 + 4096 * 14336) + 16
+    check("fp8 weight workspaces by the formula",
+          sum(fp8.weight_workspace_bytes("delayed", n, k)
+              for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))), weights)
+    got = simulate("llama3-8b", ["--fp8-format", "hybrid"], 1)
+    check("fp8 delayed: each layer's first forward adds saved + weights + state",
+          got[1:], [saved + weights + 4 * 40] * 3)
+    got = simulate("llama3-8b", ["--fp8-format", "e4m3", "--fp8-amax-history-len", "1024"], 1)
+    check("fp8 delayed, amax history 1024: the state per module",
+          got[1:], [saved + weights + 4 * 4 * (5 + 5 * 1024)] * 3)
+    got = simulate("llama3-8b", ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"], 1)
+    check("fp8 tensorwise: no FP8 copy of O, 10 scalars per module",
+          got[1:], [saved - 32 * 1048576 - 4 + weights + 4 * 40] * 3)
+    mx_saved = B_TOTAL - 64 * 1048576 - 112 * 1048576 \
+        + 2 * 256 * 4096 + 256 * 14336            # col scales: ln1, ln2 (K 4096), fc2 (K 14336)
+
+    def mx_w(n, k):
+        return 2 * n * k + n * (k // 32) + (n // 32) * k   # n, k multiples of 128
+    mx_weights = sum(mx_w(n, k) for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)))
+    got = simulate("llama3-8b", ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"], 1)
+    check("fp8 mxfp8: saved + weights with their e8m0 scales", got[1:], [mx_saved + mx_weights] * 3)
+    # blockwise: fp32 scales, 1x128 blocks for the saved inputs (ceil(s/128)*ru(K,4)*4 column-
+    # wise: 64*4096*4 for the norm outputs, 64*14336*4 for fc2's input) and 128x128 blocks for
+    # the weights (ceil(N/128)*ru(ceil(K/128),4)*4 row-wise plus ceil(K/128)*ru(ceil(N/128),4)*4
+    # column-wise: 2*48*32*4, 2*32*32*4, 2*224*32*4, 2*32*112*4); no scaling state
+    bw_saved = B_TOTAL - 176 * 1048576 + 2 * 64 * 4096 * 4 + 64 * 14336 * 4
+    bw_weights = 2 * (6144 * 4096 + 4096 * 4096 + 28672 * 4096 + 4096 * 14336) \
+        + 4 * 2 * (48 * 32 + 32 * 32 + 224 * 32 + 32 * 112)
+    got = simulate("llama3-8b", ["--fp8-format", "e4m3", "--fp8-recipe", "blockwise"], 1)
+    check("fp8 blockwise: saved + weights with their fp32 block scales", got[1:],
+          [bw_saved + bw_weights] * 3)
+    # (a) GPT-3 175B layer, TP=8 + SP, fp16 (s 2048, h 12288, sbh/t = 3 MiB), delayed: the
+    # column-parallel linears save their local input row-wise (Float8 data is gathered
+    # row-wise), 6 -> 3 MiB for each norm output; linear_proj adds an FP8 copy of O (3 MiB),
+    # fc2's input 24 -> 12 MiB: -15 MiB + 16 B. Weights per rank: QKV 4608x12288, proj
+    # 12288x1536, fc1 6144x12288, fc2 12288x6144, 2 B per element + 4 B each; state 4 x 40 B
+    g3_weights = 2 * (4608 * 12288 + 12288 * 1536 + 6144 * 12288 + 12288 * 6144) + 16
+    got = simulate("gpt3-175b", ["--pipeline-model-parallel-size", "1", "--fp8-format", "hybrid"], 8)
+    check("fp8 delayed, TP=8 + SP: GPT-3 layers 1-3", got[1:],
+          [A_FUSED - 15 * 1048576 + 16 + g3_weights + 160] * 3)
+    got = simulate("llama3-8b", ["--fp8-format", "hybrid", "--recompute-granularity", "selective",
+                                 "--recompute-modules", "mlp"], 1)
+    check("fp8 delayed mlp recompute frees the FP8 LN output and fc2 input and the SwiGLU input",
+          saved + weights + 160 - got[2], 32 * 1048576 + 4 + 448 * 1048576 + 112 * 1048576 + 4)
+
+
 def main():
     cuda.device()
+    fp8_checks()
     table_checks()
     sim_checks()
     optimizer_checks()

@@ -95,6 +95,8 @@ def build_parser():
     a("--fp8-format", dest="fp8", default=None, choices=["e4m3", "hybrid"])
     a("--fp8-recipe", default="delayed",
       choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"])
+    # Megatron: TransformerConfig.fp8_amax_history_len = 1 (TE's own DelayedScaling default is 1024)
+    a("--fp8-amax-history-len", type=int, default=1)
     # MLA
     a("--multi-latent-attention", action="store_true")
     a("--q-lora-rank", type=int, default=None)
@@ -449,6 +451,9 @@ def finalize(args):
             if args.fp8_recipe == "delayed":
                 raise ValueError("Delayed scaling does not support moe_act and layernorm recompute "
                                  "for fp8.")
+    if args.fp8 and args.fp8_recipe == "custom":
+        raise ValueError("megasim: --fp8-recipe custom (a user's quantizer factory) is not "
+                         "modelled; use delayed, tensorwise, mxfp8 or blockwise")
     if args.moe_shared_expert_overlap and args.moe_token_dispatcher_type not in ("alltoall", "flex"):
         raise ValueError("moe_shared_expert_overlap only works with alltoall or flex token dispatcher.")
     if args.cuda_graph_impl != "none":

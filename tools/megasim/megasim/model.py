@@ -6,6 +6,7 @@ sized by sizes.Shapes, and recompute by executing its mechanism
 """
 from . import autograd as ag
 from . import te
+from . import fp8 as F8
 from .cuda import Tensor, DEV_REF, GIB
 from .sizes import Shapes, layer_kind, cp_comm_of
 
@@ -87,10 +88,42 @@ class TELayerNormColumnParallelLinear:
     def __init__(self, S, out_bytes, rms, name, owns_residual=False):
         self.S, self.out_bytes, self.rms, self.name = S, out_bytes, rms, name
         self.owns_residual = owns_residual   # first op of a sub-block: adds the residual grad
+        self.fp8 = F8.ModuleState()
 
     def forward(self, x, ln_bytes=None, full_bytes=None):
         with te.py_range("TELayerNormColumnParallelLinear forward"):
+            if self.S.args.fp8:
+                return self._forward_fp8(x, ln_bytes or self.S.x, full_bytes or self.S.x_full)
             return self._forward(x, ln_bytes, full_bytes)
+
+    def _forward_fp8(self, x, ln_bytes, full_bytes):
+        """layernorm_linear.py under FP8: the norm writes its output quantized
+        (with_quantized_norm); the GEMM reads the row-wise data; the column-wise
+        copy is saved for wgrad, or, with SP and Float8, the local row-wise data
+        (gathered again in backward). The bf16 norm input is saved as before."""
+        S, A = self.S, self.S.args
+        tok = S.s * S.b
+        K, N = full_bytes // (S.beta * tok), self.out_bytes // (S.beta * tok)
+        self.fp8.ensure(A, N, K, self.name)
+        row_gather = F8.keeps_rowwise_for_gather(A.fp8_recipe, S.ts > 1)
+        fn = "nvte_rmsnorm_fwd" if self.rms else "nvte_layernorm_fwd"
+        with te.py_range("transformer_engine._LayerNormLinear.forward.norm"):
+            ln_out = F8.Quantized(A.fp8_recipe, ln_bytes // (S.beta * K), K, self.name + ".ln_out",
+                                  columnwise=not row_gather)
+            te.nvte(fn)
+            ws = Tensor(te.NORM_WS, "norm_ws", "workspace")
+            te.nvte(fn)
+            del ws
+        total = (F8.Quantized(A.fp8_recipe, tok, K, "ag_input", columnwise=False)
+                 if S.ts > 1 else None)
+        with te.py_range("transformer_engine._LayerNormLinear.forward.gemm"):
+            out = te.gemm(self.out_bytes, self.name + ".out")
+        del total
+        if not row_gather:
+            ln_out.drop_rowwise()
+        ag.record("_LayerNormLinearBackward", [x] + ln_out.tensors(),
+                  lambda node, g: self.backward(node, g, ln_bytes, full_bytes))
+        return out
 
     def _forward(self, x, ln_bytes, full_bytes):
         S = self.S
@@ -113,11 +146,12 @@ class TELayerNormColumnParallelLinear:
     def _backward(self, node, g, ln_bytes, full_bytes):
         S = self.S
         total = Tensor(full_bytes, "ag_ln_out", "grad") if S.ts > 1 else None
+        gq = _fp8_grad_output(S, self.out_bytes)
         with te.py_range("transformer_engine._LayerNormLinear.backward.dgrad_gemm"):
             dgrad = te.gemm(full_bytes, "dgrad", "grad")
         with te.py_range("transformer_engine._LayerNormLinear.backward.wgrad_gemm"):
             te.wgrad_gemm()
-        del total, g
+        del total, g, gq
         if S.ts > 1:
             d = Tensor(ln_bytes, "dgrad_rs", "grad")
             del dgrad
@@ -132,10 +166,13 @@ class TEColumnParallelLinear:
     def __init__(self, S, out_bytes, in_local, in_full, name, grouped=False):
         self.S, self.out_bytes, self.in_local, self.in_full = S, out_bytes, in_local, in_full
         self.name, self.grouped = name, grouped
+        self.fp8 = F8.ModuleState()
 
     def forward(self, x):
         cls = "TEColumnParallelGroupedLinear" if self.grouped else "TEColumnParallelLinear"
         with te.py_range(cls + " forward"):
+            if self.S.args.fp8 and not self.grouped:
+                return self._forward_fp8(x)
             gathered = self.in_full != self.in_local
             total = Tensor(self.in_full, "ag_input") if gathered else None
             with te.py_range("transformer_engine._Linear.forward.gemm") if not self.grouped else te._NO:
@@ -148,15 +185,38 @@ class TEColumnParallelLinear:
         with te.py_range("_GroupedLinear_backward" if self.grouped else "_Linear_backward"):
             return self._backward(node, g)
 
+    def _forward_fp8(self, x):
+        """linear.py under FP8: the input is quantized (row-wise for the GEMM,
+        column-wise for wgrad) and only the quantized input is saved, column-wise,
+        or, with SP and Float8, the local row-wise data."""
+        S, A = self.S, self.S.args
+        tok = S.s * S.b
+        K, N = self.in_full // (S.beta * tok), self.out_bytes // (S.beta * tok)
+        self.fp8.ensure(A, N, K, self.name)
+        gathered = self.in_full != self.in_local
+        row_gather = F8.keeps_rowwise_for_gather(A.fp8_recipe, gathered)
+        xq = F8.Quantized(A.fp8_recipe, self.in_local // (S.beta * K), K, self.name + ".input",
+                          columnwise=not row_gather)
+        total = (F8.Quantized(A.fp8_recipe, tok, K, "ag_input", columnwise=False)
+                 if gathered else None)
+        with te.py_range("transformer_engine._Linear.forward.gemm"):
+            out = te.gemm(self.out_bytes, self.name + ".out")
+        del total
+        if not row_gather:
+            xq.drop_rowwise()
+        ag.record("_LinearBackward", xq.tensors(), self.backward)
+        return out
+
     def _backward(self, node, g):
         gathered = self.in_full != self.in_local
         total = Tensor(self.in_full, "ag_input", "grad") if gathered else None
+        gq = None if self.grouped else _fp8_grad_output(self.S, self.out_bytes)
         dgrad = (te.grouped_gemm if self.grouped else te.gemm)(self.in_full, "dgrad")
         if self.grouped:
             te.grouped_call()
         else:
             te.wgrad_gemm()
-        del total, g
+        del total, g, gq
         if gathered:
             d = Tensor(self.in_local, "dgrad_rs", "grad")
             del dgrad
@@ -168,10 +228,14 @@ class TERowParallelLinear:
     def __init__(self, S, in_bytes, out_full, out_local, name, grouped=False):
         self.S, self.in_bytes, self.out_full, self.out_local = S, in_bytes, out_full, out_local
         self.name, self.grouped = name, grouped
+        self.fp8 = F8.ModuleState()
+        self.save_original_input = False     # Megatron's set_save_original_input
 
     def forward(self, x):
         cls = "TERowParallelGroupedLinear" if self.grouped else "TERowParallelLinear"
         with te.py_range(cls + " forward"):
+            if self.S.args.fp8 and not self.grouped:
+                return self._forward_fp8(x)
             g = te.grouped_gemm if self.grouped else te.gemm
             with te.py_range("transformer_engine._Linear.forward.gemm") if not self.grouped else te._NO:
                 out = g(self.out_full, self.name + ".out")
@@ -186,16 +250,52 @@ class TERowParallelLinear:
         with te.py_range("_GroupedLinear_backward" if self.grouped else "_Linear_backward"):
             return self._backward(node, g)
 
+    def _forward_fp8(self, x):
+        """linear.py under FP8, row-parallel (the input is local): quantized
+        row-wise and column-wise, the column-wise copy saved; with
+        save_original_input only row-wise, and the bf16 input is saved instead."""
+        S, A = self.S, self.S.args
+        tok = S.s * S.b
+        K, N = self.in_bytes // (S.beta * tok), self.out_full // (S.beta * tok)
+        self.fp8.ensure(A, N, K, self.name)
+        xq = F8.Quantized(A.fp8_recipe, tok, K, self.name + ".input",
+                          columnwise=not self.save_original_input)
+        with te.py_range("transformer_engine._Linear.forward.gemm"):
+            out = te.gemm(self.out_full, self.name + ".out")
+        if self.out_local != self.out_full:        # SP reduce-scatter
+            o = Tensor(self.out_local, self.name + ".out_rs")
+            del out
+            out = o
+        if self.save_original_input:
+            del xq
+            saved = [x]
+        else:
+            xq.drop_rowwise()
+            saved = xq.tensors()
+        ag.record("_LinearBackward", saved, self.backward)
+        return out
+
     def _backward(self, node, g):
         gathered = self.out_local != self.out_full
         gfull = Tensor(self.out_full, "ag_grad", "grad") if gathered else None
+        gq = None if self.grouped else _fp8_grad_output(self.S, self.out_full)
         dgrad = (te.grouped_gemm if self.grouped else te.gemm)(self.in_bytes, "dgrad")
         if self.grouped:
             te.grouped_call()
         else:
             te.wgrad_gemm()
-        del gfull, g
+        del gfull, g, gq
         return dgrad
+
+
+def _fp8_grad_output(S, out_bytes):
+    """linear.py backward under FP8: the (gathered) output gradient is quantized
+    row-wise (dgrad) and column-wise (wgrad) and lives until both GEMMs ran."""
+    if not S.args.fp8:
+        return None
+    tok = S.s * S.b
+    return F8.Quantized(S.args.fp8_recipe, tok, out_bytes // (S.beta * tok), "grad_output",
+                        kind="grad")
 
 
 def _add_residual(dx, nbytes):
@@ -382,6 +482,9 @@ class Attention:
             if fused_ln else TEColumnParallelLinear(S, S.qkv_buf, S.x, S.x_full, "linear_qkv")
         self.core_attention = TEDotProductAttention(S, S.q, S.kv, S.kv)
         self.linear_proj = TERowParallelLinear(S, S.o, S.x_full, S.x, "linear_proj")
+        # attention.py: under FP8 with a recipe other than delayed (TE >= 2.6), linear_proj
+        # saves the bf16 core-attention output (kept by attention anyway), not an FP8 copy
+        self.linear_proj.save_original_input = bool(args.fp8) and args.fp8_recipe != "delayed"
         self.rope = args.position_embedding_type == "rope"
 
     def _checkpointed_attention_forward(self, q, k, v):
@@ -472,6 +575,9 @@ class MLASelfAttention:
                                                                  "linear_kv_up_proj")
         self.core_attention = TEDotProductAttention(S, S.mla_q, S.mla_q, S.mla_v)
         self.linear_proj = TERowParallelLinear(S, S.o, S.x_full, S.x, "linear_proj")
+        # attention.py: under FP8 with a recipe other than delayed (TE >= 2.6), linear_proj
+        # saves the bf16 core-attention output (kept by attention anyway), not an FP8 copy
+        self.linear_proj.save_original_input = bool(args.fp8) and args.fp8_recipe != "delayed"
 
     def qkv_up_proj_and_rope_apply(self, q_compressed, kv_compressed, k_pos_emb):
         """q (up-)projection, kv up-projection (kv LN fused), RoPE, and the
