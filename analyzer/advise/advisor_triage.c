@@ -835,7 +835,7 @@ never_freed_kept(const adv_trace *t, const uint32_t *first_fwd, int it)
         return 0;
     for (size_t q = 0; q < t->na; q++) {
         const adv_alloc *x = &t->a[q];
-        if (is_act(x) && x->iteration == it && x->a_pos < first_fwd[it + 1] &&
+        if (is_act(x) && !x->state && x->iteration == it && x->a_pos < first_fwd[it + 1] &&
             x->f_pos == ADV_NONE)
             b += x->size;
     }
@@ -885,9 +885,14 @@ triage_retention_once(const triage_rank *k, adv_verdict *v)
             kept += x->size;
         }
     }
+    /* both counts leave forward state out (x->state), so the subtraction
+     * cannot pass zero; saturate anyway: a wrapped count read 16 EiB (the
+     * real Megatron-Core job, when only one of them left state out) */
     if (it >= 0 && it + 2 < 64 && first_fwd[it + 2] != ADV_NONE &&
-        never_freed_kept(t, first_fwd, it + 1) == 0)
-        kept -= never_freed_kept(t, first_fwd, it);
+        never_freed_kept(t, first_fwd, it + 1) == 0) {
+        uint64_t once = never_freed_kept(t, first_fwd, it);
+        kept = kept > once ? kept - once : 0;
+    }
     if (!(kept > ((uint64_t)256 << 20) && v->baseline[k->i] > k->budget))
         return 0;
     adv_finding_add(v, "X:RETENTION", t->replay_bytes ? "replay_bytes" : "activations",
