@@ -1726,6 +1726,16 @@ run_pipeline(run_state st)
             sj.hot = (int)k;
         if (subp)
             subp[k] = st.mparts[idx[k]];
+        if (subp && !subp[k]) {
+            snprintf(st.err, st.errlen,
+                     "advisor: rank %d is among the ranks the advisor evaluates, but its "
+                     "summary holds no advisor part (a summary keeps them for its first %d "
+                     "ranks: summarize per node)",
+                     sub[k].rank, ADV_MAX_RANKS);
+            free(sub);
+            free(subp);
+            return -1;
+        }
     }
     st.j = &sj;
     if (subp)
