@@ -1697,11 +1697,25 @@ select_ranks(const am_job *j, size_t *idx, size_t max)
 /* adv_run's pipeline over st (adv_run, adv_run_summarize, adv_run_merge). */
 static int run_pipeline_on(run_state st);
 
+static int run_pipeline_sel(run_state st);
+
+/* run_pipeline_sel; on failure the verdict's allocations are freed, so that no
+ * caller's error path leaks them (a merge of damaged summaries did, under
+ * LeakSanitizer). */
+static int
+run_pipeline(run_state st)
+{
+    int rc = run_pipeline_sel(st);
+    if (rc < 0)
+        adv_verdict_free(st.v);
+    return rc;
+}
+
 /* A job larger than ADV_MAX_RANKS: the pipeline on the ranks select_ranks
  * takes (a job of those ranks, their parts under merge), and the verdict says
  * which; otherwise the pipeline on the job as it is. */
 static int
-run_pipeline(run_state st)
+run_pipeline_sel(run_state st)
 {
     am_job *j = st.j;
     if (j->nranks <= ADV_MAX_RANKS || st.sparts)
