@@ -1016,6 +1016,19 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
         choose_grouping(out, &src->meta);
         rc = second_pass(&s, err, errlen, &last_t);
     }
+    /* a live set no device could hold: the capacity is the device's, so the
+     * trace counts memory it never freed (a free through a path not hooked)
+     * or counts it twice; say so rather than report it as a peak like any
+     * other (a public report replayed: 94.88 GiB live on a 79.60 GiB device) */
+    if (rc >= 0 && src->meta.device_capacity && out->peak[AM_L_DEVICE].known &&
+        out->peak[AM_L_DEVICE].bytes > src->meta.device_capacity) {
+        char pk[32], cap[32];
+        am_note(out, "the device-level peak (%s) exceeds the device's capacity (%s): the trace "
+                     "counts memory no device could hold at once (frees it did not see, or "
+                     "memory counted twice); device-level figures are suspect",
+                am_fmt_bytes(out->peak[AM_L_DEVICE].bytes, pk, sizeof pk),
+                am_fmt_bytes(src->meta.device_capacity, cap, sizeof cap));
+    }
     if (rc >= 0 && s.host_bytes)
         am_note(out, "%" PRIu64 " bytes of host-pinned/managed allocations are not counted in "
                      "device peaks",

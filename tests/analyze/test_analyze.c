@@ -187,6 +187,42 @@ Test(analyze, text_report_names_peak_and_contributors)
     rmdir(dir);
 }
 
+/* A device-level peak above the recorded capacity is impossible on the
+ * device: a note says the device figures are suspect; at or below it, no
+ * note (a public report replayed: 94.88 GiB live on a 79.60 GiB device). */
+Test(analyze, device_peak_above_capacity_is_noted)
+{
+    char *dir = ab_tmpdir();
+    for (int over = 0; over < 2; over++) {
+        char *f = tmpfile_path(dir, over ? "over.rstrace" : "under.rstrace");
+        ab *a = ab_new();
+        ab_rank(a, 0, 1);
+        ab_header(a)->device_capacity = 1000;
+        ab_thread(a, 1, 1, "main");
+        ab_alloc(a, 1, 2, 0xA000000, 600);
+        ab_alloc(a, 1, 3, 0xB000000, over ? 600 : 400);
+        ab_free(a, 1, 4, 0xB000000);
+        ab_free(a, 1, 5, 0xA000000);
+        ab_write(a, f, 1);
+        yajl_val j = analyze_json(AB_ARGS("--json", "--no-advice", f), NULL);
+        const char *path[] = {"ranks", NULL};
+        yajl_val ranks = yajl_tree_get(j, path, yajl_t_array);
+        cr_assert(ranks && YAJL_GET_ARRAY(ranks)->len == 1);
+        const char *np[] = {"notes", NULL};
+        yajl_val notes = yajl_tree_get(YAJL_GET_ARRAY(ranks)->values[0], np, yajl_t_array);
+        int found = 0;
+        for (size_t i = 0; notes && i < YAJL_GET_ARRAY(notes)->len; i++) {
+            const char *t = YAJL_GET_STRING(YAJL_GET_ARRAY(notes)->values[i]);
+            found |= t && strstr(t, "exceeds the device's capacity") != NULL;
+        }
+        cr_expect_eq(found, over, "peak %s the capacity: note %s", over ? "above" : "within",
+                     found ? "present" : "absent");
+        yajl_tree_free(j);
+        unlink(f);
+    }
+    rmdir(dir);
+}
+
 /* Three iterations with optimizer steps: the first step is
  * optimizer_state_init, later ones optimizer; steady state reached. */
 Test(analyze, iterations_and_steady_state)
