@@ -49,6 +49,7 @@ tl_fini(tl *t)
     for (size_t i = 0; i < t->nthreads; i++) {
         free(t->threads[i].stack);
         free(t->threads[i].pending);
+        free(t->threads[i].cpc);
     }
     free(t->threads);
     free(t->starts);
@@ -427,6 +428,7 @@ push(tl *t, tl_thread *th, const am_event *ev)
             t->post_logits_seen = 1; /* the output layer's GEMM */
     }
     if (m.flags & AM_CF_NVTE) {
+        tl_cp_clear(t, th); /* what the TE call's outputs follow is no CP buffer */
         f.call_id = th->module_call;
         if (th->npending && th->pending_call == th->module_call)
             resolve_pending(t, th, m, f.boundary);
@@ -461,6 +463,8 @@ pop(tl *t, tl_thread *th, uint32_t domain)
     memmove(&th->stack[i - 1], &th->stack[i], (th->depth - i) * sizeof *th->stack);
     th->depth--;
     if (!(f.m.flags & AM_CF_NVTE)) {
+        if (th->ncpc && f.call_id == th->cpc_call)
+            tl_cp_clear(t, th);
         t->npending_total -= th->npending;
         th->npending = 0;
         th->module_call = 0;
@@ -543,6 +547,7 @@ tl_event(tl *t, const am_event *ev)
         break;
     case AM_EV_COLLECTIVE:
         t->out->ncollectives++;
+        tl_cp_collective(t, th, ev);
         switch (ev->op) {
         case AM_COLL_ALL_REDUCE:
         case AM_COLL_REDUCE_SCATTER:
@@ -576,6 +581,7 @@ tl_layer_boundary(uint8_t b)
     case AM_BD_core_attn: case AM_BD_mla_up_proj: case AM_BD_layernorm: case AM_BD_moe_act:
     case AM_BD_mlp: case AM_BD_moe: case AM_BD_shared_experts: case AM_BD_gdn_norm_out:
     case AM_BD_gdp_in_proj: case AM_BD_gdp_qkv: case AM_BD_mhc: case AM_BD_attention_other:
+    case AM_BD_cp_comm:
         return 1;
     default:
         return 0;
@@ -657,12 +663,14 @@ tl_attr(tl *t, const am_event *ev, uint64_t seq)
                      sizeof *th->pending) == 0) {
                 th->pending_call = th->module_call;
                 th->pending[th->npending++] =
-                    (tl_pending){ev->addr, seq, ev->space, ev->levels, (uint8_t)opt_open};
+                    (tl_pending){ev->addr, seq, ev->size, ev->space, ev->levels, (uint8_t)opt_open};
                 t->npending_total++;
             }
         }
         a.boundary = b != AM_BD_INHERIT ? b : phase_fallback_boundary(a.phase);
     }
+    if (ev->kind == AM_EV_ALLOC)
+        tl_cp_note(t, th, ev, seq, a);
     return a; /* layer is kept raw: reports drop it for non-layer boundaries */
 }
 

@@ -35,6 +35,7 @@ typedef struct tl_frame {
 typedef struct tl_pending {
     uint64_t addr;
     uint64_t seq;
+    uint64_t size;            /* bytes (the CP buffer rule, cp_comm.c) */
     uint8_t space, levels;
     uint8_t phase_open;       /* made between the grad sync and the optimizer on the main
                                * thread: an optimizer call resolving it also sets its phase */
@@ -53,6 +54,12 @@ typedef struct tl_thread {
     size_t npending, cappending;
     uint32_t pending_call;
     int bwd_layer;
+    tl_pending *cpc;          /* core-attention allocations a CP collective may use
+                               * (cp_comm.c), made in module call cpc_call */
+    size_t ncpc, capcpc;
+    uint32_t cpc_call;
+    int cpg_depth;            /* ncclGroupStart nesting; sends and receives */
+    uint64_t cpg_send, cpg_recv; /* posted in the open group, bytes */
 } tl_thread;
 
 /* Called when pending allocations get a boundary (seq, addr, space, levels,
@@ -115,6 +122,14 @@ void tl_where(tl *t, uint32_t tid, char *buf, size_t n);
 
 /* 1 when boundary b is inside a transformer layer (has a layer index). */
 int tl_layer_boundary(uint8_t b);
+
+/* Context parallelism's communication buffers (cp_comm.c): note tensor
+ * allocation ev (seq, attribution a) as a candidate buffer of the next CP
+ * collective; forget th's candidates; a collective ev on th relabels the
+ * candidates it uses as boundary cp_comm (through t->resolve). */
+void tl_cp_note(tl *t, tl_thread *th, const am_event *ev, uint64_t seq, am_attr a);
+void tl_cp_clear(tl *t, tl_thread *th);
+void tl_cp_collective(tl *t, tl_thread *th, const am_event *ev);
 
 /* Close the timeline at time end_ns (the last event). */
 void tl_end(tl *t, uint64_t end_ns);
