@@ -822,7 +822,12 @@ ineffective_single(run_state *st, int l, const adv_cand *c)
                     "predicted peak %s against %s without it (%s%s): %s",
                     GB(c->max_peak), GB(st->ref_max), c->saving >= 0 ? "-" : "+",
                     GB((uint64_t)(c->saving >= 0 ? c->saving : -c->saving)),
-                    l == ADV_L_core_attn && st->cfg->fused_attn
+                    l == ADV_L_core_attn && st->cfg->fused_attn && st->cfg->cp > 1
+                        ? "with context parallelism only the softmax statistics are counted "
+                          "(a lower bound: TE's CP attention also saves its exchanged K/V "
+                          "or copies, which core_attn frees while its checkpoint keeps q, k, "
+                          "v instead); the exchange's buffers (cp_comm) come back in the replay"
+                    : l == ADV_L_core_attn && st->cfg->fused_attn
                         ? "with TE fused/flash attention core_attn frees only the "
                           "softmax statistics; Q, K, V and O stay saved"
                     : l == ADV_L_layernorm

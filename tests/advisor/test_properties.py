@@ -183,6 +183,11 @@ SCENARIOS = [
                                               "--use-distributed-optimizer",
                                               "--global-batch-size", "2", "--train-iters", "2"],
        8, expect=("X:PARAM_STATE", "before iteration 0")),
+    # context parallelism over its budget, each --cp-comm-type: CP's communication
+    # buffers are cp_comm, not core_attn; full recompute fits (issue 21)
+    *[sc("CP %s over budget" % k, ta.flagsets.CP_JOB + ["--cp-comm-type", k],
+         ta.flagsets.CP_JOB_CAP, expect=("R:FULL[block,3]", "least replay cost"))
+      for k in ("p2p", "a2a", "all_gather")],
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
