@@ -21,7 +21,9 @@ diagnose the job (over its budget with the 2 GiB headroom on an 11.5 GiB
 device): a recompute setting, never core_attn or layernorm, and megasim running
 the recommended setting fits and peaks within 2% of the prediction; an
 R:INEFFECTIVE[core_attn] finding does not claim that Q, K, V and O stay saved
-(under CP the attention saves copies of its own). The transient buffers of
+(under CP the attention saves copies of its own). selective[core_attn] is not
+credited with the CP buffers (its predicted saving stays below one KV chunk)
+and megasim running it peaks within 2% of the prediction, at or below it. The transient buffers of
 every comm type (forward and, with TE's ranges, backward) are checked
 allocation by allocation in tests/analyze/test_cp_comm.c.
 """
@@ -50,6 +52,32 @@ def layer_bytes(peak, boundary):
         if c["boundary"] == boundary and c["phase"] == "forward" and c["layer"]:
             out[c["layer"]] = out.get(c["layer"], 0) + c["bytes"]
     return out
+
+
+def core_attn(kind, flags, cap, doc):
+    """selective[core_attn] is not credited with the CP buffers: its predicted
+    saving stays below one layer's saved KV chunk (2 kv) and megasim running it
+    (TE's CP attention under the checkpoint: its copies freed, q, k, v kept)
+    peaks within 2% of the prediction, at or below it"""
+    c = next((c for c in doc["verdict"]["candidates"] if c["setting"] == "selective[core_attn]"),
+             None)
+    if not ta.ok(c is not None, "cp %s: selective[core_attn] evaluated" % kind):
+        return
+    base = ta.tensor_peaks(doc)
+    saved = max(base[int(rk)] - p for rk, p in c["predicted_peak_bytes"].items())
+    ta.ok(saved < 2 * KV, "cp %s: core_attn's predicted saving %.2f MiB is below one KV chunk"
+          % (kind, saved / MIB))
+    run, rc, tmp, err = ta.run_megasim(flags + ta.PROFILE + ["--recompute-granularity", "selective",
+                                                            "--recompute-modules", "core_attn"],
+                                       cap)
+    d2 = ta.analyze(run, "--no-advice") if run else None
+    shutil.rmtree(tmp, ignore_errors=True)
+    sp = ta.tensor_peaks(d2) if d2 else None
+    pred = c["predicted_peak_bytes"]
+    ta.ok(rc == 0 and sp and ta.within(pred, sp) and
+          all(sp[int(rk)] <= p for rk, p in pred.items()),
+          "cp %s: megasim with core_attn peaks within 2%% of the prediction, at or below it"
+          % kind, {"rc": rc, "sim": sp, "pred": pred})
 
 
 def one(kind):
@@ -82,6 +110,7 @@ def one(kind):
                             "cp_comm" in ineff["evidence"]),
           "cp %s: core_attn's finding names the CP buffers, not 'Q, K, V and O stay saved'"
           % kind, ineff)
+    core_attn(kind, flags, cap, doc)
     c = next((c for c in v["candidates"] if c["code"] == v["code"]), None)
     if not ta.ok(c is not None and v["change"].startswith("--recompute-granularity"),
                  "cp %s: the verdict is a candidate with its flags" % kind, v["change"]):
