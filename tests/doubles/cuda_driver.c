@@ -16,10 +16,12 @@
  * links against it: one device memory state for runtime and driver, as on
  * a GPU, so cudaMalloc and cuMemCreate draw from one capacity.
  *
- *   cuMemAlloc/cuMemAllocAsync on device d: 0x600000000000 + (d << 40) up,
- *                       512-aligned, never reused
- *   cuMemAddressReserve on device d: 0x500000000000 + (d << 40) up, aligned
- *                       to max(alignment, 2 MiB), never reused
+ *   cuMemAlloc/cuMemAllocAsync on device d: mock_range_base(
+ *                       MOCK_RANGE_DRV_ALLOC, d) up (device 0:
+ *                       0x600000000000), 512-aligned, never reused
+ *   cuMemAddressReserve on device d: mock_range_base(MOCK_RANGE_DRV_VA, d)
+ *                       up (device 0: 0x500000000000), aligned to
+ *                       max(alignment, 2 MiB), never reused
  *   cuMemCreate handles: 0x5a0001, 0x5a0002, ... (never reused); size must
  *                       be a non-zero multiple of 2 MiB (the granularity)
  *   contexts: the primary context of device d is 0x5c000000 + d * 0x1000;
@@ -41,8 +43,6 @@
 #undef cuGetProcAddress
 #define EXPORT __attribute__((visibility("default")))
 
-#define DRV_ALLOC_BASE   0x600000000000ull
-#define DRV_VA_BASE      0x500000000000ull
 #define DRV_HANDLE_BASE  0x5a0000ull
 #define DRV_CTX_BASE     0x5c000000ull
 #define DRV_CTX_STRIDE   0x1000ull
@@ -121,7 +121,7 @@ dev_alloc(CUdeviceptr *dptr, size_t size)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_lock);
     if (!g_next_alloc[dev])
-        g_next_alloc[dev] = DRV_ALLOC_BASE + ((uint64_t)dev << MOCK_DEV_SHIFT);
+        g_next_alloc[dev] = mock_range_base(MOCK_RANGE_DRV_ALLOC, dev);
     drv_entry *e = slot(g_allocs);
     CUresult rc = e ? charge_locked(dev, size) : CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_SUCCESS) {
@@ -420,7 +420,7 @@ cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr
     uint64_t al = alignment > DRV_GRANULARITY ? alignment : DRV_GRANULARITY;
     pthread_mutex_lock(&g_lock);
     if (!g_next_va[dev])
-        g_next_va[dev] = DRV_VA_BASE + ((uint64_t)dev << MOCK_DEV_SHIFT);
+        g_next_va[dev] = mock_range_base(MOCK_RANGE_DRV_VA, dev);
     drv_entry *e = slot(g_vas);
     if (!e) {
         pthread_mutex_unlock(&g_lock);

@@ -6,9 +6,9 @@
  *   memsets of device memory are dropped, of host memory real.
  * A pointer is device memory when its page is not mapped in this process
  * (mincore() fails with ENOMEM): every address the mocks hand out for device
- * memory (runtime 0x7e0000000000 + (d << 40), driver 0x500000000000 and
- * 0x600000000000 + (d << 40)) is unmapped, and every host buffer is mapped.
- * Its device is read back from those ranges. Everything completes at once
+ * memory (mock_range_base: ranges the kernel does not map, see mock_state.h)
+ * is unmapped, and every host buffer is mapped. Its device is read back from
+ * those ranges (mock_range_device). Everything completes at once
  * (cudart_stream.c), so the async variants are the sync ones.
  */
 #include <cuda_runtime_api.h>
@@ -19,9 +19,6 @@
 #include <unistd.h>
 
 #include "mock_state.h"
-
-#define DRV_VA_BASE     0x500000000000ull
-#define DRV_ALLOC_BASE  0x600000000000ull
 
 /* 1 when `p` is (fake) device memory: its page is not mapped here. */
 static int
@@ -39,12 +36,8 @@ is_device(const void *p)
 static int
 device_of(const void *p)
 {
-    uint64_t a = (uint64_t)(uintptr_t)p;
-    const uint64_t bases[] = { MOCK_DEV_BASE, DRV_ALLOC_BASE, DRV_VA_BASE };
-    for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++)
-        if (a >= bases[i] && ((a - bases[i]) >> MOCK_DEV_SHIFT) < (uint64_t)mock_device_count())
-            return (int)((a - bases[i]) >> MOCK_DEV_SHIFT);
-    return mock_current_device();
+    int d = mock_range_device((uint64_t)(uintptr_t)p);
+    return d >= 0 && d < mock_device_count() ? d : mock_current_device();
 }
 
 static cudaError_t

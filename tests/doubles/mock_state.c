@@ -104,7 +104,32 @@ init_once(void)
     if (f && *f)
         parse_fail(f);
     for (int d = 0; d < MOCK_MAX_DEVICES; d++)
-        g_dev[d].next = MOCK_DEV_BASE + ((uint64_t)d << MOCK_DEV_SHIFT);
+        g_dev[d].next = mock_range_base(MOCK_RANGE_RUNTIME, d);
+}
+
+/* Device 0's ranges, by kind (mock_state.h: the layout and why). */
+static const uint64_t g_dev0_base[MOCK_RANGE_KINDS] = {
+    MOCK_DEV_BASE, 0x600000000000ull, 0x500000000000ull,
+};
+
+uint64_t
+mock_range_base(int kind, int dev)
+{
+    if (dev == 0)
+        return g_dev0_base[kind];
+    return ((uint64_t)(kind + 1) << 48) + ((uint64_t)dev << MOCK_DEV_SHIFT);
+}
+
+int
+mock_range_device(uint64_t addr)
+{
+    for (int k = 0; k < MOCK_RANGE_KINDS; k++)
+        if (addr - g_dev0_base[k] < (1ull << MOCK_DEV_SHIFT))
+            return 0;
+    uint64_t kind = (addr >> 48) - 1, dev = (addr >> MOCK_DEV_SHIFT) & 0xff;
+    if (kind < MOCK_RANGE_KINDS && dev >= 1 && dev < MOCK_MAX_DEVICES)
+        return (int)dev;
+    return -1;
 }
 
 static void

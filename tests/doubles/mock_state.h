@@ -16,8 +16,9 @@
  *                            per process) of fn returns code, doing nothing
  *
  * Device addresses are numbers only: device d hands out
- * MOCK_DEV_BASE + (d << 40) upwards, 512-byte aligned, never reused, and no
- * host memory backs them. Managed and host-pinned memory is real (malloc).
+ * mock_range_base(MOCK_RANGE_RUNTIME, d) upwards, 512-byte aligned, never
+ * reused, and no host memory backs them. Managed and host-pinned memory is
+ * real (malloc).
  */
 #ifndef MOCK_STATE_H
 #define MOCK_STATE_H
@@ -33,6 +34,35 @@
 #define MOCK_MAX_DEVICES    64
 #define MOCK_RUNTIME_VERSION 13000
 #define MOCK_DRIVER_VERSION  13000
+
+/* Device address ranges (mock_range_base), one TiB per device and kind:
+ * the runtime's cudaMalloc/cudaMallocAsync blocks, the driver's
+ * cuMemAlloc blocks and its cuMemAddressReserve reservations.
+ *
+ * Nothing backs these addresses, and the copies tell device from host memory
+ * by whether the page is mapped (cudart_copy.c), so no range may lie where the
+ * kernel places the process's own mappings: a host mapping there is written
+ * by copies "into device memory" and read by copies out of it (a SIGSEGV of
+ * the real Megatron-Core job's rank 1, once in a few dozen runs:
+ * docs/validation/megatron-core.md). On x86-64 with 4-level page tables the
+ * kernel puts mmap()s and shared libraries below a base randomised over the
+ * TiB under the top of user space, 0x7fffffffffff (vm.mmap_rnd_bits 28: 2^28
+ * pages), and PIE executables and their brk heap within the TiB above
+ * 0x555555554000. Device 0 keeps the ranges below those (0x7e0000000000,
+ * 0x600000000000, 0x500000000000: 1 TiB and more away); every other device
+ * lies above the user address space (bit 48 and up), which the kernel never
+ * maps without being asked for such an address:
+ *   device 0:  runtime 0x7e0000000000, driver alloc 0x600000000000,
+ *              driver VA 0x500000000000
+ *   device d:  ((kind + 1) << 48) + (d << 40), kind 0 runtime, 1 driver
+ *              alloc, 2 driver VA
+ * Device 1 used to be 0x7f0000000000, inside the mmap TiB. */
+enum mock_range {
+    MOCK_RANGE_RUNTIME = 0,
+    MOCK_RANGE_DRV_ALLOC = 1,
+    MOCK_RANGE_DRV_VA = 2,
+    MOCK_RANGE_KINDS = 3,
+};
 
 /* The state's functions are private to the library that compiles
  * mock_state.c (the minimal libcudart), except with MOCK_STATE_EXPORT: the
@@ -65,6 +95,11 @@ typedef struct mock_alloc_info {
     int device;
     int kind;               /* enum mock_kind */
 } mock_alloc_info;
+
+/* First address of device `dev`'s range of `kind` (enum mock_range). */
+MOCK_HIDDEN uint64_t mock_range_base(int kind, int dev);
+/* The device whose range (any kind, 1 TiB each) holds `addr`, or -1. */
+MOCK_HIDDEN int mock_range_device(uint64_t addr);
 
 /* Configuration. */
 MOCK_HIDDEN uint64_t mock_capacity(void);

@@ -46,9 +46,9 @@ basic_expected(const char *out, char exp[32][256], size_t *n, char *mfree_ptr, s
     E("FREE api=cudaFree mem=device dev=0 ptr=0x7e0000100000 stream=0x0 status=0");
     E("FREE api=cudaFree mem=device dev=0 ptr=0xdead000 stream=0x0 status=1");
     E("SET_DEVICE dev=1 status=0");
-    E("ALLOC api=cudaMalloc mem=device dev=1 ptr=0x7f0000000000 size=512 stream=0x0 status=0");
+    E("ALLOC api=cudaMalloc mem=device dev=1 ptr=0x1010000000000 size=512 stream=0x0 status=0");
     E("MEMINFO reason=app dev=1 free=%llu total=%llu status=0", CAP - CTX - 512, CAP);
-    E("FREE api=cudaFree mem=device dev=1 ptr=0x7f0000000000 stream=0x0 status=0");
+    E("FREE api=cudaFree mem=device dev=1 ptr=0x1010000000000 stream=0x0 status=0");
 #undef E
     *n = k;
 }
@@ -199,7 +199,7 @@ check_mock_output(const char *out)
     snprintf(want, sizeof want, "meminfo1 free=%llu total=%llu\n", CAP - CTX - 512, CAP);
     cr_expect(strstr(out, want) != NULL, "want:\n%s\ngot:\n%s", want, out);
     const char *ptrs = "a=0x7e0000000000 b=0x7e0000100000 c=0x7e0000100400 d=0x7e0000101400 "
-                       "e=0x7e0000103400 f=0x7e0000103c00 x=0x7f0000000000\ndone\n";
+                       "e=0x7e0000103400 f=0x7e0000103c00 x=0x1010000000000\ndone\n";
     cr_expect(strstr(out, ptrs) != NULL, "want:\n%s\ngot:\n%s", ptrs, out);
 }
 

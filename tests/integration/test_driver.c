@@ -3,9 +3,10 @@
  * exact records, one per call; another preloaded interposer's dlsym and
  * dlvsym answers unchanged (p_driver, p_preload, tests/doubles/cuda_driver.c).
  *
- * Mock driver values: cuMemAlloc* on device d from 0x600000000000 + (d<<40)
- * (512-aligned), VA reservations from 0x500000000000 + (d<<40) (2 MiB
- * aligned), handles 0x5a0001 up, primary contexts 0x5c000000 + d*0x1000,
+ * Mock driver values: cuMemAlloc* on device 0 from 0x600000000000, device
+ * d >= 1 from (2 << 48) + (d << 40) (512-aligned), VA reservations on device
+ * 0 from 0x500000000000, d >= 1 from (3 << 48) + (d << 40) (2 MiB aligned;
+ * tests/doubles/mock_state.h), handles 0x5a0001 up, primary contexts 0x5c000000 + d*0x1000,
  * every thread starts with device 0's context current. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -222,9 +223,9 @@ Test(driver, ctx_set_current)
     run_mode(&c, &r, &d, "ctx", NULL);
     it_expect_fields(&d, DRV_KINDS, 0,
         IT_SEQ("CTX_SET ctx=0x5c001000 dev=1 status=0",
-               "ALLOC api=cuMemAlloc_v2 mem=device dev=1 ptr=0x610000000000 size=512 stream=0x0 status=0",
+               "ALLOC api=cuMemAlloc_v2 mem=device dev=1 ptr=0x2010000000000 size=512 stream=0x0 status=0",
                "CTX_SET ctx=0xbad000 dev=-1 status=201",
-               "FREE api=cuMemFree_v2 mem=device dev=1 ptr=0x610000000000 stream=0x0 status=0",
+               "FREE api=cuMemFree_v2 mem=device dev=1 ptr=0x2010000000000 stream=0x0 status=0",
                "CTX_SET ctx=0x5c000000 dev=0 status=0",
                "ALLOC api=cuMemAlloc_v2 mem=device dev=0 ptr=0x600000000000 size=512 stream=0x0 status=0",
                "FREE api=cuMemFree_v2 mem=device dev=0 ptr=0x600000000000 stream=0x0 status=0",

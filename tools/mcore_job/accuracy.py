@@ -10,6 +10,14 @@ setting. Writes a markdown table of predicted vs measured peaks per rank
 (allocated: torch.cuda.max_memory_allocated; reserved: max_memory_reserved)
 to --markdown (default OUTDIR/megatron-core-matrix.md) and exits 1 when an
 executed candidate misses the 2% bound on a rank, 77 when run.sh skips.
+
+Then each row's OOM row (unless --no-oom): a device size (MOCK_CUDA_CAPACITY)
+chosen from the 80 GiB runs so that the baseline does not fit and a cheaper
+setting does not either (choose_capacity), the advisor's verdict for that
+budget, and the baseline, the recommended setting and every cheaper valid
+setting executed at that size. Targets: the baseline and every cheaper
+setting run out of memory, the recommendation fits (a miss counts like the
+above).
 """
 import argparse
 import glob
@@ -40,6 +48,13 @@ ROWS = {
                  "--global-batch-size 4 --normalization RMSNorm --swiglu "
                  "--disable-bias-linear --position-embedding-type rope "
                  "--untie-embeddings-and-output-weights --pipeline-model-parallel-size 2",
+    "llama-vpp": "--num-layers 4 --hidden-size 1024 --ffn-hidden-size 2816 "
+                 "--num-attention-heads 16 --group-query-attention --num-query-groups 4 "
+                 "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 "
+                 "--global-batch-size 4 --normalization RMSNorm --swiglu "
+                 "--disable-bias-linear --position-embedding-type rope "
+                 "--untie-embeddings-and-output-weights --pipeline-model-parallel-size 2 "
+                 "--num-layers-per-virtual-pipeline-stage 1",
     "moe-sequential": "--num-layers 2 --hidden-size 1024 --ffn-hidden-size 2816 "
                       "--num-attention-heads 16 --seq-length 2048 "
                       "--max-position-embeddings 2048 --micro-batch-size 1 "
@@ -92,9 +107,11 @@ def pct(pred, meas):
     return 100.0 * (pred - meas) / meas if meas else float("nan")
 
 
-def do_row(name, flags, outdir, build, env, lines):
-    """Baseline, candidates, each candidate executed; table lines appended.
-    Returns the number of misses (a rank outside the bound)."""
+def do_row(name, flags, outdir, build, env, lines, measured):
+    """Baseline, candidates, each candidate executed; table lines appended;
+    measured[setting] = {rank: counters} of every run that finished ("none"
+    is the baseline). Returns (the number of misses (a rank outside the
+    bound), the baseline's analysis or None)."""
     base_out = os.path.join(outdir, name, "baseline")
     rc, base_counters = run(base_out, flags, env)
     if rc == 77:
@@ -102,7 +119,8 @@ def do_row(name, flags, outdir, build, env, lines):
     a = analyze(build, base_out)
     if rc != 0 or a is None:
         lines.append("| %s | baseline | run failed (exit %d) | | | | |" % (name, rc))
-        return 1
+        return 1, None
+    measured["none"] = base_counters
     misses = 0
     verdict = a["verdict"]
     for r in sorted(base_counters):
@@ -128,6 +146,7 @@ def do_row(name, flags, outdir, build, env, lines):
             lines.append("| %s | %s | run failed (exit %d) | | | | |" % (name, c["setting"], rc))
             misses += 1
             continue
+        measured[c["setting"]] = counters
         for r in sorted(counters):
             pred = c["predicted_peak_bytes"][str(r)]
             meas = counters[r]["max_memory_allocated"]
@@ -137,7 +156,111 @@ def do_row(name, flags, outdir, build, env, lines):
                 name, c["setting"], r, pred, meas, pct(pred, meas), " MISS" if miss else "",
                 c["predicted_reserved_bytes"][str(r)], counters[r]["max_memory_reserved"]))
     lines.append("| %s | verdict | %s | | | | |" % (name, verdict["code"]))
-    return misses
+    return misses, a
+
+
+# ---- OOM rows: a capacity the baseline does not fit, where the choice matters ----
+
+def verdict_at(build, out, capacity, headroom):
+    """recomp-analyze --json --budget CAPACITY --headroom HEADROOM of OUT's run
+    (bytes): the verdict, or None."""
+    runs = glob.glob(os.path.join(out, "traces", "*"))
+    if len(runs) != 1:
+        return None
+    p = subprocess.run([os.path.join(build, "analyzer", "recomp-analyze"), "--json",
+                        "--budget", str(capacity), "--headroom", str(headroom), runs[0]],
+                       capture_output=True, text=True)
+    try:
+        return json.loads(p.stdout)["verdict"]
+    except (ValueError, KeyError):
+        return None
+
+
+def cost_order(verdict, measured):
+    """The baseline ("none") then every valid candidate that ran to the end at
+    80 GiB, cheapest replay first (the advisor's replay_cost_fraction)."""
+    cost = {c["setting"]: c["replay_cost_fraction"] for c in verdict["candidates"] if c["valid"]}
+    cost["none"] = 0.0
+    return sorted((s for s in measured if s in cost), key=lambda s: (cost[s], s))
+
+
+def choose_capacity(verdict, measured):
+    """(setting K, capacity in bytes) from the 80 GiB runs: a device size at
+    which K surely fits and every cheaper setting (the baseline included)
+    surely does not, K chosen for the widest such window relative to its
+    size. Surely fits: K's largest max_memory_reserved over the ranks plus
+    what lies outside PyTorch (the fake GPU's context) is below the capacity.
+    Surely does not: a cheaper setting's max_memory_allocated plus the same
+    is above it (the caching allocator frees its cache and retries before it
+    raises, so reserved bytes above the capacity alone do not mean an OOM).
+    The capacity is the middle of the window, rounded down to MiB. (None,
+    None) when no setting has such a window."""
+    outside = max(r["outside_pytorch_bytes"] for r in verdict["ranks"])
+    order = cost_order(verdict, measured)
+    res = {s: max(c["max_memory_reserved"] for c in measured[s].values()) + outside for s in order}
+    alloc = {s: max(c["max_memory_allocated"] for c in measured[s].values()) + outside
+             for s in order}
+    best = (0.0, None, None)
+    for k in range(1, len(order)):
+        low, high = res[order[k]], min(alloc[s] for s in order[:k])
+        if high > low and (high - low) / high > best[0]:
+            best = ((high - low) / high, order[k], (low + high) // 2 >> 20 << 20)
+    return best[1], best[2]
+
+
+def outcome(rc, counters):
+    """'fits', 'OOM (rank R: N bytes)' or 'failed (exit N)' of a run."""
+    ooms = [(r, c) for r, c in sorted(counters.items()) if c.get("exit_status") == 3]
+    if ooms:
+        return "OOM (rank %s)" % ", ".join("%d: %s bytes" % (r, c.get("oom_observer_bytes", "?"))
+                                            for r, c in ooms)
+    if rc == 0 and counters and all(c.get("exit_status") == 0 for c in counters.values()):
+        return "fits (max reserved %d)" % max(c["max_memory_reserved"] for c in counters.values())
+    return "failed (exit %d)" % rc
+
+
+def do_oom_row(name, flags, outdir, build, env, a, measured, lines):
+    """The row at a capacity its baseline does not fit (MOCK_CUDA_CAPACITY):
+    the advisor's verdict for that budget from the 80 GiB baseline trace
+    (headroom 0: the window is narrow and the fake GPU has no fragmentation
+    of its own), then the baseline, the recommended setting and every
+    cheaper valid setting executed at that capacity. Targets: the baseline
+    runs out of memory, the recommendation fits, no cheaper setting does.
+    Returns the number of targets missed."""
+    verdict = a["verdict"]
+    k, cap = choose_capacity(verdict, measured)
+    if k is None:
+        lines.append("| %s | - | no capacity separates a setting from every cheaper one | "
+                     "| | | |" % name)
+        return 1
+    v = verdict_at(build, os.path.join(outdir, name, "baseline"), cap, 0)
+    v2 = verdict_at(build, os.path.join(outdir, name, "baseline"), cap, 2 << 30)
+    chosen = next((c["setting"] for c in v["candidates"] if c.get("chosen")), None) if v else None
+    order = cost_order(verdict, measured)
+    runs = [("none", "baseline", "OOM")]
+    if chosen:
+        runs.append((chosen, "recommended", "fits"))
+        if chosen in order:
+            runs += [(s, "cheaper", "OOM") for s in order[1:order.index(chosen)]]
+    env = dict(env, MOCK_CUDA_CAPACITY=str(cap))
+    missed = 0
+    lines.append("| %s | %d | verdict (headroom 0) %s; with the default 2 GiB headroom %s; "
+                 "cheapest that fits at 80 GiB's measurements: %s | | | |"
+                 % (name, cap, v["code"] if v else "none", v2["code"] if v2 else "none", k))
+    for setting, role, want in runs:
+        out = os.path.join(outdir, name, "oom-" + setting.replace("[", "_").replace("]", "")
+                           .replace(",", "_"))
+        c = next((c for c in (v or verdict)["candidates"] if c["setting"] == setting), None)
+        rc, counters = run(out, flags + (setting_flags(c) if c else []), env)
+        got = outcome(rc, counters)
+        ok = got.startswith(want)
+        missed += not ok
+        pred = ("%d" % max(c["predicted_reserved_bytes"].values()) if c else
+                "%d measured at 80 GiB" % max(x["max_memory_reserved"]
+                                              for x in measured["none"].values()))
+        lines.append("| %s | %d | %s | %s | %s | %s | %s |" % (
+            name, cap, setting, role, pred, got, "ok" if ok else "MISS (want %s)" % want))
+    return missed
 
 
 def main():
@@ -145,14 +268,26 @@ def main():
     ap.add_argument("outdir")
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--markdown")
+    ap.add_argument("--no-oom", action="store_true",
+                    help="skip the OOM rows (MOCK_CUDA_CAPACITY below the baseline's need)")
     a = ap.parse_args()
     build = os.environ.get("RS_BUILD_DIR") or os.path.join(ROOT, "build")
     env = dict(os.environ)
     lines = ["| row | setting | rank | predicted allocated | measured allocated | error | "
              "reserved predicted / measured |", "|---|---|---|---|---|---|---|"]
+    oom = ["", "| row | capacity | setting | role | predicted reserved (max rank) | executed at "
+           "that capacity | target |", "|---|---|---|---|---|---|---|"]
     misses = 0
     for name in a.rows.split(","):
-        misses += do_row(name, ROWS[name].split() + COMMON, a.outdir, build, env, lines)
+        measured = {}
+        m, base = do_row(name, ROWS[name].split() + COMMON, a.outdir, build, env, lines,
+                         measured)
+        misses += m
+        if base is not None and not a.no_oom:
+            misses += do_oom_row(name, ROWS[name].split() + COMMON, a.outdir, build, env, base,
+                                 measured, oom)
+    if not a.no_oom:
+        lines += oom
     md = a.markdown or os.path.join(a.outdir, "megatron-core-matrix.md")
     with open(md, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -70,6 +70,8 @@ def flag_parser():
     a("--moe-token-dispatcher-type", choices=["allgather", "alltoall"], default="allgather")
     a("--moe-router-load-balancing-type", default="aux_loss")
     a("--moe-aux-loss-coeff", type=float, default=0.0)
+    # Multi-Latent Attention: refused (parse_flags), kept so the refusal names it
+    a("--multi-latent-attention", action="store_true")
     # parallelism
     a("--tensor-model-parallel-size", type=int, default=1)
     a("--pipeline-model-parallel-size", type=int, default=1)
@@ -117,6 +119,13 @@ def parse_flags(argv):
     if args.transformer_impl != "local":
         p.error("--transformer-impl %s: only --transformer-impl local is supported (Transformer "
                 "Engine does not load on the fake GPU)" % args.transformer_impl)
+    if args.multi_latent_attention:
+        p.error("--multi-latent-attention: megatron-core 0.19.2's MLASelfAttention "
+                "(transformer/multi_latent_attention.py) builds its core attention with "
+                "k_channels/v_channels, which the local spec's DotProductAttention does not "
+                "take (TypeError: DotProductAttention.__init__() got an unexpected keyword "
+                "argument 'k_channels' when instantiating MLASelfAttention); MLA needs "
+                "Transformer Engine's attention, which does not load on the fake GPU")
     if args.num_query_groups and not args.group_query_attention:
         p.error("--num-query-groups needs --group-query-attention (as in Megatron)")
     if args.recompute_method and args.recompute_granularity != "full":

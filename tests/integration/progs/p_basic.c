@@ -1,7 +1,7 @@
 /* p_basic: every allocation API once, with known sizes and stream values.
- * Device addresses are deterministic (mock: device d from
- * 0x7e0000000000 + d<<40, 512-aligned); host and managed pointers are
- * printed. */
+ * Device addresses are deterministic (mock: device 0 from 0x7e0000000000,
+ * device d >= 1 from (1 << 48) + (d << 40), 512-aligned); host and managed
+ * pointers are printed. */
 #include <stdint.h>
 #include <string.h>
 
