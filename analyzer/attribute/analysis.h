@@ -197,9 +197,15 @@ typedef struct am_opts {
     int peak_blocks;          /* 1: keep the live blocks (address, size) at each peak
                                * (am_peak.blocks; --peak-blocks), so that two views of
                                * one run can be compared block by block */
+    int replay_peaks;         /* 1: take the live set at each peak by replaying the
+                               * source (pass 2) instead of from pass 1's journals
+                               * (peak_journal.h); the two give identical results,
+                               * tests compare them */
 } am_opts;
 
-/* Analyse one source (two streaming passes). Fills *out (caller zeroes it);
+/* Analyse one source (one streaming pass; a second one, replaying the
+ * source to its peaks, only where keeping the live set at a peak during the
+ * first ran out of memory, or with replay_peaks). Fills *out (caller zeroes it);
  * returns 0, or -1 with a line naming file and offset in err. */
 int am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t errlen);
 

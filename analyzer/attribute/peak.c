@@ -6,13 +6,19 @@
  *           |  time, iteration, phase and the allocation that set it;
  *           |  OOM: live set grouped on the spot; retry vs fatal decided by
  *           |  the next allocation of the failing thread
- *   pass 2  rewind; replay the same (deterministic) timeline to each peak's
+ *           |  each peak keeps a journal of the entries live at it that
+ *           |  left the live set since (peak_journal.h), still attributed
+ *           |  as the timeline resolves them; at the end, the live set at
+ *           |  each peak = the entries live then allocated at or before it
+ *           |  + its journal; group by phase x boundary x layer
+ *   pass 2  only when a journal ran out of memory (or am_opts.replay_peaks):
+ *           rewind; replay the same (deterministic) timeline to each peak's
  *           ordinal; copy that live set; keep streaming until the TE
- *           nearest-range rule has resolved every copied entry; group by
- *           phase x boundary x layer
+ *           nearest-range rule has resolved every copied entry
  *
  * Memory: the live sets, per-iteration metadata, and at most a few copies
- * of the live set at a peak. Never the events.
+ * of the live set at a peak (the journals are bounded by them). Never the
+ * events.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -22,6 +28,7 @@
 
 #include "analysis.h"
 #include "live.h"
+#include "peak_journal.h"
 #include "timeline.h"
 #include "grow.h"
 
@@ -52,6 +59,13 @@ typedef struct sweep {
     /* pass 2 */
     snapshot snaps[2 * AM_NLEVELS];
     size_t nsnaps;
+    /* pass 1: per peak (peak[l] at 2l, iter_peak[l] at 2l+1) the entries
+     * live at it that left since, and the live set there built at the end */
+    peak_journal pj[2 * AM_NLEVELS];
+    int pj_failed;            /* out of memory in a journal: pass 2 replays */
+    live_ent *built[2 * AM_NLEVELS];
+    size_t nbuilt[2 * AM_NLEVELS];
+    uint64_t built_at[2 * AM_NLEVELS];
     int opt_decided;          /* pass 1: the first optimizer step was judged */
 } sweep;
 
@@ -333,6 +347,7 @@ static void
 update_peak(sweep *s, am_peak *p, int level, const am_event *ev, const am_attr *a)
 {
     p->known = 1;
+    pj_mark(&s->pj[2 * level + (p != &s->out->peak[level])], s->seq);
     p->bytes = s->counter[level];
     p->time_ns = ev->t_ns;
     p->iteration = s->tl.iteration;
@@ -427,6 +442,14 @@ on_resolve(void *ctx, const tl_pending *p, uint8_t boundary, uint8_t phase)
             if (phase != AM_PH_COUNT)
                 e->phase = phase;
         }
+        for (int k = 2 * l; s->pass == 1 && k < 2 * l + 2; k++) {
+            e = pj_get(&s->pj[k], p->space, p->addr);
+            if (e && e->seq == p->seq) {
+                e->boundary = boundary;
+                if (phase != AM_PH_COUNT)
+                    e->phase = phase;
+            }
+        }
     }
     for (size_t i = 0; i < s->nsnaps; i++) {
         snapshot *sn = &s->snaps[i];
@@ -469,6 +492,10 @@ decide_opt_init(sweep *s)
     r->opt_state_preexisting = 1;
     r->opt_init_iteration = -1;
     s->tl.opt_init_done = 1;
+    /* what a peak's journal kept is labelled as pass 2 would: the replay
+     * knows from its start that the step initialises nothing */
+    for (int k = 0; k < 2 * AM_NLEVELS; k++)
+        LIVE_FOREACH(&s->pj[k].gone, e) e->phase = demote(e->phase);
     for (int l = 0; l < AM_NLEVELS; l++)
         for (int k = 0; k < 2; k++) {
             am_peak *p = k ? &r->iter_peak[l] : &r->peak[l];
@@ -491,6 +518,18 @@ decide_opt_init(sweep *s)
         s->pending_oom->phase = demote(s->pending_oom->phase);
     if (s->tl.phase == AM_PH_optimizer_state_init)
         s->tl.phase = AM_PH_optimizer;
+}
+
+/* Entry e of level l left the live set (pass 1): each peak of that level
+ * it was live at keeps it (peak_journal.h). */
+static void
+journal_removed(sweep *s, int l, const live_ent *e)
+{
+    if (s->pass != 1)
+        return;
+    for (int k = 2 * l; k < 2 * l + 2; k++)
+        if (pj_removed(&s->pj[k], e) < 0)
+            s->pj_failed = 1;
 }
 
 /* An allocation: host memory is counted apart; device memory enters the
@@ -517,14 +556,19 @@ on_alloc(sweep *s, const am_event *ev)
         if (!(ev->levels & (1 << l)))
             continue;
         s->levels_seen |= 1 << l;
+        live_ent old;
         if (l == AM_L_DEVICE) {
-            live_ent old;
-            if (live_del(&s->live[l], ev->space, ev->addr, &old))
+            if (live_del(&s->live[l], ev->space, ev->addr, &old)) {
                 s->by_lib[old.lib] -= old.size;
+                journal_removed(s, l, &old);
+            }
             s->by_lib[ev->lib] += ev->size;
         }
-        if (live_put(&s->live[l], &e) < 0)
+        int put = live_put_old(&s->live[l], &e, &old);
+        if (put < 0)
             return -1;
+        if (put > 0)
+            journal_removed(s, l, &old);
         count_level(s, l, ev);
         check_peaks(s, l, ev, &a);
     }
@@ -548,6 +592,7 @@ on_free(sweep *s, const am_event *ev)
             found = 1;
             if (l == AM_L_DEVICE)
                 s->by_lib[old.lib] -= old.size;
+            journal_removed(s, l, &old);
         }
         count_level(s, l, ev);
     }
@@ -776,6 +821,20 @@ coverage(am_rank *r, const am_meta *m)
 #undef MEAN
 }
 
+/* End of pass 1 (before tl_end): the live set at each peak, from the live
+ * set now and the peak's journal. Out of memory: pass 2 replays instead. */
+static void
+build_snapshots(sweep *s)
+{
+    for (int k = 0; k < 2 * AM_NLEVELS && !s->pj_failed; k++) {
+        if (!s->pj[k].mark)
+            continue;
+        if (pj_build(&s->pj[k], &s->live[k / 2], &s->built[k], &s->nbuilt[k]) < 0)
+            s->pj_failed = 1;
+        s->built_at[k] = s->pj[k].mark;
+    }
+}
+
 /* Pass 1: the sweep over every event: levels, peaks, iterations, phases,
  * OOMs. Returns run_pass's result; *last_t is the last event's time. */
 static int
@@ -790,6 +849,9 @@ first_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     int rc = run_pass(s, err, errlen, last_t);
     if (s->tl.phase == AM_PH_optimizer_state_init)
         decide_opt_init(s);
+    /* before tl_end: pass 2 never sees the resolutions made at the end */
+    if (rc >= 0 && !s->pj_failed && !s->opts->replay_peaks)
+        build_snapshots(s);
     tl_end(&s->tl, *last_t);
     finish_oom(s, 1);
     out->nevents = s->seq;
@@ -954,6 +1016,25 @@ second_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     }
     if (!s->nsnaps)
         return 0;
+    int have = !s->pj_failed && !s->opts->replay_peaks;
+    for (size_t i = 0; i < s->nsnaps && have; i++) {
+        snapshot *sn = &s->snaps[i];
+        int k = 2 * sn->level + (sn->peak != &out->peak[sn->level]);
+        have = s->built[k] && s->built_at[k] == sn->event_index;
+    }
+    if (have) { /* pass 1 kept them: no replay */
+        for (size_t i = 0; i < s->nsnaps; i++) {
+            snapshot *sn = &s->snaps[i];
+            int k = 2 * sn->level + (sn->peak != &out->peak[sn->level]);
+            sn->ents = s->built[k];
+            sn->n = s->nbuilt[k];
+            sn->taken = 1;
+            s->built[k] = NULL;
+        }
+        for (size_t i = 0; i < s->nsnaps; i++)
+            group_snapshot(out, &s->snaps[i], s->opts->peak_blocks);
+        return 0;
+    }
     am_rank scratch;
     memset(&scratch, 0, sizeof scratch);
     scratch.layer_global = out->layer_global;
@@ -1000,6 +1081,8 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
     out->path = src->meta.path;
     out->rank = src->meta.rank;
     out->iter_selected = opts->iteration;
+    for (int k = 0; k < 2 * AM_NLEVELS; k++)
+        pj_init(&s.pj[k]);
     for (int l = 0; l < AM_NLEVELS; l++) {
         live_init(&s.live[l]);
         out->peak[l].iteration = -1;
@@ -1038,6 +1121,10 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
                 out->nunmatched_frees);
     for (size_t i = 0; i < s.nsnaps; i++)
         free(s.snaps[i].ents);
+    for (int k = 0; k < 2 * AM_NLEVELS; k++) {
+        free(s.built[k]);
+        pj_fini(&s.pj[k]);
+    }
     for (int l = 0; l < AM_NLEVELS; l++)
         live_fini(&s.live[l]);
     oom_free(s.pending_oom);

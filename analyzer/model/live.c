@@ -74,12 +74,20 @@ live_get(live_set *l, uint8_t space, uint64_t addr)
 int
 live_put(live_set *l, const live_ent *e)
 {
+    return live_put_old(l, e, NULL) < 0 ? -1 : 0;
+}
+
+int
+live_put_old(live_set *l, const live_ent *e, live_ent *replaced)
+{
     live_ent *old = live_get(l, e->space, e->addr);
     if (old) {
+        if (replaced)
+            *replaced = *old;
         l->bytes -= old->size;
         *old = *e;
         l->bytes += e->size;
-        return 0;
+        return 1;
     }
     if ((l->count + 1) * 4 >= l->cap * 3 && rehash(l, l->cap ? l->cap * 2 : 1024) < 0)
         return -1;

@@ -27,6 +27,10 @@ void live_fini(live_set *l);
 void live_clear(live_set *l);
 /* Insert (replacing an entry with the same key). 0 ok, -1 out of memory. */
 int live_put(live_set *l, const live_ent *e);
+/* live_put that also says what it replaced: 1 when an entry with the same
+ * key was replaced (copied into *replaced when not NULL), 0 when inserted,
+ * -1 out of memory. */
+int live_put_old(live_set *l, const live_ent *e, live_ent *replaced);
 /* The entry for key, or NULL. */
 live_ent *live_get(live_set *l, uint8_t space, uint64_t addr);
 /* Remove key; stores the removed entry in *out when not NULL. 1 removed. */

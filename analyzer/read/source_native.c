@@ -43,6 +43,7 @@ typedef struct mod_range {
 typedef struct native {
     rs_reader *r;
     rs_iter *it;
+    uint64_t start_ns;        /* the header's mono_start_ns */
     int mode;
     am_meta *meta;            /* coverage: WINDOW records update it */
     mod_range *mods;
@@ -83,7 +84,7 @@ lib_of(const native *n, uint64_t addr)
 static uint64_t
 rel(const native *n, uint64_t t)
 {
-    int64_t d = rs_reader_rel_ns(n->r, t);
+    int64_t d = (int64_t)(t - n->start_ns); /* rs_reader_rel_ns, kept at hand */
     return d < 0 ? 0 : (uint64_t)d;
 }
 
@@ -650,6 +651,7 @@ native_open(const char *path, am_source **out, char *err, size_t errlen)
         m->real_end_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
     m->device_capacity = h->device_capacity;
     n->mode = (int)h->mode;
+    n->start_ns = h->mono_start_ns;
     m->mode = rs_mode_name(h->mode) ? rs_mode_name(h->mode) : "unknown";
     m->closed = rs_reader_closed(n->r);
     n->meta = m;

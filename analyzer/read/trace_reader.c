@@ -211,6 +211,12 @@ typedef struct rd_def {
 typedef struct rd_defs {
     rd_def *v;
     size_t n, cap;
+    /* after sort_defs, when the keys are dense (ids a writer hands out in
+     * turn): by_id[key] = 1 + index in v of find_def's answer, 0 none, for
+     * key < nby_id; one load per lookup instead of a binary search (NVTX
+     * names are looked up on every push) */
+    uint32_t *by_id;
+    size_t nby_id;
 } rd_defs;
 
 typedef struct rd_meta {
@@ -355,7 +361,7 @@ check_frame(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx)
         rec_err(r, off, c, idx, kind, "record size %" PRIu32 " is not a multiple of 8", size);
         return NULL;
     }
-    uint32_t fixed = rs_kind_fixed_size(kind);
+    uint32_t fixed = kind < NELEM(k_kind_sizes) ? k_kind_sizes[kind] : 0;
     if (!fixed) {
         rec_err(r, off, c, idx, kind,
                 "unknown record kind %" PRIu32 " (format %u.%u knows kinds 1..%zu)", kind,
@@ -383,7 +389,8 @@ static int
 check_fields(rs_reader *r, const rd_chunk *c, uint64_t off, uint32_t idx,
              const rs_record_header *h)
 {
-    uint32_t kind = h->kind, size = h->size, fixed = rs_kind_fixed_size(kind);
+    uint32_t kind = h->kind, size = h->size;
+    uint32_t fixed = kind < NELEM(k_kind_sizes) ? k_kind_sizes[kind] : 0;
     const void *p = h;
     switch ((enum rs_record_kind)kind) {
     case RS_REC_ALLOC: {
@@ -640,12 +647,27 @@ sort_defs(rd_defs *d)
 {
     if (d->n > 1)
         am_sort(d->v, d->n, sizeof *d->v, cmp_def);
+    /* dense keys (at most 4 slots per definition): a direct index; else
+     * (or out of memory) find_def searches */
+    if (!d->n || d->v[d->n - 1].key >= 4 * (uint64_t)d->n + 256 || d->n >= UINT32_MAX)
+        return;
+    size_t n = (size_t)d->v[d->n - 1].key + 1;
+    free(d->by_id);
+    d->nby_id = 0;
+    d->by_id = calloc(n, sizeof *d->by_id);
+    if (!d->by_id)
+        return;
+    d->nby_id = n;
+    for (size_t i = 0; i < d->n; i++)
+        d->by_id[d->v[i].key] = (uint32_t)i + 1; /* sorted: the last one wins */
 }
 
 /* The last definition (in sort order) with `key`, or NULL. */
 static const rd_def *
 find_def(const rd_defs *d, uint64_t key)
 {
+    if (key < d->nby_id)
+        return d->by_id[key] ? &d->v[d->by_id[key] - 1] : NULL;
     size_t lo = 0, hi = d->n;   /* first index with v.key > key */
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -1206,11 +1228,17 @@ rs_reader_close(rs_reader *r)
     free(r->owned);
     free(r->chunks);
     free(r->strings.v);
+    free(r->strings.by_id);
     free(r->domains.v);
+    free(r->domains.by_id);
     free(r->threads.v);
+    free(r->threads.by_id);
     free(r->pthreads.v);
+    free(r->pthreads.by_id);
     free(r->pyframes.v);
+    free(r->pyframes.by_id);
     free(r->pystacks.v);
+    free(r->pystacks.by_id);
     free(r->modules);
     free(r->mod_by_lo);
     free(r->mod_maxhi);
@@ -1443,6 +1471,8 @@ typedef struct rd_stream {
     uint32_t pos;             /* byte position of the current record */
     uint32_t idx;             /* record index in the chunk */
     const rs_record_header *rec;
+    uint64_t t;               /* rec->t_ns, and the chunk's file index: the */
+    uint32_t cindex;          /* merge order's keys, kept at hand */
 } rd_stream;
 
 struct rs_iter {
@@ -1467,14 +1497,24 @@ cmp_order(const void *a, const void *b, void *ctx)
 }
 
 /* Load the stream's current record, moving to its next chunk when one is
- * used up. 1 = has a record, 0 = exhausted, -1 = error. */
+ * used up. 1 = has a record, 0 = exhausted. Every record within a kept
+ * chunk's used bytes was validated once, at open (load -> scan_chunk ->
+ * check_record), and those bytes never change (the mapping is read-only
+ * and a live writer only appends past `used`), so the walk only steps by
+ * each record's checked size (issue 19: validating each record again on
+ * every pass was a fifth of the analysis). */
 static int
 stream_load(rs_reader *r, rd_stream *s)
 {
     while (s->cur < s->nchunks) {
         const rd_chunk *c = &r->chunks[s->chunks[s->cur]];
-        if (s->pos < c->used)
-            return check_record(r, c, s->pos, s->idx, &s->rec) ? -1 : 1;
+        if (s->pos < c->used) {
+            s->rec = (const rs_record_header *)(const void *)(r->base + c->offset +
+                                                              sizeof(rs_chunk_header) + s->pos);
+            s->t = s->rec->t_ns;
+            s->cindex = c->index;
+            return 1;
+        }
         s->cur++;
         s->pos = 0;
         s->idx = 0;
@@ -1483,20 +1523,18 @@ stream_load(rs_reader *r, rd_stream *s)
     return 0;
 }
 
-static int
+static inline int
 stream_less(const rs_iter *it, size_t a, size_t b)
 {
     const rd_stream *x = &it->streams[a], *y = &it->streams[b];
-    if (x->rec->t_ns != y->rec->t_ns)
-        return x->rec->t_ns < y->rec->t_ns;
-    uint32_t xi = it->r->chunks[x->chunks[x->cur]].index;
-    uint32_t yi = it->r->chunks[y->chunks[y->cur]].index;
-    if (xi != yi)
-        return xi < yi;
+    if (x->t != y->t)
+        return x->t < y->t;
+    if (x->cindex != y->cindex)
+        return x->cindex < y->cindex;
     return x->pos < y->pos;
 }
 
-static void
+static inline void
 sift_down(rs_iter *it, size_t i)
 {
     for (;;) {

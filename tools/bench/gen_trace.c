@@ -10,7 +10,8 @@
  * Names are interned (STRING records). Chunks are sealed; the file is
  * closed. The very last record allocates one more buffer, larger than any
  * iteration's transient working set, so the device peak is the last record
- * of the trace (worst case for the replay pass, which reads up to the peak).
+ * of the trace (the worst case for a replay to the peak, which the analyzer
+ * falls back to when it cannot keep the live set at the peak in its sweep).
  * The generator tracks live bytes itself and exits 1 if that does not hold.
  * Prints the number of records written and the peak (bytes, time). */
 #include <inttypes.h>
@@ -205,7 +206,7 @@ main(int argc, char **argv)
         iter++;
     }
     /* The last record: a buffer 1 MiB above the largest transient working
-     * set seen, so the peak is here and the replay pass reads everything. */
+     * set seen, so the peak is here and a replay reads everything. */
     uint64_t last = g_max_live - g_live + (1u << 20);
     alloc(0, 0x900000000ull, last);
     if (g_max_t != g_t - 1) {

@@ -13,7 +13,8 @@ Sections: the shim per recorded event at 1, 8 and 64 threads; heaptrack on
 the same count of events (malloc/free, what it records); the analyzer
 against heaptrack_print at 10^6 and 10^7 events (10^5 and 10^6 with
 --quick); the Kineto and snapshot importers against Python and zcat;
-megasim's main job with and without the shim.
+megasim's main job with and without the shim. --only SECTION[,...] runs a
+subset (shim, heaptrack, analyzer, importers, job).
 """
 import os
 import re
@@ -27,6 +28,13 @@ import time
 
 BUILD, BENCH = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 QUICK = "--quick" in sys.argv
+# --only SECTION[,SECTION...]: run only these of shim, heaptrack, analyzer,
+# importers, job (heaptrack needs shim's figures, so it implies shim)
+ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
+
+
+def want(section):
+    return ONLY is None or section in ONLY or (section == "shim" and "heaptrack" in ONLY)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIM = os.path.join(BUILD, "shim", "librecompshim.so")
 ANALYZE = os.path.join(BUILD, "analyzer", "recomp-analyze")
@@ -326,11 +334,16 @@ def main():
           % (cpu_model(), os.cpu_count(), os.uname().release, open("/proc/loadavg").read().split()[0]))
     t0 = time.monotonic()
     try:
-        added = shim_section()
-        heaptrack_section(added)
-        analyzer_section()
-        importer_section()
-        job_section()
+        if want("shim"):
+            added = shim_section()
+        if want("heaptrack"):
+            heaptrack_section(added)
+        if want("analyzer"):
+            analyzer_section()
+        if want("importers"):
+            importer_section()
+        if want("job"):
+            job_section()
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
     print("all benchmarks: %.0f s wall" % (time.monotonic() - t0))
