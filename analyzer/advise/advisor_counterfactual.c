@@ -516,7 +516,10 @@ adv_foreign_bytes(const adv_trace *t, const adv_setting *s)
             for (uint32_t p = b; b != ADV_NONE && e != ADV_NONE && p < e && p < t->nops; p++) {
                 int32_t v = t->ops[p];
                 const adv_alloc *x = v > 0 ? &t->a[v - 1] : NULL;
-                if (x && x->inst < 0 && !x->bwd && x->phase == AM_PH_forward)
+                /* a Transformer Engine call's allocation (a layer's standalone
+                 * norm between its ranges) is Megatron's own code */
+                if (x && x->inst < 0 && !x->bwd && x->phase == AM_PH_forward &&
+                    x->te == ADV_T_NONE)
                     sum += x->size;
             }
             if (sum > most)
@@ -543,7 +546,8 @@ typedef struct sweep {
     const adv_trace *t;
     const cf *c;
     adv_cache_sim *sim;       /* caching allocator model, NULL when not asked for */
-    uint8_t *alive;           /* per allocation: 1 live, 2 discarded */
+    uint8_t *alive;           /* per allocation: 1 live, 2 discarded, 3 allocated at the
+                               * projected window's start (sweep_preallocate) */
     uint64_t live;            /* tensor bytes live now */
     uint64_t best;            /* peak of live plus the projection's bytes */
     uint64_t best_res;        /* peak of reserved plus the projection's bytes */
@@ -559,9 +563,21 @@ typedef struct sweep {
     size_t nxe, capxe;
 } sweep;
 
+static void sweep_alloc(sweep *w, uint32_t id, uint64_t size);
+
+/* x was made in the projected window of a truncated trace and outlives it
+ * (the persistent bytes the window's step created) */
+static int
+persistent_in_window(const sweep *w, const adv_alloc *x)
+{
+    return w->proj_persist && w->wb != ADV_NONE && x->a_pos >= w->wb && x->a_pos < w->we &&
+           (x->f_pos == ADV_NONE || x->f_pos >= w->we);
+}
+
 /* the projection window: the last complete iteration, or the last iteration
- * when no optimizer step happened; D: the persistent bytes it created (a
- * truncated trace) plus extra_state */
+ * when no optimizer step happened; D: the persistent bytes it created that a
+ * unit owns (a truncated trace; the others are allocated at its start) plus
+ * extra_state */
 static void
 sweep_window(sweep *w, uint64_t extra_state)
 {
@@ -580,6 +596,7 @@ sweep_window(sweep *w, uint64_t extra_state)
     w->proj_persist = t->trunc && t->last_complete_iter >= 0;
     if (proj_it < -1)
         return;
+    const cf *c = w->c;
     for (size_t i = 0; i < t->na; i++) {
         const adv_alloc *x = &t->a[i];
         if (x->iteration == proj_it && w->wb == ADV_NONE)
@@ -589,13 +606,34 @@ sweep_window(sweep *w, uint64_t extra_state)
     }
     if (w->we == ADV_NONE)
         w->we = (uint32_t)t->nops;
-    if (t->trunc && t->last_complete_iter >= 0)
+    /* the window's persistent bytes that no unit owns (the optimizer state
+     * its step created) are allocated at its start (sweep_preallocate), in the
+     * allocator model too: the state takes the room the cache holds then, as
+     * it did when the step made it, instead of being added on top of the
+     * reserved bytes (a construction transient's cached segments host it) */
+    if (w->proj_persist)
         for (size_t i = 0; i < t->na; i++) {
             const adv_alloc *x = &t->a[i];
-            if (x->a_pos >= w->wb && x->a_pos < w->we && (x->f_pos == ADV_NONE || x->f_pos >= w->we))
+            if (persistent_in_window(w, x) && c->owner[i] != ADV_NONE)
                 w->D += x->size;
         }
     w->D += extra_state;
+}
+
+/* the projected window's persistent bytes that no unit owns, allocated when
+ * the sweep reaches the window's start (marked 3: their own allocation op
+ * then only notes the peak) */
+static void
+sweep_preallocate(sweep *w)
+{
+    const adv_trace *t = w->t;
+    for (size_t i = 0; i < t->na; i++) {
+        const adv_alloc *x = &t->a[i];
+        if (persistent_in_window(w, x) && w->c->owner[i] == ADV_NONE && x->size) {
+            sweep_alloc(w, (uint32_t)i, x->size);
+            w->alive[i] = 3;
+        }
+    }
 }
 
 /* bytes the projection adds at op position p: the window's D less the part
@@ -784,8 +822,9 @@ sweep_oom_request(sweep *w, uint32_t p)
 }
 
 /* the recorded op at position p: an allocation becomes live (persistent bytes
- * of the projected window counted once: they are in D from its start), a free
- * frees it unless a discard already did */
+ * of the projected window counted once: allocated at its start, or in D from
+ * its start when a unit owns them), a free frees it unless a discard already
+ * did */
 static void
 sweep_op(sweep *w, uint32_t p)
 {
@@ -794,10 +833,12 @@ sweep_op(sweep *w, uint32_t p)
     uint32_t id = (uint32_t)(v > 0 ? v : -v) - 1;
     const adv_alloc *x = &t->a[id];
     if (v > 0) {
-        sweep_alloc(w, id, x->size);
+        /* 3: allocated at the window's start already (sweep_preallocate) */
+        if (w->alive[id] != 3)
+            sweep_alloc(w, id, x->size);
+        if (w->alive[id] != 3 && persistent_in_window(w, x))
+            w->dalloc += x->size; /* a unit's: in D from the window's start */
         w->alive[id] = 1;
-        if (w->proj_persist && p >= w->wb && p < w->we && (x->f_pos == ADV_NONE || x->f_pos >= w->we))
-            w->dalloc += x->size;
         note_peak(w, p, x->phase);
     } else if (w->alive[id] == 1) {
         sweep_free(w, id, x->size);
@@ -841,6 +882,8 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
             else if (replay_unit(&w, c.in[k].v, p) < 0)
                 goto out;
         }
+        if (p == w.wb && w.proj_persist)
+            sweep_preallocate(&w);
         if (t->oom && p == t->oom_pos && t->oom_request)
             sweep_oom_request(&w, p);
         if (p == t->nops)
@@ -1269,7 +1312,9 @@ undo_inst_cursor(const undo_st *st, int32_t inst, uint32_t *inst_bs)
  * range paths (the Megatron ranges the replay re-emits, x->ctxmask) repeat
  * unit x's forward ones after its pre part (a full group's own Megatron-range
  * part), searched from cursor (the instance's backward: its microbatch), then
- * from the start: its index in bal, (size_t)-1 none. */
+ * from the first backward allocation after the unit's forward region ends
+ * (x->key: its region end or discard point; a replay never precedes its
+ * forward): its index in bal, (size_t)-1 none. */
 static size_t
 undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
 {
@@ -1277,8 +1322,18 @@ undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
     const uint32_t *fm = x->f + x->npre;
     size_t nm = x->nf - x->npre;
     size_t found = (size_t)-1;
+    size_t after = 0, hi = st->nbal;
+    while (after < hi) {
+        size_t mid = (after + hi) / 2;
+        if (t->a[st->bal[mid]].a_pos < x->key)
+            after = mid + 1;
+        else
+            hi = mid;
+    }
+    if (cursor < after)
+        cursor = after;
     for (int pass = 0; pass < 2 && found == (size_t)-1 && nm; pass++) {
-        size_t from = pass ? 0 : cursor;
+        size_t from = pass ? after : cursor;
         for (size_t q = from; q + nm <= st->nbal; q++) {
             size_t z = 0;
             while (z < nm && !st->used[st->bal[q + z]] &&
@@ -1362,12 +1417,31 @@ undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs)
     return lo;
 }
 
+/* A unit of an instance whose backward the trace never reached (a fatal OOM
+ * cut it; nothing the instance made was freed on the backward thread) has no
+ * replay to match: another instance's backward allocations of the same sizes
+ * are not its twins. A discard-style unit's output would have stayed saved
+ * without recompute: it is kept to the trace's end (ext 2). 1 when x is
+ * such a unit. */
+static int
+undo_cut_keep(undo_st *st, const uundo *x)
+{
+    const adv_trace *t = st->t;
+    if (!t->trunc || (size_t)x->inst >= t->ninsts || st->c.bwd_start[x->inst] != ADV_NONE)
+        return 0;
+    if (x->discard && !x->re)
+        for (size_t q = 0; q < x->nf; q++)
+            st->ext[x->f[q]] = 2;
+    return 1;
+}
+
 /* Matches each unit (in replay order) to its replay among the backward
- * thread's allocations, counting the matched ones in *matched, and collects
+ * thread's allocations, counting the matched ones in *matched (units of an
+ * instance whose backward the trace never reached leave *units), and collects
  * the full groups' replays' own extra work (undo_extras). 0, -1 out of
  * memory. */
 static int
-undo_match(undo_st *st, int *matched)
+undo_match(undo_st *st, int *matched, int *units)
 {
     const adv_trace *t = st->t;
     size_t cursor = 0;
@@ -1379,6 +1453,10 @@ undo_match(undo_st *st, int *matched)
         if (x->inst != cur_inst) {
             cur_inst = x->inst;
             cursor = undo_inst_cursor(st, x->inst, &inst_bs);
+        }
+        if (undo_cut_keep(st, x)) {
+            (*units)--; /* nothing to match: its backward never ran */
+            continue;
         }
         size_t found = undo_find_run(st, x, cursor);
         if (found == (size_t)-1) {
@@ -1466,7 +1544,13 @@ undo_rewrite_ops(undo_st *st, adv_trace *o)
     }
     newpos[t->nops] = (uint32_t)np;
     o->nops = np;
-    /* an extended tensor whose twin was never freed stays alive */
+    /* an extended tensor whose twin was never freed stays alive, and so does
+     * a discarded output whose backward the trace never reached */
+    for (size_t y = 0; y < t->na; y++)
+        if (ext[y] == 2) {
+            o->a[y].f_pos = ADV_NONE;
+            o->a[y].fbwd = 0;
+        }
     for (size_t y = 0; y < t->na; y++)
         if (used[y] == 1 && twin[y] != ADV_NONE && ext[twin[y]] && t->a[y].f_pos == ADV_NONE) {
             o->a[twin[y]].f_pos = ADV_NONE;
@@ -1591,7 +1675,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     *units = (int)st.nu;
     /* their replays among the backward thread's allocations, then the trace
      * without them */
-    if (undo_backward_allocs(&st) < 0 || undo_match(&st, matched) < 0 ||
+    if (undo_backward_allocs(&st) < 0 || undo_match(&st, matched, units) < 0 ||
         undo_rewrite_ops(&st, o) < 0)
         goto out;
     undo_place_extras(&st, o);

@@ -447,8 +447,19 @@ on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
             for (int k = 0; k < 3; k++)
                 if (c->mla_in_sizes[k] && x->size == c->mla_in_sizes[k])
                     L->mla_up_b = x->a_pos + 1;
-        if (c->npend < 64)
-            c->pend[c->npend++] = id;
+        /* TE allocates just before its call: the pending allocations are the
+         * latest ones of this phase (model construction's parameters, made
+         * with no TE call after them, once filled the list, and the first
+         * forward's standalone norm took a parameter for its output: MLA's
+         * first layer began in construction, its embedding and norm counted
+         * as code of the job's own outside Megatron's ranges) */
+        if (c->npend && t->a[c->pend[c->npend - 1]].phase != x->phase)
+            c->npend = 0;
+        if (c->npend == 64) {
+            memmove(c->pend, c->pend + 1, 63 * sizeof c->pend[0]);
+            c->npend = 63;
+        }
+        c->pend[c->npend++] = id;
     } else if (th->role == AM_ROLE_BACKWARD) {
         x->ctx = stack_ctx(th);
     }

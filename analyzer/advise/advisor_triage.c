@@ -69,6 +69,21 @@ live_at(const adv_trace *t, uint32_t p)
     return live;
 }
 
+/* The most tensor bytes live at any op position before p of t's op stream
+ * (bytes; the recorded trace, no projection). */
+static uint64_t
+max_live_before(const adv_trace *t, uint32_t p)
+{
+    uint64_t live = 0, mx = 0;
+    for (uint32_t q = 0; q < p && q < t->nops; q++) {
+        int32_t o = t->ops[q];
+        live = o > 0 ? live + t->a[o - 1].size : live - t->a[-o - 1].size;
+        if (live > mx)
+            mx = live;
+    }
+    return mx;
+}
+
 /* The lever on optimizer state the first step left on the device when the
  * job already offloads optimizer state (--optimizer-cpu-offload, Megatron-
  * Core's HybridDeviceOptimizer, docs/megasim.md "Optimizer CPU offload"):
@@ -159,7 +174,12 @@ triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
         }
     }
     uint64_t budget = alloc_budget(v, i), peak = v->baseline[i];
-    if (state < ((uint64_t)256 << 20) || peak <= budget || peak - state > budget)
+    /* the state counts only against peaks after it was created: a peak over
+     * the budget before the step (model construction, the first iteration)
+     * is not one these bytes were live at, and removing them leaves it */
+    uint64_t before = max_live_before(t, lo + 1);
+    if (state < ((uint64_t)256 << 20) || peak <= budget || before > budget ||
+        peak - state > budget)
         return 0;
     uint64_t f0 = live_at(t, first_fwd[k]), f1 = live_at(t, hi);
     char lever[512];
@@ -190,6 +210,75 @@ triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
     set_bytes(v, "X:OPTIMIZER_STATE", state, fix);
     if (v->nfindings && strcmp(v->findings[v->nfindings - 1].code, "X:OPTIMIZER_STATE") == 0)
         snprintf(v->findings[v->nfindings - 1].lever, sizeof v->findings[0].lever, "%s", change);
+    return 1;
+}
+
+/* X:PARAM_STATE / init_transient: the recorded tensor-level peak lies in
+ * model construction (before the first forward allocation) and is over the
+ * budget left for allocations. The construction tensors live there and freed
+ * before the first forward are a transient (the parameters while DDP copies
+ * them into its contiguous buffers, a temporary of the job's own init), not
+ * state that stays; when the peak without them fits (the construction peak
+ * less them, and the highest peak after construction, the projection's
+ * included), they decide it. Neither optimizer state (made at the first
+ * step) nor activations are live there. Bytes: the transient; its fix: the
+ * peak less the peak without it. Returns 1 when a finding was added. */
+static int
+triage_init_transient(const adv_trace *t, adv_verdict *v, size_t i, int rank)
+{
+    uint32_t fwd0 = ADV_NONE;
+    for (size_t k = 0; k < t->na; k++)
+        if (!t->a[k].bwd && t->a[k].phase == AM_PH_forward &&
+            (fwd0 == ADV_NONE || t->a[k].a_pos < fwd0))
+            fwd0 = t->a[k].a_pos;
+    if (fwd0 == ADV_NONE)
+        return 0;
+    uint64_t live = 0, ipeak = 0, after = 0;
+    uint32_t at = ADV_NONE;
+    for (uint32_t p = 0; p < t->nops; p++) {
+        int32_t o = t->ops[p];
+        live = o > 0 ? live + t->a[o - 1].size : live - t->a[-o - 1].size;
+        if (p < fwd0 && live > ipeak) {
+            ipeak = live;
+            at = p + 1;
+        } else if (p >= fwd0 && live > after) {
+            after = live;
+        }
+    }
+    uint64_t budget = alloc_budget(v, i), peak = v->baseline[i];
+    if (at == ADV_NONE || ipeak <= budget || peak < ipeak)
+        return 0;
+    if (peak > ipeak && peak > after)
+        after = peak; /* the prediction's peak is after construction (projection) */
+    uint64_t tr = 0;
+    size_t n = 0;
+    for (size_t k = 0; k < t->na; k++) {
+        const adv_alloc *x = &t->a[k];
+        if (x->a_pos < at && x->f_pos != ADV_NONE && x->f_pos >= at && x->f_pos < fwd0) {
+            tr += x->size;
+            n++;
+        }
+    }
+    uint64_t without = ipeak - tr > after ? ipeak - tr : after;
+    if (tr < ((uint64_t)256 << 20) || without > budget)
+        return 0;
+    adv_finding_add(v, "X:PARAM_STATE", "init_transient", rank,
+                    "the tensor-level peak %s is in model construction, before the first "
+                    "forward: %s in %zu tensors made there are freed before the first forward "
+                    "(a transient: the parameters while DDP copies them into its contiguous "
+                    "buffers, or a temporary of the job's own init), next to %s of parameters, "
+                    "gradient buffers and optimizer main params that stay. The peak is over the "
+                    "%s left for allocations (the budget less the allocator cache) by %s and "
+                    "would fit without those bytes (%s; the highest peak after construction is "
+                    "%s). Optimizer state (made at the first step) and activations are not live "
+                    "there: recompute, bf16 moments and optimizer offload cannot help. Levers on "
+                    "these bytes: fewer parameters per rank during construction (more TP/PP, EP "
+                    "for experts, or sharded parameters: FSDP), which shrinks the transient with "
+                    "them; torch.cuda.empty_cache() after construction returns the segments it "
+                    "leaves cached (PyTorch reserved)",
+                    GB(ipeak), GB(tr), n, GB(ipeak - tr), GB(budget), GB(ipeak - budget),
+                    GB(without), GB(after));
+    set_bytes(v, "X:PARAM_STATE", tr, peak - without);
     return 1;
 }
 
@@ -1163,8 +1252,12 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
             primary |= 32;
         if (triage_loaded_state(t, v, i, r->rank))
             primary |= 8;
-        /* 4. optimizer / parameter state */
-        if (triage_optimizer_state(&k, v) || triage_state_growth(t, &v->cfg, v, i, r->rank))
+        /* 4. optimizer / parameter state: a construction transient first (the
+         * state is not live at a peak before the first step) */
+        if (triage_init_transient(t, v, i, r->rank))
+            primary |= 8;
+        else if (triage_optimizer_state(&k, v) ||
+                 triage_state_growth(t, &v->cfg, v, i, r->rank))
             primary |= 8;
         /* 5. retention: a trend over three or more iterations, else activation/
          * replay bytes alive into the next iteration */

@@ -986,6 +986,11 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
     if (strstr(prim->code, "NCCL"))
         return "leave NCCL a margin: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, fewer "
                "communicators or smaller NCCL buffers";
+    if (strcmp(prim->subtype, "init_transient") == 0)
+        return "fewer parameters per rank during model construction (more TP/PP, EP for "
+               "experts, or sharded parameters: FSDP); torch.cuda.empty_cache() after "
+               "construction returns what the transient leaves cached (recompute and "
+               "optimizer levers cannot help: the peak is before the first step)";
     if (strcmp(prim->subtype, "loaded_state") == 0)
         return "drop the loaded state dict's references after loading (del, gc.collect(), "
                "torch.cuda.empty_cache()) or load it to CPU";
