@@ -272,6 +272,19 @@ find_cand(const adv_verdict *v, const adv_setting *s)
     return NULL;
 }
 
+/* Bytes of optimizer state a checkpoint load made (Megatron's init_state_fn
+ * inside load_checkpoint: a resume creates the Adam moments before the first
+ * step, [M] in docs/sources.md) that stay live to the trace's end. */
+static uint64_t
+load_state(const adv_trace *t)
+{
+    uint64_t b = 0;
+    for (size_t k = 0; k < t->na; k++)
+        if (t->a[k].load == AM_PYLOAD_STATE && t->a[k].f_pos == ADV_NONE)
+            b += t->a[k].size;
+    return b;
+}
+
 /* evaluate and list a setting once; the listed candidate */
 static const adv_cand *
 try_setting(adv_verdict *v, const eval_ctx *e, const adv_setting *s)
@@ -597,6 +610,11 @@ run_build_traces(run_state *st)
                      "the trace ends in model construction (an OOM before iteration 0): the "
                      "optimizer state the first step creates is not predicted from an "
                      "unfinished construction and comes on top of every figure here");
+        else if (st->tensor && st->cfg->megatron && !t->optimizer_seen && load_state(t))
+            snprintf(v->next_wall, sizeof v->next_wall,
+                     "the optimizer state was made while loading the checkpoint (%s by its "
+                     "init_state_fn, in the recorded bytes): not predicted again",
+                     GB(load_state(t)));
         else if (st->tensor && st->cfg->megatron && !t->optimizer_seen)
             st->extra[i] = adv_predict_optimizer_state(st->cfg, t->init_bytes, v->next_wall,
                                                        sizeof v->next_wall);
@@ -965,7 +983,7 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
     if (strstr(prim->code, "CUDA_GRAPH")) {
         if (strcmp(cfg->cuda_graph_impl, "full_iteration") == 0)
             return "--cuda-graph-impl none (full_iteration graphs capture the whole step; "
-                   "--cuda-graph-modules does not apply to them)";
+                   "the graph-modules list does not apply to them)";
         return cfg->num_experts > 0 ? "narrow --cuda-graph-modules (drop moe_* first) or "
                                       "--cuda-graph-impl none"
                                     : "narrow --cuda-graph-modules (capture fewer modules) or "
@@ -982,8 +1000,15 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
         return "leave NCCL a margin: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, fewer "
                "communicators or smaller NCCL buffers";
     if (strcmp(prim->subtype, "loaded_state") == 0)
-        return "drop the loaded state dict's references after loading (del, gc.collect(), "
-               "torch.cuda.empty_cache()) or load it to CPU";
+        return cfg->megatron
+                   ? "load the checkpoint to CPU (map_location='cpu'), drop the loaded state "
+                     "dict's references before the first step (del, gc.collect(), "
+                     "torch.cuda.empty_cache()), or a distributed checkpoint format "
+                     "(--ckpt-format torch_dist)"
+                   : "load the checkpoint to CPU (map_location='cpu'), drop the loaded state "
+                     "dict's references before the first step (del, gc.collect(), "
+                     "torch.cuda.empty_cache()), or a distributed checkpoint "
+                     "(torch.distributed.checkpoint)";
     if (strstr(prim->code, "LOGITS"))
         return cfg->ce_fusion ? "BF16 logits or a chunked cross-entropy, more TP for the "
                                 "vocabulary-parallel logits, or fewer layers on the last "
