@@ -187,7 +187,8 @@ typedef struct adv_trace {
     uint8_t oom_load;         /* the failed request's AM_PYLOAD_* */
     int load_seen;            /* allocations made while loading a checkpoint were seen */
     int py_seen;              /* allocations with a Python stack were seen */
-    int optimizer_seen;
+    int optimizer_seen;       /* 1 an optimizer step was seen; 2 none, but a checkpoint
+                               * load made optimizer state that stays (init_state_fn) */
 } adv_trace;
 
 int adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t errlen);

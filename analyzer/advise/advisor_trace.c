@@ -731,9 +731,13 @@ trace_totals(adv_trace *t)
     }
     if (t->oom && t->oom_pos >= t->nops)
         t->oom_allocated = live;
-    for (size_t i = 0; i < t->na; i++)
+    for (size_t i = 0; i < t->na; i++) {
         if (t->a[i].phase == AM_PH_init && t->a[i].f_pos == ADV_NONE)
             t->init_bytes += t->a[i].size;
+        /* a resume's load made the Adam moments (Megatron's init_state_fn) */
+        if (!t->optimizer_seen && t->a[i].load == AM_PYLOAD_STATE && t->a[i].f_pos == ADV_NONE)
+            t->optimizer_seen = 2;
+    }
 }
 
 /* instances without a finished last layer end at their last op */

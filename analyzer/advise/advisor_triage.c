@@ -403,17 +403,23 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
  * at op position `at` are a loaded state dict or its copy. From the Python
  * frames (or a range) the trace shows: made inside `load_checkpoint` and not
  * by the optimizer-state initialisation the load calls (AM_PYLOAD_*; those
- * moments are optimizer state and stay). By behaviour, when the trace has no
- * such frames: made before the first forward (init) and freed within the
- * first recorded iteration (before `second`, the next iteration's first
- * forward allocation; later frees are the job's teardown). */
+ * moments are optimizer state and stay), and freed later or cut off by the
+ * trace's end (one kept to the end of a trace that went on is state the job
+ * keeps: an optimizer may keep loaded tensors as its own). By behaviour,
+ * when the trace has no such frames: made before the first forward (init)
+ * and freed within the first recorded iteration (before `second`, the next
+ * iteration's first forward allocation; later frees are the job's
+ * teardown). */
 static int
 is_loaded(const adv_trace *t, const adv_alloc *x, uint32_t at, uint32_t second)
 {
     if (x->a_pos >= at || (x->f_pos != ADV_NONE && x->f_pos < at))
         return 0;
+    /* made inside the load and never freed in a trace that went on: what
+     * the job keeps (an optimizer may take loaded tensors over as its state),
+     * not told from a copy left referenced: not counted */
     if (x->load)
-        return x->load == AM_PYLOAD_COPY;
+        return x->load == AM_PYLOAD_COPY && (x->f_pos != ADV_NONE || t->trunc);
     return !t->load_seen && !t->trunc && x->phase == AM_PH_init && x->f_pos != ADV_NONE &&
            second != ADV_NONE && x->f_pos < second;
 }
@@ -537,7 +543,9 @@ triage_loaded_state(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                  t->oom_load == AM_PYLOAD_COPY ? "the load" : "the optimizer state's "
                  "initialisation", GB(state));
     else if (kept == n && t->trunc && at == t->oom_pos)
-        snprintf(made, sizeof made, "still live when the OOM cut the trace");
+        snprintf(made, sizeof made, "still live when the OOM cut the trace (were they the "
+                 "optimizer's state taken over from the loaded dict, a later step would show "
+                 "them kept: the trace ends first)");
     else if (kept == n)
         snprintf(made, sizeof made, "never freed before the trace ends");
     else if (it < 0)
@@ -555,8 +563,10 @@ triage_loaded_state(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                     "Levers: load it to CPU (map_location='cpu'): peak %s; drop its references "
                     "before the first step (del, gc.collect(), torch.cuda.empty_cache()): peak "
                     "%s%s, each rank loading only its own shards%s",
-                    GB(tr), n + (in_load && t->oom_load == AM_PYLOAD_COPY), t->load_seen ? "made inside load_checkpoint (Python "
-                    "frames)" : "made before the first forward", made, GB(persist),
+                    GB(tr), n + (in_load && t->oom_load == AM_PYLOAD_COPY),
+                    t->load_seen ? "made inside load_checkpoint (Python frames)"
+                                 : "made before the first forward",
+                    made, GB(persist),
                     t->oom && at == t->oom_pos ? "OOM's predicted peak" : "peak", GB(peak),
                     GB(budget),
                     GB(peak - budget), GB(without), GB(freed), fmt,

@@ -272,19 +272,6 @@ find_cand(const adv_verdict *v, const adv_setting *s)
     return NULL;
 }
 
-/* Bytes of optimizer state a checkpoint load made (Megatron's init_state_fn
- * inside load_checkpoint: a resume creates the Adam moments before the first
- * step, [M] in docs/sources.md) that stay live to the trace's end. */
-static uint64_t
-load_state(const adv_trace *t)
-{
-    uint64_t b = 0;
-    for (size_t k = 0; k < t->na; k++)
-        if (t->a[k].load == AM_PYLOAD_STATE && t->a[k].f_pos == ADV_NONE)
-            b += t->a[k].size;
-    return b;
-}
-
 /* evaluate and list a setting once; the listed candidate */
 static const adv_cand *
 try_setting(adv_verdict *v, const eval_ctx *e, const adv_setting *s)
@@ -605,16 +592,15 @@ run_build_traces(run_state *st)
          * recorded, a lower bound (a public report: 117 GiB predicted for a
          * resume that peaked at 78.87 GiB) */
         int cut_in_init = r->oom && !r->oom->past_limit && r->oom->iteration < 0;
-        if (st->tensor && st->cfg->megatron && !t->optimizer_seen && cut_in_init)
+        if (st->tensor && st->cfg->megatron && t->optimizer_seen != 1 && cut_in_init)
             snprintf(v->next_wall, sizeof v->next_wall,
                      "the trace ends in model construction (an OOM before iteration 0): the "
                      "optimizer state the first step creates is not predicted from an "
                      "unfinished construction and comes on top of every figure here");
-        else if (st->tensor && st->cfg->megatron && !t->optimizer_seen && load_state(t))
+        else if (st->tensor && st->cfg->megatron && t->optimizer_seen == 2)
             snprintf(v->next_wall, sizeof v->next_wall,
-                     "the optimizer state was made while loading the checkpoint (%s by its "
-                     "init_state_fn, in the recorded bytes): not predicted again",
-                     GB(load_state(t)));
+                     "the optimizer state was made while loading the checkpoint (by its "
+                     "init_state_fn, in the recorded bytes): not predicted again");
         else if (st->tensor && st->cfg->megatron && !t->optimizer_seen)
             st->extra[i] = adv_predict_optimizer_state(st->cfg, t->init_bytes, v->next_wall,
                                                        sizeof v->next_wall);
