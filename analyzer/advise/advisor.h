@@ -108,6 +108,9 @@ typedef struct adv_alloc {
     uint8_t graph;            /* allocated inside a CUDA-graph capture window */
     uint8_t state;            /* forward state, not an activation (advisor_trace.c
                                * mark_forward_state): recompute does not remove it */
+    uint8_t load;             /* made while loading a checkpoint: AM_PYLOAD_COPY (the loaded
+                               * state dict, its copies), AM_PYLOAD_STATE (optimizer state the
+                               * load initialises); 0 not, or unknown (advisor_trace.c) */
     int32_t iteration;
 } adv_alloc;
 
@@ -181,7 +184,11 @@ typedef struct adv_trace {
     uint8_t oom_boundary;     /* am_boundary the failed request would have had */
     uint64_t oom_request, oom_allocated, oom_reserved, oom_device_live;
     uint64_t init_bytes;      /* tensor bytes allocated in init and alive at the end */
-    int optimizer_seen;
+    uint8_t oom_load;         /* the failed request's AM_PYLOAD_* */
+    int load_seen;            /* allocations made while loading a checkpoint were seen */
+    int py_seen;              /* allocations with a Python stack were seen */
+    int optimizer_seen;       /* 1 an optimizer step was seen; 2 none, but a checkpoint
+                               * load made optimizer state that stays (init_state_fn) */
 } adv_trace;
 
 int adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t errlen);

@@ -398,6 +398,25 @@ stack_ctx(const tl_thread *th)
     return ctx;
 }
 
+/* Checkpoint loading (AM_PYLOAD_*): the reader's verdict over the Python
+ * stack, else an NVTX range on the thread whose name ends in
+ * "load_checkpoint" (a job that wraps Megatron's load_checkpoint in a range,
+ * as it may wrap the save: docs/analysis.md). */
+static uint8_t
+load_kind(const am_event *ev, const tl_thread *th)
+{
+    static const char suffix[] = "load_checkpoint";
+    const size_t ls = sizeof suffix - 1;
+    if (ev->py_load)
+        return ev->py_load;
+    for (size_t i = 0; th && i < th->depth; i++) {
+        const tl_frame *f = &th->stack[i];
+        if (f->len >= ls && memcmp(f->name + f->len - ls, suffix, ls) == 0)
+            return AM_PYLOAD_COPY;
+    }
+    return AM_PYLOAD_NONE;
+}
+
 static int
 on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
 {
@@ -423,6 +442,9 @@ on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
     x->bwd = th->role == AM_ROLE_BACKWARD;
     x->iteration = c->tl.iteration;
     x->graph = c->capture > 0;
+    x->load = load_kind(ev, th);
+    t->load_seen |= x->load != 0;
+    t->py_seen |= ev->pystack != NULL;
     x->inst = -1;
     x->layer = -1;
     adv_layer *L = cur(c);
@@ -621,8 +643,10 @@ capture_event(build *b, const am_event *ev, tl_thread *th)
             c->reserved = ev->total_reserved;
         return on_free(c, ev, th);
     case AM_EV_OOM:
-        if (!c->t->oom && c->r->oom && ev->t_ns == c->r->oom->t_ns)
+        if (!c->t->oom && c->r->oom && ev->t_ns == c->r->oom->t_ns) {
             record_oom(b, ev);
+            c->t->oom_load = load_kind(ev, th);
+        }
         return 0;
     case AM_EV_GRAPH_BEGIN:
         c->capture++;
@@ -718,9 +742,13 @@ trace_totals(adv_trace *t)
     }
     if (t->oom && t->oom_pos >= t->nops)
         t->oom_allocated = live;
-    for (size_t i = 0; i < t->na; i++)
+    for (size_t i = 0; i < t->na; i++) {
         if (t->a[i].phase == AM_PH_init && t->a[i].f_pos == ADV_NONE)
             t->init_bytes += t->a[i].size;
+        /* a resume's load made the Adam moments (Megatron's init_state_fn) */
+        if (!t->optimizer_seen && t->a[i].load == AM_PYLOAD_STATE && t->a[i].f_pos == ADV_NONE)
+            t->optimizer_seen = 2;
+    }
 }
 
 /* instances without a finished last layer end at their last op */

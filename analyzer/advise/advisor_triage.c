@@ -488,103 +488,179 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
     return 1;
 }
 
-/* X:PARAM_STATE / loaded_state (issue 14 item 10): bytes allocated before
- * the first forward (init: model build, buffers, checkpoint loading) that
- * are live at the OOM / peak and freed within the first recorded iteration
- * (before the second one's first forward allocation; later frees are the
- * job's teardown) are not parameters, grads or optimizer state: a loaded
- * state dict (or its copy) still referenced. When the over-budget peak minus
- * them fits, they decide it; freeing them costs nothing. A trace cut short
- * by an OOM in the first iteration shows no such free: not recognised
- * there. Returns 1 when a finding was added. */
+/* X:PARAM_STATE / loaded_state (issue 14 items 2, 10): which tensors live
+ * at op position `at` are a loaded state dict or its copy. From the Python
+ * frames (or a range) the trace shows: made inside `load_checkpoint` and not
+ * by the optimizer-state initialisation the load calls (AM_PYLOAD_*; those
+ * moments are optimizer state and stay), and freed later or cut off by the
+ * trace's end (one kept to the end of a trace that went on is state the job
+ * keeps: an optimizer may keep loaded tensors as its own). By behaviour,
+ * when the trace has no such frames: made before the first forward (init)
+ * and freed within the first recorded iteration (before `second`, the next
+ * iteration's first forward allocation; later frees are the job's
+ * teardown). */
 static int
-triage_loaded_state(const adv_trace *t, adv_verdict *v, size_t i, int rank)
+is_loaded(const adv_trace *t, const adv_alloc *x, uint32_t at, uint32_t second)
 {
-    uint32_t at = peak_pos(t), second = ADV_NONE;
+    if (x->a_pos >= at || (x->f_pos != ADV_NONE && x->f_pos < at))
+        return 0;
+    /* made inside the load and never freed in a trace that went on: what
+     * the job keeps (an optimizer may take loaded tensors over as its state),
+     * not told from a copy left referenced: not counted */
+    if (x->load)
+        return x->load == AM_PYLOAD_COPY && (x->f_pos != ADV_NONE || t->trunc);
+    return !t->load_seen && !t->trunc && x->phase == AM_PH_init && x->f_pos != ADV_NONE &&
+           second != ADV_NONE && x->f_pos < second;
+}
+
+/* The recorded op stream replayed with the loaded tensors (drop[]) never on
+ * the device (*without: loaded to CPU) and dropped when the first forward
+ * starts (*freed: del after loading; fwd0 ADV_NONE: no forward recorded, the
+ * same as *without only when the load ended before the OOM). A fatal OOM's
+ * request (PyTorch's) enters both unless it was itself the loaded state's. */
+static void
+loaded_replay(const adv_trace *t, const uint8_t *drop, uint32_t fwd0, uint64_t *without,
+              uint64_t *freed)
+{
+    uint64_t live = 0, lf = 0, held = 0;
+    *without = *freed = 0;
+    for (uint32_t p = 0; p <= t->nops; p++) {
+        if (p == fwd0) {
+            lf -= held;
+            held = 0;
+        }
+        if (t->oom && p == t->oom_pos && t->oom_load != AM_PYLOAD_COPY &&
+            t->oom_lib == AM_LIB_PYTORCH) {
+            uint64_t r = t->oom_request;
+            *without = live + r > *without ? live + r : *without;
+            *freed = lf + r > *freed ? lf + r : *freed;
+        }
+        if (p == t->nops)
+            break;
+        int32_t o = t->ops[p];
+        uint32_t id = (uint32_t)(o > 0 ? o - 1 : -o - 1);
+        uint64_t sz = t->a[id].size;
+        if (drop[id]) {
+            if (o > 0 && p < fwd0) {
+                lf += sz;
+                held += sz;
+            }
+        } else {
+            live = o > 0 ? live + sz : live - sz;
+            lf = o > 0 ? lf + sz : lf - sz;
+        }
+        *without = live > *without ? live : *without;
+        *freed = lf > *freed ? lf : *freed;
+    }
+}
+
+/* X:PARAM_STATE / loaded_state: the loaded state (is_loaded) live at the
+ * OOM / peak, with the failed request when the load made it, is a state dict
+ * or its copy still referenced, not parameters, grads or optimizer state.
+ * A finding when it holds >= 256 MiB of an over-budget peak and either the
+ * OOM came inside the load (it is what failed) or the peak fits without it.
+ * The evidence gives its bytes, where the trace saw it made and freed, the
+ * state that stays, and the recorded peak replayed without it (loaded to
+ * CPU) and with it dropped when loading ends; the levers: load to CPU, drop
+ * the references before the first step, a distributed checkpoint format
+ * (each rank loads its own shards). The figures are lower bounds when an
+ * OOM cut the trace. Returns 1 when a finding was added. */
+static int
+triage_loaded_state(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, int rank)
+{
+    /* a library's failed request says nothing about PyTorch's bytes: judged at
+     * PyTorch's recorded tensor-level peak, as the parameter-state rule is */
+    uint32_t at = t->oom && t->oom_lib != AM_LIB_PYTORCH ? recorded_peak_pos(t) : peak_pos(t);
+    uint32_t second = ADV_NONE, fwd0 = ADV_NONE;
     if (at == ADV_NONE)
         return 0;
     int it0 = -1;
     for (size_t k = 0; k < t->na; k++)
         if (t->a[k].iteration >= 0 && (it0 < 0 || t->a[k].iteration < it0))
             it0 = t->a[k].iteration;
-    for (size_t k = 0; k < t->na && second == ADV_NONE; k++)
-        if (t->a[k].iteration > it0 && !t->a[k].bwd && t->a[k].phase == AM_PH_forward)
-            second = t->a[k].a_pos;
-    uint64_t tr = 0, persist = 0;
-    size_t n = 0;
-    uint32_t last_free = 0;
     for (size_t k = 0; k < t->na; k++) {
         const adv_alloc *x = &t->a[k];
-        if (x->phase != AM_PH_init || x->a_pos >= at || (x->f_pos != ADV_NONE && x->f_pos < at))
+        if (x->bwd || x->phase != AM_PH_forward)
             continue;
-        if (x->f_pos == ADV_NONE || x->f_pos >= second) {
-            persist += x->size;
-        } else {
-            tr += x->size;
-            n++;
-            if (x->f_pos > last_free)
-                last_free = x->f_pos;
-        }
+        if (fwd0 == ADV_NONE && x->iteration == it0)
+            fwd0 = x->a_pos;
+        if (second == ADV_NONE && x->iteration > it0)
+            second = x->a_pos;
     }
-    uint64_t budget = alloc_budget(v, i), peak = v->baseline[i];
-    if (t->trunc || second == ADV_NONE || tr < ((uint64_t)256 << 20) || peak <= budget ||
-        peak - tr > budget)
-        return 0;
-    /* the recorded peak with those tensors never allocated */
     uint8_t *drop = calloc(t->na ? t->na : 1, 1);
     if (!drop)
         return 0;
+    uint64_t tr = 0, persist = 0;
+    size_t n = 0, kept = 0;
+    uint32_t last_free = 0;
     for (size_t k = 0; k < t->na; k++) {
         const adv_alloc *x = &t->a[k];
-        drop[k] = x->phase == AM_PH_init && x->a_pos < at && x->f_pos != ADV_NONE &&
-                  x->f_pos >= at && x->f_pos < second;
-    }
-    /* without: never on the device (loaded to CPU); freed: dropped when the
-     * first forward starts (del after loading) */
-    uint32_t fwd0 = ADV_NONE;
-    for (size_t k = 0; k < t->na && fwd0 == ADV_NONE; k++)
-        if (t->a[k].iteration == it0 && !t->a[k].bwd && t->a[k].phase == AM_PH_forward)
-            fwd0 = t->a[k].a_pos;
-    uint64_t live = 0, without = 0, lf = 0, freed = 0, held = 0;
-    for (uint32_t p = 0; p < t->nops; p++) {
-        int32_t o = t->ops[p];
-        uint32_t id = (uint32_t)(o > 0 ? o - 1 : -o - 1);
-        if (p == fwd0) {
-            lf -= held;
-            held = 0;
+        if ((drop[k] = (uint8_t)is_loaded(t, x, at, second))) {
+            tr += x->size;
+            n++;
+            kept += x->f_pos == ADV_NONE;
+            if (x->f_pos != ADV_NONE && x->f_pos > last_free)
+                last_free = x->f_pos;
+        } else if (x->phase == AM_PH_init && x->a_pos < at &&
+                   (x->f_pos == ADV_NONE || x->f_pos >= at)) {
+            persist += x->size;
         }
-        if (drop[id]) {
-            if (o > 0 && p < fwd0) {
-                lf += t->a[id].size;
-                held += t->a[id].size;
-            }
-        } else {
-            live = o > 0 ? live + t->a[id].size : live - t->a[id].size;
-            lf = o > 0 ? lf + t->a[id].size : lf - t->a[id].size;
-        }
-        without = live > without ? live : without;
-        freed = lf > freed ? lf : freed;
     }
+    int it = -1; /* the iteration of the last free */
+    for (size_t k = 0; k < t->na && t->a[k].a_pos < last_free; k++)
+        it = t->a[k].iteration > it ? t->a[k].iteration : it;
+    /* the OOM came inside the load: the copy (its request counted) or the
+     * optimizer state the load initialises (made so far: state) failed */
+    int in_load = t->oom && at == t->oom_pos && t->oom_load != AM_PYLOAD_NONE;
+    uint64_t state = 0;
+    for (size_t k = 0; in_load && k < t->na; k++)
+        if (t->a[k].load == AM_PYLOAD_STATE && t->a[k].a_pos < at &&
+            (t->a[k].f_pos == ADV_NONE || t->a[k].f_pos >= at))
+            state += t->a[k].size;
+    if (in_load && t->oom_load == AM_PYLOAD_COPY)
+        tr += t->oom_request;
+    uint64_t without, freed, budget = alloc_budget(v, i), peak = v->baseline[i];
+    loaded_replay(t, drop, fwd0 != ADV_NONE && fwd0 < at ? fwd0 : ADV_NONE, &without, &freed);
     free(drop);
-    if (freed > budget)
+    if (tr < ((uint64_t)256 << 20) || peak <= budget || (!in_load && without > budget))
         return 0;
-    int it = -1;
-    for (size_t k = 0; k < t->na; k++)
-        if (t->a[k].a_pos < last_free && t->a[k].iteration > it)
-            it = t->a[k].iteration;
+    char made[256], fmt[96];
+    if (in_load)
+        snprintf(made, sizeof made, "live when the OOM came inside the load (its %s request "
+                 "made by %s; the optimizer state the load initialises, %s so far, would "
+                 "grow on: every figure is a lower bound)", GB(t->oom_request),
+                 t->oom_load == AM_PYLOAD_COPY ? "the load" : "the optimizer state's "
+                 "initialisation", GB(state));
+    else if (kept == n && t->trunc && at == t->oom_pos)
+        snprintf(made, sizeof made, "still live when the OOM cut the trace (were they the "
+                 "optimizer's state taken over from the loaded dict, a later step would show "
+                 "them kept: the trace ends first)");
+    else if (kept == n)
+        snprintf(made, sizeof made, "never freed before the trace ends");
+    else if (it < 0)
+        snprintf(made, sizeof made, "freed when loading ended, before the first forward: "
+                 "the load's one-off peak");
+    else
+        snprintf(made, sizeof made, "freed only in iteration %d", it);
+    snprintf(fmt, sizeof fmt, "%s", c->megatron ? "; a distributed checkpoint format "
+             "(--ckpt-format torch_dist)" : "; a distributed checkpoint (torch.distributed."
+             "checkpoint)");
     adv_finding_add(v, "X:PARAM_STATE", "loaded_state", rank,
-                    "%s in %zu tensors made before the first forward (model build / checkpoint "
-                    "loading) are still live at the %s and freed only later (in iteration %d): "
-                    "a loaded state dict or its copy still referenced, not parameters, grads or "
-                    "optimizer state (those hold %s and stay). The peak %s is over the %s left "
-                    "for allocations (the budget less the allocator cache) by %s and would fit "
-                    "without them. Drop the references when loading "
-                    "ends (del the state dict, gc.collect(), torch.cuda.empty_cache()): peak "
-                    "%s; or load it to CPU (map_location='cpu'): peak %s; both at no compute "
-                    "cost",
-                    GB(tr), n, t->oom ? "OOM" : "peak", it, GB(persist), GB(peak), GB(budget),
-                    GB(peak - budget), GB(freed), GB(without));
-    set_bytes(v, "X:PARAM_STATE", tr, peak - freed);
+                    "the loaded state: %s in %zu tensors %s, %s: a loaded state dict or its "
+                    "copy, not parameters, grads or optimizer state (the state the job keeps "
+                    "holds %s there). The %s %s is over the %s left for allocations by %s. "
+                    "Levers: load it to CPU (map_location='cpu'): peak %s; drop its references "
+                    "before the first step (del, gc.collect(), torch.cuda.empty_cache()): peak "
+                    "%s%s, each rank loading only its own shards%s",
+                    GB(tr), n + (in_load && t->oom_load == AM_PYLOAD_COPY),
+                    t->load_seen ? "made inside load_checkpoint (Python frames)"
+                                 : "made before the first forward",
+                    made, GB(persist),
+                    t->oom && at == t->oom_pos ? "OOM's predicted peak" : "peak", GB(peak),
+                    GB(budget),
+                    GB(peak - budget), GB(without), GB(freed), fmt,
+                    t->trunc && !in_load ? " (lower bounds: the OOM cut the trace)" : "");
+    set_bytes(v, "X:PARAM_STATE", tr, peak > without ? peak - without : 0);
     return 1;
 }
 
@@ -632,17 +708,21 @@ triage_graph_oom(const adv_trace *t, const am_rank *r, adv_verdict *v, size_t i)
                         GB(req), where, GB(free_np), GB(dres), GB(dal), GB(g), GB(ag));
         return 1;
     }
+    /* full_iteration graphs capture the whole step: no module list narrows them
+     * (issue 14 item 5) */
+    int whole = strcmp(v->cfg.cuda_graph_impl, "full_iteration") == 0;
     adv_finding_add(v, "X:CUDA_GRAPH_POOL", t->graph_capture_oom ? "oom_in_capture" : "pool_grew",
                     r->rank,
                     "PyTorch's request of %s failed %s: CUDA-graph private pools hold %s of "
                     "the %s device (%s of it allocated tensors), and the non-graph pools had "
                     "only %s free (%s reserved there, %s allocated), less than the request: the "
-                    "graph pools took the room, not fragmentation. Narrow the graph scope "
-                    "(--cuda-graph-modules: drop moe_* first), share pools / reuse static "
-                    "buffers, or turn graphs off as the baseline; full recompute needs "
+                    "graph pools took the room, not fragmentation. %s, share pools / reuse "
+                    "static buffers, or turn graphs off as the baseline; full recompute needs "
                     "full_iteration graphs",
                     GB(req), where, GB(g), GB(v->capacity[i]), GB(ag), GB(free_np), GB(dres),
-                    GB(dal));
+                    GB(dal), whole ? "The full_iteration graph captures the whole step "
+                    "(--cuda-graph-impl none turns it off)" : "Narrow the graph scope "
+                    "(--cuda-graph-modules: drop moe_* first)");
     return 1;
 }
 
@@ -873,10 +953,11 @@ triage_oom_cause(const triage_rank *k, adv_verdict *v)
 
 /* Step 4, optimizer / parameter state: at the OOM (else the recorded
  * tensor-level peak) the job is over its budget and the peak is in the
- * optimizer step, or activations are under 1% of the live bytes. Returns 1
- * when a finding was added. */
+ * optimizer step, or activations are under 1% of the live bytes; a loaded
+ * state dict's bytes there (`loaded`, from loaded_state) are left out of
+ * both. Returns 1 when a finding was added. */
 static int
-triage_optimizer_state(const triage_rank *k, adv_verdict *v)
+triage_optimizer_state(const triage_rank *k, adv_verdict *v, uint64_t loaded)
 {
     const adv_trace *t = k->t;
     const am_rank *r = k->r;
@@ -898,7 +979,9 @@ triage_optimizer_state(const triage_rank *k, adv_verdict *v)
             }
         }
     int in_opt = ph == AM_PH_optimizer || ph == AM_PH_optimizer_state_init;
-    int over = v->baseline[k->i] > k->budget;
+    /* a loaded state dict's bytes (loaded_state) are neither: judged without them */
+    all = all > loaded ? all - loaded : 0;
+    int over = v->baseline[k->i] > k->budget + loaded;
     if (!(over && all && (in_opt || act * 100 < all)))
         return 0;
     const char *code = ph == AM_PH_init ? "X:PARAM_STATE" : "X:OPTIMIZER_STATE";
@@ -908,9 +991,14 @@ triage_optimizer_state(const triage_rank *k, adv_verdict *v)
                     "larger domain (--use-distributed-optimizer, more DP), "
                     "lower-precision states (--use-precision-aware-optimizer "
                     "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), optimizer CPU "
-                    "offload, or more TP/PP",
+                    "offload, or more TP/PP%s",
                     oom ? "the OOM" : "the peak", am_phase_name(ph), GB(all), GB(act),
-                    all ? 100.0 * (double)act / (double)all : 0.0);
+                    all ? 100.0 * (double)act / (double)all : 0.0,
+                    ph == AM_PH_init && !t->py_seen
+                        ? ". The trace has no Python frames: a loaded checkpoint's state dict "
+                          "in these bytes could not be told from parameters (record with "
+                          "RECOMPSHIM_PYSTACK=1)"
+                        : "");
     return 1;
 }
 
@@ -1250,13 +1338,16 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
         /* 4a. the output layer's logits and the loss; a loaded state dict */
         if (triage_logits(t, &v->cfg, v, i, r->rank))
             primary |= 32;
-        if (triage_loaded_state(t, v, i, r->rank))
+        uint64_t loaded = 0;
+        if (triage_loaded_state(t, &v->cfg, v, i, r->rank)) {
             primary |= 8;
+            loaded = v->findings[v->nfindings - 1].bytes;
+        }
         /* 4. optimizer / parameter state: a construction transient first (the
          * state is not live at a peak before the first step) */
         if (triage_init_transient(t, v, i, r->rank))
             primary |= 8;
-        else if (triage_optimizer_state(&k, v) ||
+        else if (triage_optimizer_state(&k, v, loaded) ||
                  triage_state_growth(t, &v->cfg, v, i, r->rank))
             primary |= 8;
         /* 5. retention: a trend over three or more iterations, else activation/

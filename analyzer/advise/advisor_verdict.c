@@ -592,11 +592,15 @@ run_build_traces(run_state *st)
          * recorded, a lower bound (a public report: 117 GiB predicted for a
          * resume that peaked at 78.87 GiB) */
         int cut_in_init = r->oom && !r->oom->past_limit && r->oom->iteration < 0;
-        if (st->tensor && st->cfg->megatron && !t->optimizer_seen && cut_in_init)
+        if (st->tensor && st->cfg->megatron && t->optimizer_seen != 1 && cut_in_init)
             snprintf(v->next_wall, sizeof v->next_wall,
                      "the trace ends in model construction (an OOM before iteration 0): the "
                      "optimizer state the first step creates is not predicted from an "
                      "unfinished construction and comes on top of every figure here");
+        else if (st->tensor && st->cfg->megatron && t->optimizer_seen == 2)
+            snprintf(v->next_wall, sizeof v->next_wall,
+                     "the optimizer state was made while loading the checkpoint (by its "
+                     "init_state_fn, in the recorded bytes): not predicted again");
         else if (st->tensor && st->cfg->megatron && !t->optimizer_seen)
             st->extra[i] = adv_predict_optimizer_state(st->cfg, t->init_bytes, v->next_wall,
                                                        sizeof v->next_wall);
@@ -970,7 +974,7 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
     if (strstr(prim->code, "CUDA_GRAPH")) {
         if (strcmp(cfg->cuda_graph_impl, "full_iteration") == 0)
             return "--cuda-graph-impl none (full_iteration graphs capture the whole step; "
-                   "--cuda-graph-modules does not apply to them)";
+                   "the graph-modules list does not apply to them)";
         return cfg->num_experts > 0 ? "narrow --cuda-graph-modules (drop moe_* first) or "
                                       "--cuda-graph-impl none"
                                     : "narrow --cuda-graph-modules (capture fewer modules) or "
@@ -992,8 +996,15 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
                "construction returns what the transient leaves cached (recompute and "
                "optimizer levers cannot help: the peak is before the first step)";
     if (strcmp(prim->subtype, "loaded_state") == 0)
-        return "drop the loaded state dict's references after loading (del, gc.collect(), "
-               "torch.cuda.empty_cache()) or load it to CPU";
+        return cfg->megatron
+                   ? "load the checkpoint to CPU (map_location='cpu'), drop the loaded state "
+                     "dict's references before the first step (del, gc.collect(), "
+                     "torch.cuda.empty_cache()), or a distributed checkpoint format "
+                     "(--ckpt-format torch_dist)"
+                   : "load the checkpoint to CPU (map_location='cpu'), drop the loaded state "
+                     "dict's references before the first step (del, gc.collect(), "
+                     "torch.cuda.empty_cache()), or a distributed checkpoint "
+                     "(torch.distributed.checkpoint)";
     if (strstr(prim->code, "LOGITS"))
         return cfg->ce_fusion ? "BF16 logits or a chunked cross-entropy, more TP for the "
                                 "vocabulary-parallel logits, or fewer layers on the last "

@@ -131,7 +131,14 @@ typedef struct am_event {
      * code objects' first lines); NULL when unknown */
     const char *pystack;
     uint32_t pystack_len;
+    /* ALLOC/OOM: made while loading a checkpoint, from the whole Python
+     * stack (native traces): AM_PYLOAD_COPY inside `load_checkpoint`,
+     * AM_PYLOAD_STATE inside the optimizer-state initialisation the load
+     * calls; 0 otherwise or unknown */
+    uint8_t py_load;
 } am_event;
+
+enum { AM_PYLOAD_NONE = 0, AM_PYLOAD_COPY = 1, AM_PYLOAD_STATE = 2 };
 
 /* ---- per-source metadata ---- */
 

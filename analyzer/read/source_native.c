@@ -53,7 +53,7 @@ typedef struct native {
     const char **warnings;
     char *argbuf;
     am_symbolizer *sym;       /* created when the first frame is named */
-    struct py_text { char *site, *stack; } *py;  /* [PYSTACK id], formatted once */
+    struct py_text { char *site, *stack; uint8_t load; } *py; /* [PYSTACK id], formatted once */
     size_t npy;
 } native;
 
@@ -181,6 +181,42 @@ py_stack_text(const native *n, uint32_t id)
     return len ? strndup(buf, len) : NULL;
 }
 
+/* 1 when `name` (a code object's qualified name) is function `fn` or a
+ * method / nested function of that name ("Cls.fn", "outer.<locals>.fn") */
+static int
+py_name_is(const char *name, uint32_t len, const char *fn)
+{
+    size_t l = strlen(fn);
+    return len >= l && memcmp(name + len - l, fn, l) == 0 &&
+           (len == l || name[len - l - 1] == '.');
+}
+
+/* Checkpoint loading in Python stack `id`, over all its frames (not only
+ * the few the text keeps): AM_PYLOAD_STATE when a frame that initialises
+ * optimizer state for the load (Megatron-Core's `init_state_fn`, called by
+ * the optimizer's load_state_dict; Transformer Engine FusedAdam's
+ * `initialize_state`, which it calls with the precision-aware optimizer) is
+ * inside a `load_checkpoint` frame (megatron/training/checkpointing.py,
+ * [M] in docs/sources.md); AM_PYLOAD_COPY for other allocations inside
+ * `load_checkpoint` (the loaded state dict and its copies); else 0. */
+static uint8_t
+py_load_kind(const native *n, uint32_t id)
+{
+    uint32_t parent, frame;
+    int state = 0;
+    for (uint32_t s = id; s && rs_reader_pystack(n->r, s, &parent, &frame); s = parent) {
+        rs_pyframe_info f;
+        if (!rs_reader_pyframe(n->r, frame, &f))
+            continue;
+        if (py_name_is(f.name, f.name_len, "init_state_fn") ||
+            py_name_is(f.name, f.name_len, "initialize_state"))
+            state = 1;
+        if (py_name_is(f.name, f.name_len, "load_checkpoint"))
+            return state ? AM_PYLOAD_STATE : AM_PYLOAD_COPY;
+    }
+    return 0;
+}
+
 /* The allocation site of Python stack `id` (the innermost frame outside
  * PyTorch and installed packages, else the innermost) into ev->site, and
  * its frames into ev->pystack; both NULL when the stack is unknown. Cached
@@ -215,7 +251,9 @@ py_site(native *n, uint32_t id, am_event *ev)
             return;
         pt->site = py_site_text(&inner);
         pt->stack = py_stack_text(n, id);
+        pt->load = py_load_kind(n, id);
     }
+    ev->py_load = pt->load;
     if (pt->site) {
         ev->site = pt->site;
         ev->site_len = (uint32_t)strlen(pt->site);

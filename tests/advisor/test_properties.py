@@ -28,7 +28,28 @@ violations):
      recommended (R:<setting>) and nothing is said to fit; when the verdict is
      withheld, its change is a rerun with the valid setting of the lowest
      predicted reserved peak, and following it (invariant 4) records a whole
-     iteration.
+     iteration;
+  7. a loaded checkpoint is named, never blamed on parameters (issue 14
+     items 1 and 10, public-report replays: an OOM while loading a checkpoint
+     or with the loaded state dict still resident was X:PARAM_STATE "shard
+     the parameters"): in a job that resumes from a checkpoint, an
+     X:PARAM_STATE verdict names the loaded state and its levers; a job that
+     loads no checkpoint never gets a loaded_state finding;
+  8. several causes at once (issue 14 item 6): every X: finding states its
+     bytes; an X: verdict is one of the findings, and a finding with bytes that
+     alone covers the deficit is not passed over for one that does not;
+  9. optimizer state by what it does (item 7): at a tensor-level peak after
+     the first recorded iteration no group of 256 MiB or more is labelled
+     grad_sync (what the optimizer step allocates is optimizer state);
+  10. fragmentation or graph scope under CUDA graphs (item 8): a graph OOM's
+     finding states the request and the free bytes of the non-graph pools,
+     and its code follows them (request <= free: fragmentation, else graph
+     pools);
+  11. retention as a trend (item 9): a growth finding states the growth per
+     iteration and the projected iteration, and comes only from jobs that keep
+     bytes across iterations (megasim's leak and retain-replay switches);
+  12. X:LOGITS (item 10) only on a last pipeline stage, the one that holds
+     the output layer and the loss.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -186,6 +207,24 @@ SCENARIOS = [
     sc("MLA+MoE mla_up_proj on at 4.75 GiB", tm.MLA + ["--recompute-granularity", "selective",
                                                        "--recompute-modules", "mla_up_proj"],
        4.75),
+    # a resume (issue 14, public-report replays): the OOM inside the checkpoint
+    # load (the loaded copy live while init_state_fn makes the moments), and in
+    # the first forward with the loaded copy still resident on stage 0
+    sc("resume: OOM inside the load", ta.RESUME_JOB + ["--sim-only-ranks", "0"] + ta.PROFILE_ALL,
+       12, expect=("X:PARAM_STATE", "OOM came inside the load")),
+    sc("resume: OOM in the first forward, copy resident",
+       ta.RESUME_JOB + ["--sim-only-ranks", "0", "--sim-resume-resident-stages", "0"] +
+       ta.PROFILE_ALL, 13.5, expect=("X:PARAM_STATE", "still live when the OOM cut the trace")),
+    sc("resume: copy resident, fits", ta.RESUME_JOB + ["--sim-resume-resident-stages", "0"] +
+       ta.PROFILE_ALL, 16, expect=("X:PARAM_STATE", "freed only in iteration 0")),
+    # the advisor tests' triage scenarios (issue 14 items 6-10) as data: optimizer
+    # state (and its bf16 control), logits (and the fused-loss control), graph
+    # OOMs (fragmentation vs graph scope), a leak to the OOM (with fragmentation)
+    # and one that the job's end comes before
+    *[sc(x[0], x[1], x[2]) for x in ta.STATE_SCENARIOS if x[1] is not ta.MAINJOB and x[2]],
+    *[sc(x[0], x[1] + ta.PROFILE_ALL, x[2]) for x in ta.LOGITS_SCENARIOS],
+    *[sc(x[0], x[1] + ta.PROFILE_ALL, x[2]) for x in ta.GRAPH_SCENARIOS],
+    *[sc(x[0], x[1] + ta.PROFILE_ALL, x[2]) for x in ta.RETENTION_SCENARIOS[1:]],
     # OOM before iteration 0: the parameters' construction does not fit 8 GiB
     sc("OOM in init", ["--sim-preset", "llama3-8b", "--num-layers", "8", "--seq-length", "2048",
                        "--max-position-embeddings", "2048", "--global-batch-size", "1",
@@ -382,7 +421,7 @@ def inv5_advice(c):
         bad.append("the chosen candidate %s is invalid: %s" % (chosen[0]["setting"],
                                                                chosen[0]["reason"]))
     flags = c.scenario["flags"] if c.scenario else []
-    if "full_iteration" in flags and "--cuda-graph-modules" in change:
+    if "full_iteration" in flags and "--cuda-graph-modules" in change + v.get("why", ""):
         bad.append("--cuda-graph-modules with full_iteration graphs")
     moe = "--num-experts" in flags or any("moonlight" in f or "deepseek" in f for f in flags)
     if c.scenario and not moe and re.search(r"\bmoe|shared_experts", code + " " + change):
@@ -481,7 +520,7 @@ CAUSE_PHASES = {
 }
 
 
-def inv7_cause_live(c):
+def inv13_cause_live(c):
     """a finding that says the peak would fit without N bytes of its cause
     claims only bytes live at that peak: when the peak it blames is the rank's
     recorded tensor-level peak, the cause's phases hold at least N there (the
@@ -513,7 +552,7 @@ def inv7_cause_live(c):
     return bad
 
 
-def inv8_mla_norm_own(c):
+def inv14_mla_norm_own(c):
     """an MLA layer's standalone input norm (TENorm, before .self_attention
     is pushed) is the layer's own code: no full-recompute candidate of a
     megasim MLA job without a module of the job's own is "unverified" (the
@@ -528,13 +567,134 @@ def inv8_mla_norm_own(c):
             for k in c.v.get("candidates", []) if k.get("reason", "").startswith("unverified")]
 
 
+def inv7_loaded_state(c):
+    """a loaded checkpoint is named, never blamed on parameters; no loaded
+    state where no checkpoint was loaded"""
+    if not c.scenario:
+        return []
+    v, bad = c.v, []
+    loaded = [f for f in v.get("findings", []) if f.get("subtype") == "loaded_state"]
+    resume = "--sim-resume-optimizer" in c.scenario["flags"]
+    if not resume and loaded:
+        bad.append("no checkpoint was loaded, yet a loaded_state finding: %s" %
+                   loaded[0]["evidence"][:300])
+    if resume and v.get("code") == "X:PARAM_STATE":
+        if not v.get("why", "").startswith("the loaded state: "):
+            bad.append("a resumed job's X:PARAM_STATE does not name the loaded state: %s" %
+                       v.get("why", "")[:300])
+        if "map_location='cpu'" not in v.get("change", ""):
+            bad.append("the change does not name loading to CPU: %s" % v.get("change"))
+    for f in loaded:
+        m = re.match(r"the loaded state: (\S+ \S+) in", f["evidence"])
+        if not m:
+            bad.append("rank %d: the loaded state's bytes are not stated: %s" %
+                       (f["rank"], f["evidence"][:200]))
+    return bad
+
+
+BYTES = re.compile(r"(\d+(?:\.\d+)?) (B|KiB|MiB|GiB|TiB)\b")
+UNIT = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def nbytes(text):
+    """'1.50 GiB' -> bytes"""
+    m = BYTES.match(text)
+    return float(m.group(1)) * UNIT[m.group(2)] if m else None
+
+
+def inv8_causes(c):
+    """each X: finding states its bytes; an X: verdict is a listed finding"""
+    v, bad = c.v, []
+    xs = [f for f in v.get("findings", []) if f["code"].startswith("X:")]
+    for f in xs:
+        if not BYTES.search(f["evidence"]):
+            bad.append("rank %d: %s (%s) states no bytes: %s" % (f["rank"], f["code"],
+                                                                 f["subtype"], f["evidence"][:200]))
+    code = v.get("code", "")
+    if code.startswith("X:") and not any(f["code"] == code for f in xs):
+        bad.append("the verdict %s is none of the findings %s" % (code, [f["code"] for f in xs]))
+    return bad
+
+
+def inv9_optimizer_not_grad_sync(c):
+    """no grad_sync group of 256 MiB or more at a peak after the first iteration"""
+    bad = []
+    for r in c.doc.get("ranks", []):
+        pk, iters = r.get("peak"), r.get("iterations") or []
+        if not pk or not iters or pk.get("iteration") is None or \
+                pk["iteration"] <= iters[0]["iteration"]:
+            continue
+        gs = sum(x["bytes"] for x in pk.get("contributors", []) if x["phase"] == "grad_sync")
+        if gs >= 256 << 20:
+            bad.append("rank %d: %d bytes labelled grad_sync live at the peak of iteration %d "
+                       "(optimizer state?)" % (r["rank"], gs, pk["iteration"]))
+    return bad
+
+
+def inv10_graph_oom(c):
+    """a graph OOM's finding states request and free bytes; its code follows them"""
+    bad = []
+    for f in c.v.get("findings", []):
+        if f["subtype"] not in ("graph_default_pool", "pool_grew", "oom_in_capture"):
+            continue
+        req = re.search(r"request of (\S+ \S+) failed", f["evidence"])
+        free = re.search(r"(\S+ \S+) free \(", f["evidence"])
+        if not req or not free:
+            bad.append("rank %d: %s does not state the request and the free bytes: %s" %
+                       (f["rank"], f["subtype"], f["evidence"][:300]))
+            continue
+        fits = nbytes(req.group(1)) <= nbytes(free.group(1))
+        if fits != (f["subtype"] == "graph_default_pool"):
+            bad.append("rank %d: request %s, free %s, yet %s" % (f["rank"], req.group(1),
+                                                                 free.group(1), f["subtype"]))
+    return bad
+
+
+KEEPS = ("--sim-leak-mib", "--sim-retain-replay")
+
+
+def inv11_retention_trend(c):
+    """growth stated per iteration with its projected iteration; only where kept"""
+    bad = []
+    for f in c.v.get("findings", []):
+        if f["subtype"] != "growth":
+            continue
+        if not re.search(r"per iteration", f["evidence"]) or \
+                not re.search(r"iteration \d+", f["evidence"]):
+            bad.append("rank %d: growth without its rate or projected iteration: %s" %
+                       (f["rank"], f["evidence"][:300]))
+        if c.scenario and not any(k in c.scenario["flags"] for k in KEEPS):
+            bad.append("rank %d: retention growth in a job that keeps nothing across "
+                       "iterations: %s" % (f["rank"], f["evidence"][:300]))
+    return bad
+
+
+def inv12_logits_last_stage(c):
+    """X:LOGITS only on the last pipeline stage"""
+    bad = []
+    stage = {r["rank"]: r.get("pipeline") or {} for r in c.doc.get("ranks", [])}
+    for f in c.v.get("findings", []):
+        p = stage.get(f["rank"], {})
+        if f["code"] == "X:LOGITS" and p.get("stages") and p.get("stage") != p["stages"] - 1:
+            bad.append("rank %d (stage %s of %s): X:LOGITS off the last stage" %
+                       (f["rank"], p.get("stage"), p["stages"]))
+    return bad
+
+
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
               ("5 advice names only effective, valid, existing labels", inv5_advice),
               ("6 an OOM before the first step gives lower bounds only", inv6_cutoff),
-              ("7 a cause's bytes were live at the peak blamed on them", inv7_cause_live),
-              ("8 an MLA layer's own norm is not the job's code", inv8_mla_norm_own)]
+              ("7 a loaded checkpoint is named, never blamed on parameters", inv7_loaded_state),
+              ("8 several causes: each with its bytes, the primary among them", inv8_causes),
+              ("9 optimizer state is not grad_sync", inv9_optimizer_not_grad_sync),
+              ("10 graph OOM: fragmentation or graph scope from both figures", inv10_graph_oom),
+              ("11 retention growth: rate, projected iteration, only where kept",
+               inv11_retention_trend),
+              ("12 X:LOGITS only on the last pipeline stage", inv12_logits_last_stage),
+              ("13 a cause's bytes were live at the peak blamed on them", inv13_cause_live),
+              ("14 an MLA layer's own norm is not the job's code", inv14_mla_norm_own)]
 
 
 def diagnosis_run(v):

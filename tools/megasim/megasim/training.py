@@ -292,7 +292,12 @@ class Rank:
         Megatron's init_state_fn while loading, plus the loaded state dict's
         transient duplicate."""
         loaded = [Tensor(p.nbytes * 2, "loaded_state", "ckpt") for p in self.main_params]
-        self.init_optimizer_state()
+
+        def init_state_fn():
+            # Megatron-Core's name: the optimizer's load_state_dict calls the
+            # init_state_fn get_megatron_optimizer defines (docs/megasim.md)
+            self.init_optimizer_state()
+        init_state_fn()
         stages = self.args.sim_resume_resident_stages
         if stages and self.par.pp_rank in [int(x) for x in stages.split(",")]:
             self.loaded_resident = loaded      # fault: still referenced (train() frees it)
