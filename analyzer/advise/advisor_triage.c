@@ -1344,8 +1344,9 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
             loaded = v->findings[v->nfindings - 1].bytes;
         }
         /* 4. optimizer / parameter state: a construction transient first (the
-         * state is not live at a peak before the first step) */
-        if (triage_init_transient(t, v, i, r->rank))
+         * state is not live at a peak before the first step); bytes a loaded
+         * checkpoint made are that finding's, not a construction transient's */
+        if (!loaded && triage_init_transient(t, v, i, r->rank))
             primary |= 8;
         else if (triage_optimizer_state(&k, v, loaded) ||
                  triage_state_growth(t, &v->cfg, v, i, r->rank))

@@ -681,6 +681,18 @@ def inv12_logits_last_stage(c):
     return bad
 
 
+def inv15_one_owner(c):
+    """bytes have one cause: a rank's loaded checkpoint (loaded_state) is not
+    also a construction transient (init_transient) -- the merge of both rules
+    once claimed the same 5.60 GiB twice on nccl-starved's resume"""
+    seen = {}
+    for f in c.v.get("findings", []):
+        if f.get("subtype") in ("loaded_state", "init_transient"):
+            seen.setdefault(f["rank"], set()).add(f["subtype"])
+    return ["rank %d: both loaded_state and init_transient" % r for r, s in seen.items()
+            if len(s) == 2]
+
+
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
@@ -694,7 +706,9 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
                inv11_retention_trend),
               ("12 X:LOGITS only on the last pipeline stage", inv12_logits_last_stage),
               ("13 a cause's bytes were live at the peak blamed on them", inv13_cause_live),
-              ("14 an MLA layer's own norm is not the job's code", inv14_mla_norm_own)]
+              ("14 an MLA layer's own norm is not the job's code", inv14_mla_norm_own),
+              ("15 bytes have one cause: a loaded state is no construction transient",
+               inv15_one_owner)]
 
 
 def diagnosis_run(v):
