@@ -21,6 +21,7 @@
  * - allocated at that point is the cache that prediction carries.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,4 +285,59 @@ uint64_t
 adv_cache_reserved(const adv_cache_sim *s)
 {
     return s ? s->reserved : 0;
+}
+
+/* The device-level peak of iteration k of rank r (bytes), else its
+ * tensor-level peak when the device level was not recorded (0 unknown). */
+static uint64_t
+iter_peak(const am_rank *r, size_t k)
+{
+    const am_iteration *it = &r->iters[k];
+    return it->peak[AM_L_DEVICE] ? it->peak[AM_L_DEVICE] : it->peak[AM_L_TENSOR];
+}
+
+/* Whether the allocator's cache a prediction carries for rank r was seen at
+ * a steady state (docs/advisor.md "The allocator model", short history).
+ * The model replays the recorded stream, so its cache term is what that
+ * stream built; a trace that ends early (a fatal OOM, a trace not closed, a
+ * capped or windowed one) before two complete iterations, or while the
+ * device's memory still grew from the second-last complete iteration to the
+ * last (segments are still being added: the first optimizer step's state,
+ * the next iteration's fragmentation), has not shown the cache the job
+ * keeps, so the term is a lower bound. Complete iterations: those before the
+ * OOM's iteration; without an OOM, all but the last of a trace that was not
+ * closed or not wholly recorded. Returns 1 (short, *why says why in one
+ * clause) or 0 (a job that ran to its end, or a steady cache). */
+int
+adv_cache_history(const am_rank *r, char *why, size_t n)
+{
+    int closed = r->src ? r->src->meta.closed : 1;
+    int early = (r->oom && !r->oom->past_limit) || !closed || !r->coverage.complete;
+    if (!early)
+        return 0;
+    size_t done = 0;
+    for (size_t k = 0; k < r->niters; k++) {
+        if (r->oom && !r->oom->past_limit ? r->iters[k].number >= r->oom->iteration
+                                          : k + 1 == r->niters)
+            break;
+        done++;
+    }
+    const char *end = r->oom && !r->oom->past_limit ? "ends in an OOM"
+                      : !closed                      ? "ends without closing"
+                                                     : "is not wholly recorded";
+    if (done < 2) {
+        snprintf(why, n, "rank %d's trace %s after %zu complete iteration%s, before a "
+                         "steady state of the allocator's cache",
+                 r->rank, end, done, done == 1 ? "" : "s");
+        return 1;
+    }
+    uint64_t a = iter_peak(r, done - 2), b = iter_peak(r, done - 1);
+    if (b > a) {
+        snprintf(why, n, "rank %d's trace %s while its memory still grew (iteration %d "
+                         "peaked %.2f GiB, iteration %d %.2f GiB)",
+                 r->rank, end, r->iters[done - 2].number, (double)a / (1 << 30),
+                 r->iters[done - 1].number, (double)b / (1 << 30));
+        return 1;
+    }
+    return 0;
 }
