@@ -358,7 +358,9 @@ grow_tail(adv_cache_sim *s, int small, uint64_t r)
     for (int pass = 0; pass < 2; pass++) {
         uint32_t t = s->tail[small];
         uint64_t have = t != NIL && s->b[t].free ? s->b[t].size : 0;
-        uint64_t pg = xpage(small), bytes = (r - have + pg - 1) / pg * pg;
+        /* a free tail that holds r but was refused by max_split's rules is
+         * still the candidate PyTorch's expandable path maps nothing for */
+        uint64_t pg = xpage(small), bytes = have >= r ? 0 : (r - have + pg - 1) / pg * pg;
         if (!pass && s->limit && s->reserved + bytes > s->limit) {
             release_tails(s);
             continue;
