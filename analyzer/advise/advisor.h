@@ -57,6 +57,8 @@ typedef struct adv_cfg {
     int moe_layer_freq_k;     /* 1 every layer; k: every k-th */
     char moe_pattern[512];    /* 0/1 per layer when a list pattern was given */
     int alloc_expandable;     /* PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True */
+    char alloc_conf[256];     /* PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) as recorded,
+                               * "" none: the caching allocator model's settings */
     char unknown[512];        /* settings that matter and were not recorded */
     char flags_style;         /* 'c' CLI, 'y' config file, 'o' overrides */
     int optimizer_cpu_offload; /* --optimizer-cpu-offload (HybridDeviceOptimizer) */
@@ -270,6 +272,8 @@ typedef struct adv_verdict {
         uint8_t phase;        /* phase holding most of its bytes */
     } *hot;
     size_t nhot;
+    int cache_short;          /* ranks whose cache term is a lower bound (adv_cache_history) */
+    char cache_why[320];      /* the first such rank's reason */
 } adv_verdict;
 
 typedef struct adv_opts {
@@ -321,6 +325,14 @@ void adv_cache_alloc(adv_cache_sim *s, uint32_t id, uint64_t size);
 void adv_cache_free(adv_cache_sim *s, uint32_t id);
 uint64_t adv_cache_reserved(const adv_cache_sim *s);
 void adv_cache_del(adv_cache_sim *s);
+/* Apply the recorded allocator settings (cfg->alloc_conf: max_split_size_mb,
+ * expandable_segments) to a new model (advisor_cache.c). */
+void adv_cache_configure(adv_cache_sim *s, const adv_cfg *cfg);
+/* 1 when rank r's trace ended early (OOM, not closed, capped or windowed)
+ * before the allocator's cache was seen at a steady state: fewer than two
+ * complete iterations, or its memory still growing from one complete
+ * iteration to the next; *why (n bytes) says which (advisor_cache.c). */
+int adv_cache_history(const am_rank *r, char *why, size_t n);
 /* The setting the recorded configuration runs (selective labels or full). */
 void adv_setting_of_cfg(const adv_cfg *c, adv_setting *s);
 /* Undo the recorded recompute: match each active unit's forward allocations

@@ -667,6 +667,14 @@ adv_config_read(const am_meta *m, const char *extra_config, const char *trace_di
              strncmp(m->env[i], "PYTORCH_ALLOC_CONF=", 19) == 0) &&
             strstr(m->env[i], "expandable_segments:True"))
             c->alloc_expandable = 1;
+    /* the allocator model's settings: PyTorch reads PYTORCH_CUDA_ALLOC_CONF
+     * first, PYTORCH_ALLOC_CONF when it is unset */
+    for (int pass = 0; pass < 2 && !c->alloc_conf[0]; pass++)
+        for (size_t i = 0; i < m->nenv; i++) {
+            const char *k = pass ? "PYTORCH_ALLOC_CONF=" : "PYTORCH_CUDA_ALLOC_CONF=";
+            if (strncmp(m->env[i], k, strlen(k)) == 0)
+                snprintf(c->alloc_conf, sizeof c->alloc_conf, "%s", m->env[i] + strlen(k));
+        }
     derive(c, &s, m, gqa);
     /* what matters and is unknown */
     static const char *const need[] = {"num_layers", "hidden_size", "num_attention_heads",

@@ -857,6 +857,8 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
     memset(&w, 0, sizeof w);
     w.t = t;
     w.sim = reserved_out ? adv_cache_new(t->na + 1, limit) : NULL;
+    if (w.sim)
+        adv_cache_configure(w.sim, cfg);
     w.best_phase = AM_PH_other;
     cf c;
     memset(&c, 0, sizeof c);

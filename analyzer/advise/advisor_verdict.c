@@ -189,6 +189,23 @@ unverified_replay(const adv_verdict *v, const eval_ctx *e, const adv_setting *s,
              GB(most));
 }
 
+/* A fit on a rank whose trace ended before the allocator's cache was seen at
+ * a steady state (adv_cache_history) rests on a cache term that is a lower
+ * bound: the fit is unverified (marginal, recommended after every setting
+ * that fits clearly, with "confirm with a run"); one that fits only without
+ * the 2% error bound says so too and comes last. */
+static void
+unverified_cache(const adv_verdict *v, adv_cand *c)
+{
+    if (!v->cache_short || (c->effect != ADV_E_FITS && c->effect != ADV_E_MARGINAL) ||
+        !strncmp(c->reason, "unverified", 10))
+        return;
+    snprintf(c->reason, sizeof c->reason, "unverified cache (a lower bound)%s: %.170s",
+             c->effect == ADV_E_MARGINAL ? ", fits only without the 2% bound" : "",
+             v->cache_why);
+    c->effect = ADV_E_MARGINAL;
+}
+
 /* evaluate one setting on every rank: the current setting is the measured
  * trace; with recompute on, every other setting rewrites the trace without it.
  * It fits when its reserved peak (allocated + the cache its own timeline
@@ -244,6 +261,7 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
     else
         c->effect = ADV_E_INSUFFICIENT;
     unverified_replay(v, e, s, c);
+    unverified_cache(v, c);
     if (!c->reason[0]) {
         if (c->effect == ADV_E_FITS)
             snprintf(c->reason, sizeof c->reason, "every rank within its budget%s",
@@ -618,6 +636,9 @@ run_build_traces(run_state *st)
         v->cache[i] = v->reserved[i] - v->baseline[i];
         v->predicted[i] = v->baseline[i];
         v->pred_reserved[i] = v->reserved[i];
+        char cw[sizeof v->cache_why];
+        if (adv_cache_history(r, cw, sizeof cw) && !v->cache_short++)
+            snprintf(v->cache_why, sizeof v->cache_why, "%s", cw);
     }
     v->available = 1;
     return 0;
@@ -868,12 +889,22 @@ sweep_active_variants(run_state *st, const eval_ctx *ec, unsigned have)
     }
 }
 
-/* 0 fits, 1 fits only without the error bound (marginal), 2 does not fit */
+/* The order in which fitting candidates are recommended: 0 fits clearly, 1
+ * marginal by the 2% error bound, 2 unverified (a replay never recorded,
+ * unverified_replay; a cache term from a short history, unverified_cache), 3
+ * unverified and within the budget only without the error bound; 4 no fit. */
 static int
-fit_rank(int effect)
+choose_tier(const adv_cand *c)
 {
-    return effect == ADV_E_FITS ? 0 : effect == ADV_E_MARGINAL ? 1 : 2;
+    if (c->effect == ADV_E_FITS)
+        return 0;
+    if (c->effect != ADV_E_MARGINAL)
+        return 4;
+    if (strncmp(c->reason, "unverified", 10) != 0)
+        return 1;
+    return strstr(c->reason, "fits only without the 2% bound") ? 3 : 2;
 }
+
 
 /* the full-recompute family of one method: every n, one best member listed */
 static void
@@ -889,9 +920,9 @@ sweep_full_family(run_state *st, const eval_ctx *ec, int meth)
         if (st->t0 && same_setting(&s, &st->active))
             continue; /* listed as the current setting */
         evaluate(st->v, ec, &s, &c);
-        int rc = fit_rank(c.effect), rb = have_best ? fit_rank(best.effect) : 3;
-        int better = !have_best || rc < rb || (rc == rb && rc < 2 && c.cost < best.cost) ||
-                     (rc == rb && rc == 2 && c.max_peak < best.max_peak);
+        int rc = choose_tier(&c), rb = have_best ? choose_tier(&best) : 5;
+        int better = !have_best || rc < rb || (rc == rb && rc < 4 && c.cost < best.cost) ||
+                     (rc == rb && rc == 4 && c.max_peak < best.max_peak);
         if (better) {
             best = c;
             have_best = 1;
@@ -1175,7 +1206,12 @@ choose_candidate(run_state *st, const adv_cand *curc)
                  "the least replay cost (%.1f%% of the step, %s) among the settings that "
                  "fit every rank: predicted max peak %s against %s without it",
                  100 * c->cost, "FLOP model", GB(c->max_peak), GB(st->base_max));
-    if (c->effect == ADV_E_MARGINAL && !strncmp(c->reason, "unverified", 10))
+    if (c->effect == ADV_E_MARGINAL && !strncmp(c->reason, "unverified cache", 16))
+        why_add(v, "CACHE UNVERIFIED: %s, so the allocator's cache in every prediction here "
+                   "is a lower bound%s: confirm with a run before relying on it",
+                v->cache_why, choose_tier(c) == 3 ? " (and this setting fits only without the "
+                                                    "2% error bound)" : "");
+    else if (c->effect == ADV_E_MARGINAL && !strncmp(c->reason, "unverified", 10))
         why_add(v, "MARGINAL: no other setting fits; this one is %s: confirm with a run "
                    "before relying on it", c->reason);
     else if (c->effect == ADV_E_MARGINAL)
@@ -1199,11 +1235,9 @@ run_choose(run_state *st)
      * code never recorded: unverified_replay); each without an ineffective
      * label first */
     st->pick = -1;
-    for (int pass = 0; pass < 6 && st->pick < 0; pass++)
+    for (int pass = 0; pass < 8 && st->pick < 0; pass++)
         for (size_t k = 0; k < v->ncands; k++)
-            if (v->cands[k].valid &&
-                v->cands[k].effect == (pass < 2 ? ADV_E_FITS : ADV_E_MARGINAL) &&
-                (pass < 2 || (pass >= 4) == !strncmp(v->cands[k].reason, "unverified", 10)) &&
+            if (v->cands[k].valid && choose_tier(&v->cands[k]) == pass / 2 &&
                 (pass % 2 || !(v->cands[k].labels & st->ineff))) {
                 st->pick = (int)k;
                 break;
@@ -1374,6 +1408,14 @@ run_guards(run_state *st)
     coverage_guard(st);
     if (strncmp(v->code, "n/a", 3) != 0)
         cutoff_guard(st);
+    if (v->cache_short && !strcmp(v->code, "OK:FITS")) {
+        withhold(v, "CACHE UNVERIFIED: every rank's recorded peak is within its budget, but %s: "
+                    "the cache term is a lower bound, so no fit is claimed; record two or more "
+                    "complete iterations after the first optimizer step to confirm",
+                 v->cache_why);
+        snprintf(v->change, sizeof v->change, "none (record a steady-state iteration first)");
+        snprintf(v->config_diff, sizeof v->config_diff, "%s", v->change);
+    }
     for (size_t i = 0; i < v->nranks; i++)
         if (j->ranks[i].oom) {
             explain_oom(st, &j->ranks[i], i);

@@ -61,9 +61,11 @@ FULL = {"full[block,1]": ["--recompute-granularity", "full", "--recompute-method
 KNOWN = {}
 # reserved bytes (the allocator cache model along each candidate's own timeline,
 # advisor_cache.c) per model
-RESERVED_GAP = ("the allocator cache model (advisor_cache.c) predicts the reserved peaks of "
-                "moe and full-recompute candidates -3.8% to +6.6% off megasim's on these small "
-                "MoE models")
+RESERVED_GAP = ("the reserved peaks of moe and full-recompute candidates are +2.1% to +8.8% "
+                "above megasim's on these small MoE models: the allocator model replays the "
+                "recorded stream exactly, but the rewritten stream frees a checkpointed "
+                "region's internals at its exit, not where its no_grad forward frees them "
+                "(docs/advisor.md 'The allocator model')")
 KNOWN_RESERVED = {"moe": RESERVED_GAP, "mla": RESERVED_GAP}
 
 # model -> (flags, the labels Megatron allows on it)

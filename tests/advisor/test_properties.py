@@ -50,6 +50,11 @@ violations):
      bytes across iterations (megasim's leak and retain-replay switches);
   12. X:LOGITS (item 10) only on a last pipeline stage, the one that holds
      the output layer and the loss.
+  16. a trace that ended (OOM, not closed, capped) before the allocator's
+     cache was seen at a steady state (two complete iterations, the second
+     not above the first) gives cache terms that are lower bounds: no
+     predicted setting fits clearly, a recommendation is marginal and says
+     CACHE UNVERIFIED, never OK:FITS; a steady history is never flagged.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -693,6 +698,65 @@ def inv15_one_owner(c):
             if len(s) == 2]
 
 
+def short_history(r):
+    """the rank's trace ended early (a fatal OOM, not closed, not wholly
+    recorded) before the allocator's cache was seen at a steady state: fewer
+    than two complete iterations, or the memory still growing from the
+    second-last complete iteration to the last (device-level peaks, else
+    tensor-level); complete: before the OOM's iteration, else all but the
+    last iteration. Returns why, or None"""
+    o = r.get("oom")
+    fatal = o and not o.get("past_limit")
+    if not (fatal or r.get("closed") is False or
+            not r.get("coverage", {}).get("complete", True)):
+        return None
+    its = r.get("iterations") or []
+    if fatal:
+        done = [i for i in its if o.get("iteration") is not None and
+                i["iteration"] < o["iteration"]]
+    else:
+        done = its[:-1]
+    if len(done) < 2:
+        return "rank %d: %d complete iteration(s) before the trace ended" % (r["rank"], len(done))
+    pk = lambda i: (i.get("peak_bytes") or {}).get("device") or \
+        (i.get("peak_bytes") or {}).get("tensor") or 0
+    if pk(done[-1]) > pk(done[-2]):
+        return "rank %d: memory still growing (%d -> %d) when the trace ended" % (
+            r["rank"], pk(done[-2]), pk(done[-1]))
+    return None
+
+
+def inv16_cache_history(c):
+    """a trace that ended before a steady-state iteration of the allocator's
+    cache: every prediction's cache term is a lower bound, so no predicted
+    setting is said to fit clearly, the recommendation (if any) is marginal
+    and its why says CACHE UNVERIFIED, and the verdict is never OK:FITS; a
+    steady history is not flagged"""
+    short = [w for w in (short_history(r) for r in c.doc.get("ranks", [])) if w]
+    v, bad = c.v, []
+    why = v.get("why", "")
+    if not short:
+        if "CACHE UNVERIFIED" in why:
+            bad.append("no rank has a short history, yet the why says CACHE UNVERIFIED")
+        return bad
+    if v.get("code") == "OK:FITS":
+        bad.append("%s, yet the verdict is OK:FITS" % short[0])
+    for k in v.get("candidates", []):
+        if k.get("effect") == "fits":
+            bad.append("%s, yet %s is said to fit clearly (%s)" % (short[0], k["setting"],
+                                                                   k.get("reason")))
+    chosen = [k for k in v.get("candidates", []) if k.get("chosen")]
+    if re.match(r"R:(SELECTIVE|FULL)\[", v.get("code", "")):
+        if not chosen or chosen[0].get("effect") != "marginal" or \
+                "lower bound" not in chosen[0].get("reason", ""):
+            bad.append("%s, yet the recommended %s is not marginal with a lower-bound cache: %s"
+                       % (short[0], v["code"], chosen and chosen[0].get("reason")))
+        if "CACHE UNVERIFIED" not in why:
+            bad.append("%s, yet the why of %s does not say CACHE UNVERIFIED" % (short[0],
+                                                                               v["code"]))
+    return bad
+
+
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
@@ -708,7 +772,8 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("13 a cause's bytes were live at the peak blamed on them", inv13_cause_live),
               ("14 an MLA layer's own norm is not the job's code", inv14_mla_norm_own),
               ("15 bytes have one cause: a loaded state is no construction transient",
-               inv15_one_owner)]
+               inv15_one_owner),
+              ("16 a short history's cache term is a lower bound", inv16_cache_history)]
 
 
 def diagnosis_run(v):

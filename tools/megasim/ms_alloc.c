@@ -5,7 +5,9 @@
  *   round_size       < 512 -> 512, else a multiple of 512
  *   pools            <= 1 MiB small, else large (per default / private pool)
  *   segment size     small -> 2 MiB; < 10 MiB -> 20 MiB; else 2 MiB multiple
- *   get_free_block   best fit (smallest, then lowest address) in the pool;
+ *   get_free_block   best fit (smallest, then lowest address) in the pool
+ *                    (expandable segments: the free block at the mapped end
+ *                    only when no other block fits);
  *                    with max_split_size: no block >= max_split for a smaller
  *                    request, oversize requests take a block < size + 20 MiB
  *   should_split     small: remainder >= 512; large: size < max_split and
@@ -239,13 +241,26 @@ note_peaks(void)
         g_st.max_reserved = g_st.reserved;
 }
 
+#ifdef MS_HAVE_EXPANDABLE
+static int expandable_tail(const block *b, int small);
+#endif
+
 static block *
 get_free_block(int poolid, int small, uint64_t size)
 {
-    block *best = NULL;
+    block *best = NULL, *tail = NULL;
     for (block *b = g_pools[poolid].free_head[small]; b; b = b->fnext) {
         if (b->size < size)
             continue;
+#ifdef MS_HAVE_EXPANDABLE
+        /* get_free_block's expandable_size: the free block at the mapped end
+         * counts as the size it can grow to, so any other fitting block
+         * comes first */
+        if (expandable_tail(b, small)) {
+            tail = b;
+            continue;
+        }
+#endif
         if (size < g_max_split && b->size >= g_max_split)
             continue;
         if (size >= g_max_split && b->size >= size + K_LARGE_BUF)
@@ -253,6 +268,9 @@ get_free_block(int poolid, int small, uint64_t size)
         if (!best || b->size < best->size || (b->size == best->size && b->ptr < best->ptr))
             best = b;
     }
+    if (!best && tail && !(size < g_max_split && tail->size >= g_max_split) &&
+        !(size >= g_max_split && tail->size >= size + K_LARGE_BUF))
+        best = tail;
     return best;
 }
 
@@ -392,6 +410,12 @@ expandable_init(void)
         x->handles = calloc(x->va_size / x->page + 1, sizeof *x->handles);
     }
     return 0;
+}
+
+static int
+expandable_tail(const block *b, int small)
+{
+    return g_inited == MS_MODE_EXPANDABLE && b == g_xseg[small].tail;
 }
 
 /* maps `pages` more pages at the end of segment sm; 0 ok */
