@@ -298,9 +298,16 @@ am_pysyn_sync(am_pysyn *s, const am_event *ev, const uint16_t *rows, size_t n, a
         if (t->n)
             t->ent[t->n - 1].last_child = e->name;
     }
+    /* a frame whose region the trace's own range already marks is not made
+     * again, nor are the frames around it: they were entered before that
+     * range opened, and a range made now would land inside it */
+    size_t inner_real = k;
+    for (size_t i = k; i < nw; i++)
+        if (real_open(t, want[i].rule))
+            inner_real = i + 1;
     for (size_t i = k; i < nw; i++) {
         syn_ent e = want[i];
-        e.emitted = !real_open(t, e.rule);
+        e.emitted = i >= inner_real && !real_open(t, e.rule);
         e.last_child = NULL;
         t->ent[t->n++] = e;
         if (e.emitted && (size_t)no < cap)
