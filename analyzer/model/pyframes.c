@@ -264,8 +264,8 @@ gap_of(const am_pysyn *s, const char *scope, const char *after, int16_t *rule)
 }
 
 int
-am_pysyn_sync(am_pysyn *s, const am_event *ev, const uint16_t *rows, size_t n, am_event *out,
-              size_t cap)
+am_pysyn_sync(am_pysyn *s, const am_event *ev, const uint16_t *rows, size_t n, int grow_only,
+              am_event *out, size_t cap)
 {
     syn_thread *t = thread_of(s, ev->tid);
     if (!t)
@@ -290,6 +290,8 @@ am_pysyn_sync(am_pysyn *s, const am_event *ev, const uint16_t *rows, size_t n, a
                 want[nw++] = (syn_ent){g, rule, 0, 1, NULL};
         }
     }
+    if (grow_only && t->n > k)
+        return 0;
     int no = 0;
     while (t->n > k) {
         syn_ent *e = &t->ent[--t->n];

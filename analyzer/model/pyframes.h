@@ -52,8 +52,11 @@ int am_pysyn_note(am_pysyn *s, const am_event *ev);
  * from am_pyframes_map; n = 0: no Megatron frame, e.g. C++ autograd) just
  * before event ev: writes the pops and pushes, in order, stamped with ev's
  * time and thread, to out (at most cap; 2 * AM_PYF_MAX + 2 always suffice)
- * and returns how many; -1 out of memory. Names point to static storage. */
-int am_pysyn_sync(am_pysyn *s, const am_event *ev, const uint16_t *rows, size_t n, am_event *out,
-                  size_t cap);
+ * and returns how many; -1 out of memory. Names point to static storage.
+ * grow_only (a tensor free): only pushes, else nothing -- the frees a
+ * function's locals make as its frame is torn down come after its return
+ * and belong to it, as they do to the Megatron range around its call. */
+int am_pysyn_sync(am_pysyn *s, const am_event *ev, const uint16_t *rows, size_t n, int grow_only,
+                  am_event *out, size_t cap);
 
 #endif

@@ -514,7 +514,8 @@ py_ranges(native *n, am_event *ev)
     const struct py_rows *pr = py_rows_of(n, n->cur_stack);
     if (!pr)
         return -1;
-    int k = am_pysyn_sync(n->syn, ev, pr->row, pr->n, n->q, sizeof n->q / sizeof *n->q - 1);
+    int k = am_pysyn_sync(n->syn, ev, pr->row, pr->n, ev->kind == AM_EV_FREE, n->q,
+                          sizeof n->q / sizeof *n->q - 1);
     if (k < 0)
         return -1;
     if (k > 0) {
