@@ -8,10 +8,10 @@ set -euo pipefail
 venv="${1:?usage: install-memray.sh VENV PYTHON}"
 py="${2:?usage: install-memray.sh VENV PYTHON}"
 req="$(cd "$(dirname "$0")" && pwd)/memray-requirements.txt"
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import memray" 2>/dev/null; then
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import memray, memray.reporters.module_tools" 2>/dev/null; then
     exit 0
 fi
 "$py" -m venv "$venv" || exit 2
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
     --only-binary :all: -r "$req" || exit 2
-"$venv/bin/python" -c "import memray; memray.Tracker" || exit 2
+"$venv/bin/python" -c "import memray, memray.reporters.module_tools; memray.Tracker" || exit 2
