@@ -24,6 +24,7 @@
 
 #include "advisor.h"
 #include "live.h"
+#include "pyframes.h"
 #include "timeline.h"
 
 static int
@@ -310,8 +311,16 @@ on_pop(cap *c, tl_thread *th, uint32_t domain)
     int reg = region_of(f->name, f->len);
     adv_layer *L = cur(c);
     adv_trace *t = c->t;
-    if (te_class(f->name, f->len) == ADV_T_NONE)
-        c->pre_b = (uint32_t)t->nops; /* a layer's own code starts after the last range */
+    /* a layer's own code starts after the last range; a range made from a
+     * Python frame inside a layer's frame range (model/pyframes.h: the
+     * input norm in TransformerLayer._forward_attention) is the layer's own
+     * code, as it is without frames */
+    int in_layer = 0;
+    if (f->domain_id == AM_PYF_DOMAIN_ID)
+        for (size_t k = 0; k + 1 < i; k++)
+            in_layer |= (th->stack[k].m.flags & AM_CF_LAYER) != 0;
+    if (te_class(f->name, f->len) == ADV_T_NONE && !in_layer)
+        c->pre_b = (uint32_t)t->nops;
     switch (reg) {
     case R_ATTN:
         if (c->depth_attn)

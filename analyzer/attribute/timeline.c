@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "grow.h"
+#include "pyframes.h"
 
 static int
 grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -380,6 +381,12 @@ apply_signal(tl *t, uint8_t role, am_cat_match m, const am_event *ev)
     case AM_SIG_SAVE:
         set_phase(t, AM_PH_checkpoint_save);
         break;
+    case AM_SIG_GSYNC:
+        /* finalize_model_grads (a Python frame): the collectives it runs
+         * would say the same, later */
+        if (role == AM_ROLE_MAIN && (t->phase == AM_PH_backward || t->phase == AM_PH_other))
+            set_phase(t, AM_PH_grad_sync);
+        break;
     case AM_SIG_NONE:
     case AM_SIG_PIPE:
     case AM_SIG_P2P:
@@ -427,8 +434,19 @@ push(tl *t, tl_thread *th, const am_event *ev)
         return -1;
     const tl_frame *parent = th->depth ? &th->stack[th->depth - 1] : NULL;
     tl_frame f = {ev->name, ev->name_len, ev->domain_id, m, m.boundary, 0, 0, 0};
-    if (f.boundary == AM_BD_INHERIT)
+    if (f.boundary == AM_BD_INHERIT && ev->domain_id != AM_PYF_DOMAIN_ID && !(m.flags & AM_CF_NVTE)) {
+        /* a range of the trace's own inherits from its own kind: a range made
+         * from a Python frame closes only at the thread's next allocation
+         * (model/pyframes.h), so it may be stale when this one opens */
+        f.boundary = AM_BD_INHERIT;
+        for (size_t k = th->depth; k > 0; k--)
+            if (th->stack[k - 1].domain_id != AM_PYF_DOMAIN_ID) {
+                f.boundary = th->stack[k - 1].boundary;
+                break;
+            }
+    } else if (f.boundary == AM_BD_INHERIT) {
         f.boundary = frame_role_boundary(th);
+    }
     f.replay = (m.signal == AM_SIG_FWD && th->role == AM_ROLE_BACKWARD) ||
                (parent && parent->replay);
     f.eval = m.signal == AM_SIG_EVAL || (parent && parent->eval);
@@ -453,6 +471,15 @@ push(tl *t, tl_thread *th, const am_event *ev)
         f.call_id = ++t->next_call;
         th->module_call = f.call_id;
     }
+    /* a layer starts once: a layer range inside another (the one made from
+     * TransformerLayer._forward_attention's frame around Megatron's own
+     * .self_attention, or the other way round) does not start another */
+    if (m.flags & AM_CF_LAYER)
+        for (size_t k = 0; k < th->depth; k++)
+            if (th->stack[k].m.flags & AM_CF_LAYER) {
+                m.flags &= (uint8_t)~AM_CF_LAYER;
+                break;
+            }
     th->stack[th->depth++] = f;
     apply_signal(t, th->role, m, ev);
     /* a recompute (forward code on the backward thread) is a phase span */

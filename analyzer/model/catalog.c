@@ -29,6 +29,7 @@ typedef struct cat_row {
 #define NCCL AM_SIG_NCCL
 #define EVAL AM_SIG_EVAL
 #define SAVE AM_SIG_SAVE
+#define GSYNC AM_SIG_GSYNC
 #define NONE AM_SIG_NONE
 #define LAYER AM_CF_LAYER
 #define NVTE AM_CF_NVTE

@@ -38,7 +38,8 @@ typedef enum am_boundary {
 /* What a range says about the program phase (catalog.def). */
 typedef enum am_signal {
     AM_SIG_NONE = 0, AM_SIG_FWD, AM_SIG_BWD, AM_SIG_OPT, AM_SIG_STEP, AM_SIG_ZERO,
-    AM_SIG_PIPE, AM_SIG_P2P, AM_SIG_NCCL, AM_SIG_EVAL, AM_SIG_SAVE
+    AM_SIG_PIPE, AM_SIG_P2P, AM_SIG_NCCL, AM_SIG_EVAL, AM_SIG_SAVE,
+    AM_SIG_GSYNC              /* the gradient sync (finalize_model_grads) on the main thread */
 } am_signal;
 
 enum {

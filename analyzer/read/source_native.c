@@ -22,6 +22,9 @@
  * Everything else (strings, domains, meta, modules, limit, window, pool
  * attributes, set-device, VMM map/unmap, VA reserve/free, ctx) carries no
  * event: definitions are read at open, VA reservations are never memory.
+ * In a trace with Python stacks, the Megatron-Core frames of each ALLOC,
+ * TENSOR and OOM record's stack become ranges of the domain "python"
+ * (model/pyframes.h): their pushes and pops come just before the event.
  */
 #include <inttypes.h>
 #include <sys/stat.h>
@@ -31,6 +34,7 @@
 
 #include "catalog.h"
 #include "model.h"
+#include "pyframes.h"
 #include "symbolize.h"
 #include "trace_reader.h"
 #include "grow.h"
@@ -55,6 +59,14 @@ typedef struct native {
     am_symbolizer *sym;       /* created when the first frame is named */
     struct py_text { char *site, *stack; uint8_t load; } *py; /* [PYSTACK id], formatted once */
     size_t npy;
+    /* Python frames as ranges (pyframes.h): NULL when the trace has no stacks */
+    am_pysyn *syn;
+    struct py_rows { uint8_t done, n; uint16_t row[AM_PYF_MAX]; } *pyr; /* [PYSTACK id] */
+    size_t npyr;
+    uint32_t cur_stack;       /* the translated event's Python stack ... */
+    int cur_has;              /* ... when its record names one */
+    am_event q[2 * AM_PYF_MAX + 3]; /* synthetic ranges, then the event */
+    int qn, qi;
 } native;
 
 static int
@@ -306,6 +318,8 @@ translate(native *n, const rs_event *re, am_event *ev)
         if (a->mem == RS_MEM_DEVICE && tensor_mode_alloc(n, a->api, ev->lib))
             ev->levels |= AM_LVL_TENSOR;
         py_site(n, h->aux, ev);
+        n->cur_stack = h->aux;
+        n->cur_has = 1;
         return 1;
     }
     case RS_REC_FREE: {
@@ -347,6 +361,8 @@ translate(native *n, const rs_event *re, am_event *ev)
         ev->nframes = h->aux;
         ev->frames = (const uint64_t *)(o + 1);
         py_site(n, o->pystack, ev);
+        n->cur_stack = o->pystack;
+        n->cur_has = 1;
         return 1;
     }
     case RS_REC_THREAD: {
@@ -459,6 +475,8 @@ translate(native *n, const rs_event *re, am_event *ev)
         ev->device = t->device;
         if (ev->kind == AM_EV_ALLOC)
             py_site(n, t->pystack, ev);
+        n->cur_stack = t->pystack;
+        n->cur_has = 1;
         return 1;
     }
     case RS_REC_GRAPH: {
@@ -490,11 +508,73 @@ translate(native *n, const rs_event *re, am_event *ev)
     return 0;
 }
 
+/* The CAT_PYFRAME rows of Python stack `id` (pyframes.h), mapped once;
+ * NULL out of memory. */
+static const struct py_rows *
+py_rows_of(native *n, uint32_t id)
+{
+    static const struct py_rows none;
+    if (!id)
+        return &none;
+    if (id >= n->npyr) {
+        size_t cap = n->npyr, old = cap;
+        if (am_grow((void **)&n->pyr, &cap, (size_t)id + 1, sizeof *n->pyr, 256))
+            return NULL;
+        memset(n->pyr + old, 0, (cap - old) * sizeof *n->pyr);
+        n->npyr = cap;
+    }
+    struct py_rows *pr = &n->pyr[id];
+    if (!pr->done) {
+        enum { DEPTH = 512 };
+        const char *names[DEPTH];
+        uint32_t lens[DEPTH];
+        size_t k = DEPTH;
+        uint32_t parent, frame;
+        for (uint32_t st = id; st && k && rs_reader_pystack(n->r, st, &parent, &frame); st = parent) {
+            rs_pyframe_info f;
+            k--;
+            names[k] = rs_reader_pyframe(n->r, frame, &f) ? f.name : NULL;
+            lens[k] = names[k] ? f.name_len : 0;
+        }
+        pr->n = (uint8_t)am_pyframes_map(names + k, lens + k, DEPTH - k, pr->row, AM_PYF_MAX);
+        pr->done = 1;
+    }
+    return pr;
+}
+
+/* Queue the synthetic ranges event ev needs before it (n->q), ev last. */
+static int
+py_ranges(native *n, am_event *ev)
+{
+    if (ev->kind == AM_EV_RANGE_PUSH || ev->kind == AM_EV_RANGE_POP)
+        return am_pysyn_note(n->syn, ev);
+    if (!n->cur_has)
+        return 0;
+    const struct py_rows *pr = py_rows_of(n, n->cur_stack);
+    if (!pr)
+        return -1;
+    int k = am_pysyn_sync(n->syn, ev, pr->row, pr->n, ev->kind == AM_EV_FREE, n->q,
+                          sizeof n->q / sizeof *n->q - 1);
+    if (k < 0)
+        return -1;
+    if (k > 0) {
+        n->q[k] = *ev;
+        n->qn = k + 1;
+        n->qi = 1;
+        *ev = n->q[0];
+    }
+    return 0;
+}
+
 static int
 native_next(am_source *s, am_event *ev)
 {
     native *n = s->impl;
     rs_event re;
+    if (n->qi < n->qn) {
+        *ev = n->q[n->qi++];
+        return 1;
+    }
     for (;;) {
         int rc = rs_iter_next(n->it, &re);
         if (rc == 0)
@@ -503,8 +583,14 @@ native_next(am_source *s, am_event *ev)
             snprintf(s->error, sizeof s->error, "%s", rs_reader_error(n->r));
             return -1;
         }
-        if (translate(n, &re, ev))
+        n->cur_has = 0;
+        if (translate(n, &re, ev)) {
+            if (n->syn && py_ranges(n, ev) < 0) {
+                snprintf(s->error, sizeof s->error, "%s: out of memory", s->meta.path);
+                return -1;
+            }
             return 1;
+        }
     }
 }
 
@@ -514,6 +600,9 @@ native_rewind(am_source *s)
     native *n = s->impl;
     rs_iter_free(n->it);
     n->it = rs_iter_new(n->r);
+    n->qn = n->qi = 0;
+    if (n->syn)
+        am_pysyn_reset(n->syn);
     if (!n->it) {
         snprintf(s->error, sizeof s->error, "%s: out of memory", s->meta.path);
         return -1;
@@ -539,6 +628,8 @@ native_close(am_source *s)
             free(n->py[i].stack);
         }
         free(n->py);
+        free(n->pyr);
+        am_pysyn_free(n->syn);
         free(n);
     }
     free(s);
@@ -713,6 +804,12 @@ native_open(const char *path, am_source **out, char *err, size_t errlen)
     n->warnings = calloc(nw + 1, sizeof *n->warnings);
     if (!n->warnings || load_meta(n, m) < 0 || load_modules(n) < 0 ||
         !(n->it = rs_iter_new(n->r))) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        native_close(s);
+        return -1;
+    }
+    uint32_t pp, pf;
+    if (rs_reader_pystack(n->r, 1, &pp, &pf) && !(n->syn = am_pysyn_new())) {
         snprintf(err, errlen, "%s: out of memory", path);
         native_close(s);
         return -1;

@@ -5,7 +5,11 @@ RECOMPSHIM_PYSTACK=1 against =0 and against no shim, beside memray (PyPI)
 tracking the same workload, on each Python given.
 
   tools/bench/bench_pystack.py BUILD_DIR PYTHON [PYTHON...] [--rounds N]
-        [--calls N] [--allocs N] [--memray-python PYTHON]
+        [--calls N] [--allocs N] [--memray-python PYTHON]...
+
+--memray-python (repeatable): an interpreter with memray, used for the
+PYTHON of its own version; tools/bench/install-memray.sh VENV PYTHON makes
+one (memray and its imports pinned by hash, tools/bench/memray-requirements.txt).
 
 Variants run interleaved round by round (median of N rounds), each a fresh
 process; the time is the child's CPU time (user + system, wait4), as in
@@ -87,7 +91,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=3_000_000)
     ap.add_argument("--allocs", type=int, default=100_000)
-    ap.add_argument("--memray-python")
+    ap.add_argument("--memray-python", action="append", default=[])
     ap.add_argument("--workload", nargs=5)
     a = ap.parse_args()
     if a.workload:
@@ -99,8 +103,9 @@ def main():
     me = os.path.abspath(__file__)
     print(f"# {a.calls} Python calls, {a.allocs} cudaMalloc/cudaFree pairs, "
           f"median CPU of {a.rounds} interleaved rounds")
-    print("| python | variant | CPU s (calls / allocs) | added ns per Python call | added ns per alloc+free |")
-    print("|---|---|---|---|---|")
+    print("| python | variant | CPU s (calls / allocs) | added ns per Python call | added ns per alloc+free "
+          "| of which frames, per call / per alloc+free |")
+    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
         for py in a.pythons:
             ver = subprocess.run([py, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
@@ -108,11 +113,11 @@ def main():
             variants = {"no shim": ({}, False, py),
                         "shim, PYSTACK=0": ({"LD_PRELOAD": shim, "RECOMPSHIM_PYSTACK": "0"}, False, py),
                         "shim, PYSTACK=1": ({"LD_PRELOAD": shim, "RECOMPSHIM_PYSTACK": "1"}, False, py)}
-            if a.memray_python:
-                mver = subprocess.run([a.memray_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            for mpy in a.memray_python:
+                mver = subprocess.run([mpy, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                                       capture_output=True, text=True).stdout.strip()
                 if mver == ver:
-                    variants["memray (no shim)"] = ({}, True, a.memray_python)
+                    variants["memray (no shim)"] = ({}, True, mpy)
             med = {}
             for phase, calls, allocs in (("calls", a.calls, 0), ("allocs", 0, a.allocs)):
                 res = {k: [] for k in variants}
@@ -129,15 +134,16 @@ def main():
                         if os.path.exists(out):
                             os.unlink(out)
                 med[phase] = {k: statistics.median(v) for k, v in res.items()}
+            def added(name, ref, phase, n):
+                return f"{(med[phase][name] - med[phase][ref]) / n * 1e9:.1f}"
             for name in variants:
-                ref = "no shim" if name.startswith("memray") else "shim, PYSTACK=0"
-                cells = []
-                for phase, n in (("calls", a.calls), ("allocs", a.allocs)):
-                    t = med[phase][name]
-                    d = "" if name in ("no shim", "shim, PYSTACK=0") else f"{(t - med[phase][ref]) / n * 1e9:.1f}"
-                    cells.append(d)
+                cells = ["", ""] if name == "no shim" else \
+                    [added(name, "no shim", "calls", a.calls), added(name, "no shim", "allocs", a.allocs)]
+                frames = "" if name != "shim, PYSTACK=1" else \
+                    added(name, "shim, PYSTACK=0", "calls", a.calls) + " / " + \
+                    added(name, "shim, PYSTACK=0", "allocs", a.allocs)
                 print(f"| {ver} | {name} | {med['calls'][name]:.3f} / {med['allocs'][name]:.3f} | "
-                      f"{cells[0]} | {cells[1]} |", flush=True)
+                      f"{cells[0]} | {cells[1]} | {frames} |", flush=True)
     return 0
 
 

@@ -661,8 +661,7 @@ class MLP:
             fc1 = self.linear_fc1.forward(hidden_states)
         with nvtx_range(MLPN + "activation"):
             if self.swiglu:
-                with nvtx_range(SWIGLU + "forward"):
-                    act = Tensor(S.act_out(self.f), "swiglu_out")
+                act = SwiGLUFunction.forward(self)
             else:
                 act = Tensor(S.act_out(self.f), "gelu_out")
             ag.record("SwiGLUFunctionBackward" if self.swiglu else "GeLUFunctionBackward",
@@ -674,12 +673,27 @@ class MLP:
 
     def _act_backward(self, node, g):
         if self.swiglu:
-            with nvtx_range(SWIGLU + "backward"):
-                d = Tensor(self.S.fc1_out(self.f), "dswiglu", "grad")
+            d = SwiGLUFunction.backward(self, g)
         else:
             d = Tensor(self.S.fc1_out(self.f), "dgelu", "grad")
         del g
         return d
+
+
+class SwiGLUFunction:
+    """megatron/core/fusions/fused_bias_swiglu.py: the activation's autograd
+    function, so that its forward and backward run as Python frames of these
+    qualified names, as Megatron-Core's do (docs/python-frames.md)."""
+
+    @staticmethod
+    def forward(mlp):
+        with nvtx_range(SWIGLU + "forward"):
+            return Tensor(mlp.S.act_out(mlp.f), "swiglu_out")
+
+    @staticmethod
+    def backward(mlp, g):
+        with nvtx_range(SWIGLU + "backward"):
+            return Tensor(mlp.S.fc1_out(mlp.f), "dswiglu", "grad")
 
 
 class SharedExpertMLP(MLP):
