@@ -495,7 +495,8 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
  * moments are optimizer state and stay), and freed later or cut off by the
  * trace's end (one kept to the end of a trace that went on is state the job
  * keeps: an optimizer may keep loaded tensors as its own). By behaviour,
- * when the trace has no such frames: made before the first forward (init)
+ * when the trace has no Python frames at all (with frames and no
+ * load_checkpoint among them nothing was loaded): made before the first forward (init)
  * and freed within the first recorded iteration (before `second`, the next
  * iteration's first forward allocation; later frees are the job's
  * teardown). */
@@ -509,7 +510,10 @@ is_loaded(const adv_trace *t, const adv_alloc *x, uint32_t at, uint32_t second)
      * not told from a copy left referenced: not counted */
     if (x->load)
         return x->load == AM_PYLOAD_COPY && (x->f_pos != ADV_NONE || t->trunc);
-    return !t->load_seen && !t->trunc && x->phase == AM_PH_init && x->f_pos != ADV_NONE &&
+    /* by behaviour only in a trace without Python frames: with frames and no
+     * load_checkpoint among them nothing was loaded, and init tensors freed
+     * early are a construction transient (DDP's copy of the parameters) */
+    return !t->py_seen && !t->load_seen && !t->trunc && x->phase == AM_PH_init && x->f_pos != ADV_NONE &&
            second != ADV_NONE && x->f_pos < second;
 }
 
@@ -642,6 +646,14 @@ triage_loaded_state(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                  "the load's one-off peak");
     else
         snprintf(made, sizeof made, "freed only in iteration %d", it);
+    /* the load already dropped it before the first forward: dropping it
+     * later cannot lower the peak (replayed "dropped at the first forward",
+     * it would only stay live longer), so the lever is stated as moot */
+    char drop_txt[96];
+    if (kept == 0 && it < 0)
+        snprintf(drop_txt, sizeof drop_txt, "already dropped when loading ended here: no effect");
+    else
+        snprintf(drop_txt, sizeof drop_txt, "peak %s", GB(freed));
     snprintf(fmt, sizeof fmt, "%s", c->megatron ? "; a distributed checkpoint format "
              "(--ckpt-format torch_dist)" : "; a distributed checkpoint (torch.distributed."
              "checkpoint)");
@@ -650,7 +662,7 @@ triage_loaded_state(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                     "copy, not parameters, grads or optimizer state (the state the job keeps "
                     "holds %s there). The %s %s is over the %s left for allocations by %s. "
                     "Levers: load it to CPU (map_location='cpu'): peak %s; drop its references "
-                    "before the first step (del, gc.collect(), torch.cuda.empty_cache()): peak "
+                    "before the first step (del, gc.collect(), torch.cuda.empty_cache()): "
                     "%s%s, each rank loading only its own shards%s",
                     GB(tr), n + (in_load && t->oom_load == AM_PYLOAD_COPY),
                     t->load_seen ? "made inside load_checkpoint (Python frames)"
@@ -658,7 +670,7 @@ triage_loaded_state(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                     made, GB(persist),
                     t->oom && at == t->oom_pos ? "OOM's predicted peak" : "peak", GB(peak),
                     GB(budget),
-                    GB(peak - budget), GB(without), GB(freed), fmt,
+                    GB(peak - budget), GB(without), drop_txt, fmt,
                     t->trunc && !in_load ? " (lower bounds: the OOM cut the trace)" : "");
     set_bytes(v, "X:PARAM_STATE", tr, peak > without ? peak - without : 0);
     return 1;

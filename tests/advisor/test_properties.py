@@ -569,7 +569,8 @@ def inv14_mla_norm_own(c):
     if not mla or "--sim-aux-module-gib" in flags:
         return []
     return ["%s is unverified on an MLA model: %s" % (k["setting"], k.get("reason", "")[:200])
-            for k in c.v.get("candidates", []) if k.get("reason", "").startswith("unverified")]
+            for k in c.v.get("candidates", [])
+            if k.get("reason", "").startswith("unverified") and "job's own" in k.get("reason", "")]
 
 
 def inv7_loaded_state(c):
@@ -590,6 +591,14 @@ def inv7_loaded_state(c):
         if "map_location='cpu'" not in v.get("change", ""):
             bad.append("the change does not name loading to CPU: %s" % v.get("change"))
     for f in loaded:
+        # a lever never raises the peak it is offered for (dropping a copy the
+        # load already freed was once stated as "peak 20.28 GiB" for 18.22)
+        pk = re.search(r"The (?:OOM's predicted )?peak ([0-9.]+ [KMG]?i?B) is over", f["evidence"])
+        for lever in re.finditer(r"(map_location='cpu'\)|torch\.cuda\.empty_cache\(\)\)): peak "
+                                 r"([0-9.]+ [KMG]?i?B)", f["evidence"]):
+            if pk and ta.gib_of(lever.group(2)) > ta.gib_of(pk.group(1)) + (16 << 20):
+                bad.append("rank %d: the lever after %s gives %s, above the peak %s" %
+                           (f["rank"], lever.group(1), lever.group(2), pk.group(1)))
         m = re.match(r"the loaded state: (\S+ \S+) in", f["evidence"])
         if not m:
             bad.append("rank %d: the loaded state's bytes are not stated: %s" %
