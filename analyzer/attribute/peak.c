@@ -791,6 +791,8 @@ first_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     if (s->tl.phase == AM_PH_optimizer_state_init)
         decide_opt_init(s);
     tl_end(&s->tl, *last_t);
+    if (rc >= 0)
+        tl_moe_report(&s->tl);
     finish_oom(s, 1);
     out->nevents = s->seq;
     tl_fini(&s->tl);
