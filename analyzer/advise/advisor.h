@@ -182,6 +182,7 @@ typedef struct adv_trace {
     uint64_t oom_request, oom_allocated, oom_reserved, oom_device_live;
     uint64_t init_bytes;      /* tensor bytes allocated in init and alive at the end */
     int optimizer_seen;
+    am_moe_dispatch moe;      /* MoE dispatch all-to-alls (attribute/moe_dispatch.c) */
 } adv_trace;
 
 int adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t errlen);

@@ -67,13 +67,6 @@ typedef struct tl_thread {
     uint32_t moe_call;        /* the .mlp call whose dispatch was counted */
 } tl_thread;
 
-/* MoE dispatch all-to-alls seen in forward (moe_dispatch.c): the largest
- * received (bytes), what the rank sent in that one, where. */
-typedef struct am_moe_dispatch {
-    size_t n, uneven;         /* dispatches; those that received other than they sent */
-    uint64_t max_recv, sent_at_max, min_recv;
-    int layer, iteration;
-} am_moe_dispatch;
 
 /* Called when pending allocations get a boundary (seq, addr, space, levels,
  * new boundary) and, for an allocation the optimizer step made before its
