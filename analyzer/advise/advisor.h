@@ -191,6 +191,7 @@ typedef struct adv_trace {
     int py_seen;              /* allocations with a Python stack were seen */
     int optimizer_seen;       /* 1 an optimizer step was seen; 2 none, but a checkpoint
                                * load made optimizer state that stays (init_state_fn) */
+    am_moe_dispatch moe;      /* MoE dispatch all-to-alls (attribute/moe_dispatch.c) */
 } adv_trace;
 
 int adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t errlen);

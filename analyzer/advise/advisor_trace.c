@@ -829,6 +829,7 @@ adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t 
         t->last_complete_iter = b.c.tl.iteration;
     if (rc == 0 && !src->meta.closed)
         t->trunc = 1;
+    t->moe = b.c.tl.moe;      /* the MoE dispatches' token counts (moe_dispatch.c) */
     build_fini(&b);
     if (rc < 0) {
         snprintf(err, errlen, "%s", src->error[0] ? src->error : "advisor: out of memory");

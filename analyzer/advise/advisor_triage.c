@@ -18,6 +18,9 @@
  *                      not why)
  *   X:SHAPE_OUTLIER    one microbatch's layers keep far more than the others'
  *                      (a longer sequence, more routed tokens: a finding)
+ *   X:MOE_IMBALANCE    the rank's MoE dispatches received >= 1.1x the tokens
+ *                      they sent (dropless routing skewed to its experts: a
+ *                      finding)
  * Returns a bitmask of primary-capable findings per rank in v (the verdict
  * code is decided in advisor_verdict.c).
  */
@@ -1322,6 +1325,58 @@ triage_shape_outlier(const adv_trace *t, adv_verdict *v, int rank)
     return added;
 }
 
+/* MoE routing imbalance (issue 21): the rank's MoE dispatch all-to-alls
+ * (attribute/moe_dispatch.c) received up to R = received / sent >= 1.1 times
+ * the tokens it sent; dropless and balanced, a rank receives what it sends.
+ * The bytes: what the MoE layers' forward regions (the `.mlp` range of a MoE
+ * layer) hold live at the peak (the OOM or the recorded tensor peak), of
+ * which at most (1 - 1/R) is above the balanced share (the expert-side
+ * tensors scale with the received tokens; the router's, the shared
+ * experts' and the MoE input do not, so the share above is smaller). A
+ * finding, not a primary code: the counterfactuals are made from this trace
+ * and already size every recompute setting for the imbalance; recompute
+ * removes expert activations between a layer's forward and its backward,
+ * not the dispatch's transient buffers, and leaves the imbalance itself.
+ * Returns 1 when a finding was added. */
+static int
+triage_moe_imbalance(const adv_trace *t, adv_verdict *v, int rank)
+{
+    const am_moe_dispatch *m = &t->moe;
+    if (!m->n || !m->sent_at_max || m->max_recv * 10 < m->sent_at_max * 11)
+        return 0;
+    double R = (double)m->max_recv / (double)m->sent_at_max;
+    uint32_t at = peak_pos(t);
+    uint64_t live = 0;
+    for (size_t l = 0; l < t->nlayers && at != ADV_NONE; l++) {
+        const adv_layer *L = &t->layers[l];
+        if (!L->moe || L->mlp_b == ADV_NONE || L->mlp_e == ADV_NONE)
+            continue;
+        for (size_t q = 0; q < t->na; q++) {
+            const adv_alloc *x = &t->a[q];
+            if (x->inst == L->inst && x->layer == L->layer && !x->bwd && !x->state &&
+                x->a_pos >= L->mlp_b && x->a_pos < L->mlp_e && x->a_pos < at &&
+                (x->f_pos == ADV_NONE || x->f_pos >= at))
+                live += x->size;
+        }
+    }
+    uint64_t above = (uint64_t)((double)live * (1.0 - 1.0 / R));
+    adv_finding_add(v, "X:MOE_IMBALANCE", "dropless", rank,
+                    "MoE routing is uneven: this rank's experts received up to %.2fx the "
+                    "tokens it sent in one MoE layer's dispatch (layer %d, iteration %d; "
+                    "balanced dropless routing receives what it sends). Its MoE layers hold "
+                    "%s at %s, at most %s of it above the balanced share. Levers on the "
+                    "imbalance: --moe-expert-capacity-factor 1.0 with "
+                    "--moe-pad-expert-input-to-capacity caps each expert's tokens (drops the "
+                    "excess), a larger --moe-aux-loss-coeff balances the router, more "
+                    "expert-parallel ranks spread the hot experts; moe_act and moe recompute "
+                    "remove expert activations between forward and backward (their predicted "
+                    "peaks are among the candidates) but not the dispatch's buffers nor the "
+                    "imbalance",
+                    R, m->layer, m->iteration, GB(live), t->oom ? "the OOM" : "the peak",
+                    GB(above));
+    return 1;         /* no bytes set: a finding never chosen as the primary by bytes */
+}
+
 int
 adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
 {
@@ -1372,6 +1427,8 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
             primary |= 16;
         /* 6. a microbatch far larger than the others (a finding) */
         triage_shape_outlier(t, v, r->rank);
+        /* 6b. MoE routing that sends this rank more than its share (a finding) */
+        triage_moe_imbalance(t, v, r->rank);
     }
     return primary;
 }

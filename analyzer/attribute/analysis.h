@@ -178,6 +178,16 @@ typedef struct am_rank {
     size_t nnotes;
 } am_rank;
 
+/* MoE dispatch all-to-alls seen in forward (attribute/moe_dispatch.c): how
+ * many, how many received other than they sent, the largest received
+ * (bytes), what the rank sent in that one and where (layer as the report
+ * numbers them, iteration), the smallest received. */
+typedef struct am_moe_dispatch {
+    size_t n, uneven;
+    uint64_t max_recv, sent_at_max, min_recv;
+    int layer, iteration;
+} am_moe_dispatch;
+
 /* An observer of an analysis' first pass (capture.c: --perfetto, --html):
  * every event in time order, and every change of a level's counter (the
  * value the peaks are taken from, so the observer sees the peak exactly). */

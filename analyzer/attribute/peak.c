@@ -853,6 +853,8 @@ first_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     if (rc >= 0 && !s->pj_failed && !s->opts->replay_peaks)
         build_snapshots(s);
     tl_end(&s->tl, *last_t);
+    if (rc >= 0)
+        tl_moe_report(&s->tl);
     finish_oom(s, 1);
     out->nevents = s->seq;
     tl_fini(&s->tl);

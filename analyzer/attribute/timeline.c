@@ -587,6 +587,7 @@ tl_event(tl *t, const am_event *ev)
     case AM_EV_COLLECTIVE:
         t->out->ncollectives++;
         tl_cp_collective(t, th, ev);
+        tl_moe_collective(t, th, ev);
         switch (ev->op) {
         case AM_COLL_ALL_REDUCE:
         case AM_COLL_REDUCE_SCATTER:

@@ -60,7 +60,13 @@ typedef struct tl_thread {
     uint32_t cpc_call;
     int cpg_depth;            /* ncclGroupStart nesting; sends and receives */
     uint64_t cpg_send, cpg_recv; /* posted in the open group, bytes */
+    int moeg_depth;           /* the same group, for the MoE dispatch (moe_dispatch.c) */
+    uint64_t moeg_send, moeg_recv;
+    uint32_t moeg_recv_peers; /* receives from a new peer in the open group */
+    int32_t moeg_last_peer;
+    uint32_t moe_call;        /* the .mlp call whose dispatch was counted */
 } tl_thread;
+
 
 /* Called when pending allocations get a boundary (seq, addr, space, levels,
  * new boundary) and, for an allocation the optimizer step made before its
@@ -100,6 +106,7 @@ typedef struct tl {
     size_t npending_total;
     am_catalog_memo memo;     /* catalog verdicts by (domain, name) */
     int no_spans;             /* 1: iterations get no phase spans (nobody reads them) */
+    am_moe_dispatch moe;      /* moe_dispatch.c */
 } tl;
 
 /* Set up for a source with process id pid; results go to out (iterations,
@@ -130,6 +137,11 @@ int tl_layer_boundary(uint8_t b);
 void tl_cp_note(tl *t, tl_thread *th, const am_event *ev, uint64_t seq, am_attr a);
 void tl_cp_clear(tl *t, tl_thread *th);
 void tl_cp_collective(tl *t, tl_thread *th, const am_event *ev);
+
+/* The MoE dispatch (moe_dispatch.c): collective ev on th updates t->moe;
+ * tl_moe_report adds a note to t->out when the dispatches were uneven. */
+void tl_moe_collective(tl *t, tl_thread *th, const am_event *ev);
+void tl_moe_report(tl *t);
 
 /* Close the timeline at time end_ns (the last event). */
 void tl_end(tl *t, uint64_t end_ns);

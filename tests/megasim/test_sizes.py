@@ -171,6 +171,54 @@ def sim_checks():
         check("(c) %s frees" % label, C_TOTAL - got[2], want)
 
 
+def moe_imbalance_checks():
+    """--sim-moe-imbalance (docs/megasim.md "MoE routing imbalance"): on the
+    Moonlight layer (c) (n = 2048 tokens, top-6, EP=8, ETP=1) with F = 0.25,
+    every source sends round(F*n*k) = 3072 copies to EP rank 0 and splits the
+    other 9216 over EP ranks 1-7 (1317 to ranks 1-4, 1316 to 5-7). A rank's
+    received copies N_r = EP x what each source sends it; each expert-side
+    saved tensor scales with N_r: per copy beta*h (fc1 input) + beta*2*f_e
+    (SwiGLU input) + beta*f_e (fc2 input) + 4 (fp32 probs) = 12548 bytes."""
+    from megasim.config import ConfigError
+    per_copy = 2 * 2048 + 2 * 2 * 1408 + 2 * 1408 + 4
+    balanced = 2048 * 6
+    calls = []
+    orig = cuda.Device.all_to_all_v
+
+    def spy(self, send, recv, comm="ep", dtype="bf16"):
+        calls.append((list(send), list(recv), comm))
+        return orig(self, send, recv, comm, dtype)
+    cuda.Device.all_to_all_v = spy
+    try:
+        for rank, recv in ((0, 8 * 3072), (1, 8 * 1317), (5, 8 * 1316)):
+            del calls[:]
+            got = simulate("moonlight-16b", ["--sim-moe-imbalance", "0.25"], 8, rank=rank)
+            check("moe imbalance 0.25: EP rank %d layers 1-3 keep" % rank, got[1:],
+                  [C_TOTAL + (recv - balanced) * per_copy] * 3)
+            send = [3072 * 4096] + [1317 * 4096] * 4 + [1316 * 4096] * 3
+            check("moe imbalance 0.25: EP rank %d dispatch splits (bytes per peer)" % rank,
+                  calls[0] if calls else None, (send, [recv // 8 * 4096] * 8, "ep"))
+            check("moe imbalance 0.25: EP rank %d combine splits" % rank,
+                  calls[1] if len(calls) > 1 else None, ([recv // 8 * 4096] * 8, send, "ep"))
+        del calls[:]
+        got = simulate("moonlight-16b", ["--sim-moe-imbalance", "0.125"], 8, rank=3)
+        check("moe imbalance 1/EP is balanced: layers 1-3 keep (c)", got[1:], [C_TOTAL] * 3)
+        check("moe imbalance 1/EP: even splits", calls[0][0], [1536 * 4096] * 8)
+    finally:
+        cuda.Device.all_to_all_v = orig
+    for extra, why in ((["--sim-moe-imbalance", "0.1"], "below 1/EP"),
+                       (["--sim-moe-imbalance", "1.01"], "above min(k,E/EP)/k"),
+                       (["--sim-moe-imbalance", "0.5", "--expert-model-parallel-size", "1",
+                         "--sim-world-size", "2"], "EP 1"),
+                       (["--sim-moe-imbalance", "0.5", "--moe-expert-capacity-factor", "1.0"],
+                        "capacity factor (not dropless)")):
+        try:
+            args_for("moonlight-16b", extra)
+            check("moe imbalance rejected: %s" % why, "accepted", "ConfigError")
+        except ConfigError:
+            check("moe imbalance rejected: %s" % why, "ConfigError", "ConfigError")
+
+
 def cp_checks():
     """context parallelism's own tensors (docs/megasim.md "Context parallelism",
     TE 2.9 context_parallel.py). Llama-3 8B, s 8192, CP=2: every (b) row is
@@ -593,6 +641,7 @@ def main():
     loss_checks()
     resume_checks()
     cp_checks()
+    moe_imbalance_checks()
     print("TAP version 13")
     print("1..%d" % len(results))
     for i, (ok, name, why) in enumerate(results, 1):

@@ -133,6 +133,51 @@ ms_nccl_collective(const char *fn, uint64_t bytes, int comm, int dtype, int peer
 #endif
 }
 
+/* An all-to-all with uneven per-peer splits, as PyTorch's all_to_all_single
+ * with input/output split sizes runs it on NCCL (torch/csrc/cuda/nccl.cpp,
+ * all2all_single_unequal_split): one group, and for each peer in rank order a
+ * ncclSend of its send bytes and a ncclRecv of its receive bytes, each only
+ * when non-zero (self included). send[p], recv[p]: bytes for peer p of the
+ * communicator's n ranks; dtype as ms_nccl_collective. Returns 0, or the
+ * OR of the NCCL results; -1 for a bad communicator or dtype. */
+EXPORT int
+ms_nccl_all_to_all_v(const uint64_t *send, const uint64_t *recv, int n, int comm, int dtype)
+{
+#ifdef MS_HAVE_NCCL
+    static const ncclDataType_t types[] = { ncclUint8, ncclFloat32, ncclBfloat16 };
+    static const size_t esz[] = { 1, 4, 2 };
+    if (comm < 0 || comm >= g_ncomms || dtype < 0 || dtype > 2 || n != g_nranks[comm])
+        return -1;
+    ncclComm_t c = g_comms[comm];
+    ncclDataType_t t = types[dtype];
+    int rc = 0;
+    nccl_range("ncclGroupStart");
+    ncclGroupStart();
+    nccl_range_end();
+    for (int p = 0; p < n; p++) {
+        if (send[p]) {
+            nccl_range("ncclSend");
+            rc |= ncclSend(NULL, send[p] / esz[dtype], t, p, c, 0);
+            nccl_range_end();
+        }
+        if (recv[p]) {
+            nccl_range("ncclRecv");
+            rc |= ncclRecv(NULL, recv[p] / esz[dtype], t, p, c, 0);
+            nccl_range_end();
+        }
+    }
+    nccl_range("ncclGroupEnd");
+    rc |= ncclGroupEnd();
+    nccl_range_end();
+    return rc;
+#else
+    (void)send, (void)recv, (void)n, (void)comm, (void)dtype;
+    nccl_range("ncclGroupStart");
+    nccl_range_end();
+    return 0;
+#endif
+}
+
 #ifdef MS_HAVE_VMM
 typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 static struct {

@@ -224,6 +224,11 @@ def build_parser():
                    help="fault: on the last pipeline stage the loss function hands back each "
                         "microbatch's logits undetached and the schedule's forward_data_store "
                         "keeps them until the training step returns")
+    g.add_argument("--sim-moe-imbalance", type=float, default=None,
+                   help="fault: dropless MoE routing imbalance: the share F of the EP group's "
+                        "routed token copies that the hottest expert-parallel rank (EP rank 0) "
+                        "receives in every MoE layer (balanced: 1/EP; at most "
+                        "min(topk, experts/EP)/topk); the others share the rest")
     g.add_argument("--sim-nccl-buffers-mib", type=float, default=0.0,
                    help="fault: NCCL buffers (outside PyTorch) per communicator, growing with each "
                         "communicator created")
@@ -303,6 +308,27 @@ def parse_seq_lengths(args):
     return out
 
 
+def check_moe_imbalance(args):
+    """--sim-moe-imbalance F: dropless alltoall MoE with EP > 1 only, F between
+    the balanced share 1/EP and the most one rank can receive, min(k, E/EP)/k
+    (each token's k experts are distinct, E/EP of them local to a rank)"""
+    E, ep, k = args.num_experts or 0, args.expert_model_parallel_size, args.moe_router_topk
+    if not E or ep < 2:
+        raise ConfigError("megasim: --sim-moe-imbalance needs an MoE model (--num-experts) with "
+                          "--expert-model-parallel-size > 1")
+    if args.moe_expert_capacity_factor is not None:
+        raise ConfigError("megasim: --sim-moe-imbalance models dropless routing; with "
+                          "--moe-expert-capacity-factor Megatron drops the tokens over capacity")
+    if args.moe_token_dispatcher_type != "alltoall":
+        raise ConfigError("megasim: --sim-moe-imbalance is simulated for the alltoall token "
+                          "dispatcher only")
+    top = min(k, E // ep) / k
+    F = args.sim_moe_imbalance
+    if not (1.0 / ep - 1e-9 <= F <= top + 1e-9):
+        raise ConfigError("megasim: --sim-moe-imbalance %g is outside [1/EP, min(topk, "
+                          "experts/EP)/topk] = [%g, %g]" % (F, 1.0 / ep, top))
+
+
 def _check(cond, msg, exc=AssertionError):
     if not cond:
         raise exc(msg)
@@ -362,6 +388,8 @@ def finalize(args):
         _check(0.0 <= args.optimizer_offload_fraction <= 1.0,
                "megasim: --optimizer-offload-fraction must be between 0 and 1")
     args.sim_seq_list = parse_seq_lengths(args) if args.sim_seq_lengths else []
+    if args.sim_moe_imbalance is not None:
+        check_moe_imbalance(args)
     if args.ckpt_format != "torch" and args.async_save and not args.use_persistent_ckpt_worker:
         print("WARNING: --async-save is not supported without --use-persistent-ckpt-worker. "
               "Disabling --async-save.", file=sys.stderr)       # arguments.py validate_args

@@ -137,6 +137,9 @@ class Device:
         self.nccl.ms_nccl_collective.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_int,
                                                  ctypes.c_int, ctypes.c_int]
         self.nccl.ms_nccl_collective.restype = ctypes.c_int
+        self.nccl.ms_nccl_all_to_all_v.argtypes = [u64p, u64p, ctypes.c_int, ctypes.c_int,
+                                                   ctypes.c_int]
+        self.nccl.ms_nccl_all_to_all_v.restype = ctypes.c_int
         self.nccl.ms_nccl_comm_init.argtypes = [ctypes.c_int, ctypes.c_int]
         self.nccl.ms_nccl_comm_init.restype = ctypes.c_int
         self.comms = {}
@@ -237,6 +240,19 @@ class Device:
         if peer >= 0:
             peer = peer % max(nranks, 1)
         self.nccl.ms_nccl_collective(fn.encode(), int(nbytes), idx, self.DTYPES[dtype], peer)
+
+    def all_to_all_v(self, send, recv, comm="ep", dtype="bf16"):
+        """all_to_all_single with output/input split sizes: send[p] and recv[p]
+        are the bytes for peer p of `comm` (one entry per rank of it)"""
+        idx, nranks, rank = self.comms.get(comm, (-1, 1, 0))
+        if comm not in self.comm_used:
+            self.comm_used.add(comm)
+            if self.on_first_use:
+                self.on_first_use(comm)
+        n = len(send)
+        arr = ctypes.c_uint64 * n
+        self.nccl.ms_nccl_all_to_all_v(arr(*[int(x) for x in send]), arr(*[int(x) for x in recv]),
+                                       n, idx, self.DTYPES[dtype])
 
     def colocated_pool(self, dev, nbytes):
         """a colocated engine's pool (libmegasim_cumem_allocator.so: direct

@@ -722,12 +722,27 @@ class MoEAlltoAllTokenDispatcher:
     def __init__(self, S):
         self.S = S
 
+    def _all_to_all(self, combine):
+        """token_dispatcher.py all_to_all(ep_group, x, output_splits,
+        input_splits): balanced, one even split; with --sim-moe-imbalance the
+        per-peer splits (dispatch: send input_splits, receive output_splits;
+        combine and the dispatch's backward: the other way round)"""
+        S = self.S
+        if not S.args.sim_moe_imbalance:
+            _nccl("ncclAllToAll", S.permuted)
+            return
+        row = S.beta * S.h
+        send, recv = S.a2a_send, S.a2a_recv
+        if combine:
+            send, recv = recv, send
+        DEV_REF[0].all_to_all_v([row * t for t in send], [row * t for t in recv], "ep", "bf16")
+
     def token_dispatch(self, hidden_states, probs):
         S = self.S
         permuted = Tensor(S.permuted, "permuted_tokens")
         permuted_probs = Tensor(4 * S.n * S.k, "permuted_probs")
         a2a = Tensor(S.beta * S.Nr // S.etp * S.h, "a2a_out")
-        _nccl("ncclAllToAll", S.permuted)
+        self._all_to_all(False)
         del permuted
         probs_a2a = Tensor(4 * S.Nr // S.etp, "a2a_probs")
         del permuted_probs
@@ -745,7 +760,7 @@ class MoEAlltoAllTokenDispatcher:
     def _dispatch_backward(self, node, g):
         S = self.S
         t = Tensor(S.beta * S.Nr // S.etp * S.h, "a2a_grad", "grad")
-        _nccl("ncclAllToAll", S.permuted)
+        self._all_to_all(True)
         del g
         d = Tensor(S.x, "dunpermute", "grad")
         del t
@@ -761,7 +776,7 @@ class MoEAlltoAllTokenDispatcher:
             del unsorted
             unsorted = rs
         back = Tensor(S.permuted, "a2a_back")
-        _nccl("ncclAllToAll", S.permuted)
+        self._all_to_all(True)
         del unsorted
         out = Tensor(S.x, "moe_out")
         del back
@@ -771,7 +786,7 @@ class MoEAlltoAllTokenDispatcher:
     def _combine_backward(self, node, g):
         S = self.S
         back = Tensor(S.permuted, "a2a_back_grad", "grad")
-        _nccl("ncclAllToAll", S.permuted)
+        self._all_to_all(False)
         del g
         d = Tensor(S.beta * S.Nr * S.h, "dexpert_out", "grad")
         del back

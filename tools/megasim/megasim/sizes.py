@@ -122,7 +122,28 @@ class Shapes:
         if a.moe_expert_capacity_factor is not None and a.moe_pad_expert_input_to_capacity:
             cap = -(-int(self.n * self.k * a.moe_expert_capacity_factor) // self.E)
             return self.E * cap * self.etp
+        if getattr(a, "sim_moe_imbalance", None):
+            return self.etp * self.ep * moe_send_tokens(a, self.n)[self.ep_rank]
         return self.etp * self.n * self.k
+
+    @property
+    def ep_rank(self):
+        """this rank's place in the EP group (expert grid etp-ep-edp-pp)"""
+        import os
+        return int(os.environ.get("RANK", "0")) // self.etp % max(self.ep, 1)
+
+    @property
+    def a2a_send(self):
+        """dropless all-to-all: tokens this rank sends to each EP peer (input_splits)"""
+        if getattr(self.args, "sim_moe_imbalance", None):
+            return moe_send_tokens(self.args, self.n)
+        return [self.n * self.k // self.ep] * self.ep
+
+    @property
+    def a2a_recv(self):
+        """tokens this rank receives from each EP peer (output_splits): every
+        source sends the same split, so from each peer what it sends to us"""
+        return [self.a2a_send[self.ep_rank]] * self.ep
 
     @property
     def expert_in(self):
@@ -198,6 +219,23 @@ class Shapes:
     @property
     def logits_fp32(self):
         return 4 * self.s * self.b * self.V // self.t
+
+
+def moe_send_tokens(args, n):
+    """--sim-moe-imbalance F (docs/megasim.md "MoE routing imbalance"): the
+    token copies each source rank sends to each EP rank in a dropless
+    all-to-all (Megatron-Core's input_splits), the same split on every source.
+    EP rank 0 is the hottest and gets round(F*n*k) of the n*k copies; the
+    other EP-1 ranks share the rest evenly, the first ones one more when it
+    does not divide. Balanced is F = 1/EP. n: tokens per rank entering the MoE
+    layer (s*b/t); k: --moe-router-topk. A source can send at most
+    n*min(k, E/EP) copies to one rank (each token's k experts are distinct),
+    which config.finalize enforces."""
+    ep, k = args.expert_model_parallel_size, args.moe_router_topk
+    total = n * k
+    hot = int(round(args.sim_moe_imbalance * total))
+    rest, extra = divmod(total - hot, ep - 1)
+    return [hot] + [rest + (1 if i < extra else 0) for i in range(ep - 1)]
 
 
 def cp_comm_of(args, layer_number):
