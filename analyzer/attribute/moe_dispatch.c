@@ -16,20 +16,31 @@
  * Counted: on the main thread in the forward phase, the first group with
  * receives from two or more peers inside one call of a Megatron `.mlp`
  * range (the MoE layer's `_forward_mlp.mlp`; MoE has no range of its own).
- * Without Megatron's ranges (no --nvtx-ranges) nothing is counted and the
+ * Without Megatron's ranges (no --nvtx-ranges) and without Python frames
+ * (RECOMPSHIM_PYSTACK=0; with frames, MoELayer.forward is the `.mlp` call)
+ * nothing is counted and the
  * report says nothing. */
 #include <stdlib.h>
 
 #include "timeline.h"
 
-/* The innermost frame that is neither NCCL's own range nor a TE C call. */
+/* The MoE layer's `.mlp` call around the group: the innermost frame with
+ * boundary mlp, passing over NCCL's own ranges, TE C calls and the MoE
+ * layer's inner parts (the token dispatcher, router and experts, boundary
+ * moe: ranges made from Megatron-Core's Python frames, analyzer/model/
+ * pyframes.c, sit between the `.mlp` range and the NCCL calls). NULL when
+ * the group is not inside an `.mlp` call. */
 static const tl_frame *
 caller_frame(const tl_thread *th)
 {
     for (size_t k = th->depth; k > 0; k--) {
         const tl_frame *f = &th->stack[k - 1];
-        if (f->m.signal != AM_SIG_NCCL && !(f->m.flags & AM_CF_NVTE))
+        if (f->m.signal == AM_SIG_NCCL || (f->m.flags & AM_CF_NVTE))
+            continue;
+        if (f->boundary == AM_BD_mlp)
             return f;
+        if (f->boundary != AM_BD_moe)
+            return NULL;
     }
     return NULL;
 }

@@ -774,6 +774,9 @@ def inv16_cache_history(c):
         if "CACHE UNVERIFIED" not in why:
             bad.append("%s, yet the why of %s does not say CACHE UNVERIFIED" % (short[0],
                                                                                v["code"]))
+    return bad
+
+
 def inv17_moe_imbalance(c):
     """X:MOE_IMBALANCE (issue 21) agrees with the trace and claims nothing
     recompute does not do: each rank whose MoE dispatch note says it received
