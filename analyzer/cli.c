@@ -511,6 +511,38 @@ ranked_alike(const am_source *a, const am_source *b)
            a->meta.world_size == b->meta.world_size;
 }
 
+/* s for a message on a terminal: valid UTF-8 and printable ASCII as they
+ * are; control bytes, backslashes and bytes outside a valid UTF-8 sequence
+ * as \xNN (a damaged summary or trace can hold any bytes in a job id; they
+ * must neither break a reader decoding UTF-8 nor reach the terminal raw).
+ * Returns out, always terminated. */
+static const char *
+printable(const char *s, char *out, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; s[i] && o + 5 < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                   : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        for (size_t k = 1; k < len; k++)
+            if (((unsigned char)s[i + k] & 0xc0) != 0x80)
+                len = 0;
+        if (len == 1 && c >= 0x20 && c != 0x7f && c != '\\') {
+            out[o++] = (char)c;
+            i++;
+        } else if (len > 1 && o + len < n) {
+            memcpy(out + o, s + i, len);
+            o += len;
+            i += len;
+        } else {
+            o += (size_t)snprintf(out + o, n - o, "\\x%02x", c);
+            i++;
+        }
+    }
+    out[o] = 0;
+    return out;
+}
+
 /* One job per analysis: the same job, run directory and attempt, one trace
  * per rank. 0, or 2 with the files listed. */
 static int
@@ -534,7 +566,9 @@ check_one_job(const run *r)
                         "time (point recomp-analyze at one run directory):\n");
         for (size_t i = 0; i < f->n; i++) {
             am_job_join_key(&r->srcs[i]->meta, ki, sizeof ki);
-            fprintf(stderr, "  %s: %s\n", f->v[i], ki[0] ? ki : "(no job identity)");
+            char pk[1024], pf[1024];
+            fprintf(stderr, "  %s: %s\n", printable(f->v[i], pf, sizeof pf),
+                    ki[0] ? printable(ki, pk, sizeof pk) : "(no job identity)");
         }
         return 2;
     }
@@ -550,7 +584,8 @@ check_one_job(const run *r)
                         "recomp-analyze: two traces of rank %d in one job: %s and %s "
                         "(different processes or restarts of one rank; analyse one run "
                         "at a time)\n",
-                        r->srcs[i]->meta.rank, f->v[i], f->v[k]);
+                        r->srcs[i]->meta.rank, printable(f->v[i], (char[1024]){0}, 1024),
+                        printable(f->v[k], (char[1024]){0}, 1024));
                 return 2;
             }
     return 0;
@@ -1252,8 +1287,16 @@ load_merged(char *const *in, int nin, const cli *o, run *rp, cli *eff)
     int rc = load_summaries(in, nin, o, &sv, &ns, &r);
     if (!rc)
         rc = merge_ranks(o, sv, ns, &r, &parts);
-    if (!rc)
-        rc = check_iteration(&r.job, o->iteration >= 0 ? o->iteration : sv[0].opts.iteration);
+    if (!rc && o->iteration >= 0)
+        rc = check_iteration(&r.job, o->iteration);
+    else if (!rc && check_iteration(&r.job, sv[0].opts.iteration)) {
+        /* summarize refuses an --iteration the ranks do not have, so a
+         * summary holding one is damaged: exit 2 naming the field */
+        fprintf(stderr, "recomp-analyze: %s: field options.iteration: iteration %d, which "
+                        "its ranks do not have (a damaged summary: summarize again)\n",
+                sv[0].path, sv[0].opts.iteration);
+        rc = 2;
+    }
     if (!rc) {
         r.job.rank_selected = o->want_rank >= 0;
         r.job.rank_filter = o->want_rank;

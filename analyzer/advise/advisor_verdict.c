@@ -53,6 +53,18 @@ adv_verdict_free(adv_verdict *v)
     memset(v, 0, sizeof *v);
 }
 
+/* a - b as a signed byte difference, saturated at INT64_MIN/INT64_MAX: byte
+ * figures read from a damaged summary can exceed any device (the summary's
+ * checksum covers transport, not plausibility), and a difference must not
+ * overflow. */
+static int64_t
+sdiff(uint64_t a, uint64_t b)
+{
+    if (a >= b)
+        return a - b > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(a - b);
+    return b - a > (uint64_t)INT64_MAX ? INT64_MIN : -(int64_t)(b - a);
+}
+
 static void
 labels_str(unsigned m, char *buf, size_t n, const char *sep)
 {
@@ -238,7 +250,7 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
          * tests hold it to against megasim executing the setting); the current
          * setting is measured */
         uint64_t need = cur ? c->reserved[i] : c->reserved[i] + c->reserved[i] / ADV_PRED_ERR;
-        int64_t over = (int64_t)need - (int64_t)v->budget[i];
+        int64_t over = sdiff(need, v->budget[i]);
         over_exact |= c->reserved[i] > v->budget[i];
         if (over > 0 && over > worst_over) {
             worst_over = over;
@@ -246,7 +258,7 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
             c->fails_phase = ph;
         }
     }
-    c->saving = (int64_t)e->ref_max - (int64_t)c->max_peak;
+    c->saving = sdiff(e->ref_max, c->max_peak);
     c->cost = (s->labels || s->full_method) ? adv_replay_cost(&v->cfg, s, e->stage_layers) : 0;
     c->valid = adv_valid(&v->cfg, s, c->reason, sizeof c->reason);
     int64_t small = small_of(e->ref_max);
@@ -877,7 +889,7 @@ sweep_active_variants(run_state *st, const eval_ctx *ec, unsigned have)
         const adv_cand *cc = try_setting(v, ec, &s);
         const adv_cand *cur = cur_i >= 0 ? &v->cands[cur_i] : NULL;
         if (cc && cur && (st->active.labels & (1u << l)) && !(st->ineff & (1u << l)) &&
-            (int64_t)cc->max_peak - (int64_t)cur->max_peak < small_of(st->ref_max)) {
+            sdiff(cc->max_peak, cur->max_peak) < small_of(st->ref_max)) {
             st->ineff |= 1u << l;
             char code[64];
             snprintf(code, sizeof code, "R:INEFFECTIVE[%s]", adv_label_name(l));

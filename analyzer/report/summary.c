@@ -219,6 +219,30 @@ s_array(sio *io, size_t n, size_t elem)
     return p;
 }
 
+/* 1 when s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF). The writer only stores strings the
+ * job, the launcher or this tool made; a byte damaged in a summary must not
+ * reach a terminal or a UTF-8 reader of the report raw. */
+static int
+utf8_valid(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                   : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (!len || i + len > n)
+            return 0;
+        for (size_t k = 1; k < len; k++)
+            if ((s[i + k] & 0xc0) != 0x80)
+                return 0;
+        if ((c == 0xe0 && s[i + 1] < 0xa0) || (c == 0xed && s[i + 1] > 0x9f) ||
+            (c == 0xf0 && s[i + 1] < 0x90) || (c == 0xf4 && s[i + 1] > 0x8f))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
 /* A string's bytes: write s (NULL: none); read into a new NUL-terminated
  * buffer (*out, NULL for none), malloc'd. 0, or -1 (read failed). */
 static int
@@ -249,6 +273,11 @@ s_bytes(sio *io, const char *f, const char *s, char **out, uint32_t maxlen)
     if (strlen(p) != n) {
         free(p);
         fail(io, f, "string holds a NUL byte");
+        return -1;
+    }
+    if (!utf8_valid((const unsigned char *)p, n)) {
+        free(p);
+        fail(io, f, "string is not valid UTF-8");
         return -1;
     }
     *out = p;

@@ -281,6 +281,34 @@ def corrupt(summ, other, tmp):
         "3.0")
     bad("trailing bytes after the last rank: field (end)", reseal(pay + b"\0" * 9), tmp,
         "(end)")
+    # a string byte changed to one no UTF-8 text holds (the job id: a damaged
+    # summary printed it raw in the "different jobs" listing, which a UTF-8
+    # reader of stderr could not decode): exit 2 naming the field
+    i = pay.find(b"megasim")
+    if ok(i >= 0, "the job id is in the payload"):
+        bad("a job id byte made 0xa6: string is not valid UTF-8",
+            reseal(pay[:i + 4] + b"\xa6" + pay[i + 5:]), tmp, "not valid UTF-8")
+    # damaged summaries that once crashed or misbehaved (found by the random
+    # changes below under ASan+UBSan): a peak of 2^63 bytes overflowed the
+    # advisor's signed byte differences (UBSan), a stored --iteration the
+    # ranks lack exited 1 as a usage error, a path byte outside UTF-8 reached
+    # stderr raw. Each: exit 0 or 2, stderr valid UTF-8, no sanitizer report
+    damaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "damaged")
+    want = {"iteration.rssum": "field options.iteration",
+            "non-utf8-path.rssum": "not valid UTF-8", "overflow-peak.rssum": None}
+    for name in sorted(want):
+        q = subprocess.run([ANALYZE, "merge", "--json", os.path.join(damaged, name)],
+                           capture_output=True)
+        try:
+            err = q.stderr.decode()
+        except UnicodeDecodeError as e:
+            err = "stderr not UTF-8: %s" % e
+        okay = q.returncode in (0, 2) and "runtime error" not in err and \
+            "Sanitizer" not in err and not err.startswith("stderr not UTF-8") and \
+            (want[name] is None or (q.returncode == 2 and want[name] in err))
+        ok(okay, "damaged/%s: exit 0 or 2%s, no sanitizer report" %
+           (name, ", '%s'" % want[name] if want[name] else ""), "exit %d: %s" %
+           (q.returncode, err[-1500:]))
     # every cut of the payload: a clean error naming a field, never a crash
     cuts = sorted(set([0, 1, 7, 8, 20] + random.Random(18).sample(range(len(pay)), 150)))
     crashes, unnamed = [], []
