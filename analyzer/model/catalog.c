@@ -5,7 +5,6 @@
 
 #include "model.h"
 
-enum { M_EXACT, M_PREFIX, M_SUFFIX, M_CONTAINS };
 
 typedef struct cat_row {
     uint8_t match;
@@ -70,8 +69,8 @@ static const lib_row g_libs[] = {
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-static int
-match(int how, const char *pat, size_t plen, const char *s, size_t len)
+int
+am_catalog_name_match(int how, const char *pat, size_t plen, const char *s, size_t len)
 {
     switch (how) {
     case M_EXACT:
@@ -92,8 +91,8 @@ am_catalog_range(const char *name, size_t len, const char *domain, size_t domain
     am_cat_match m = {AM_SIG_NONE, AM_BD_INHERIT, 0, -1};
     if (domain && domain_len) {
         for (size_t i = 0; i < NELEM(g_domains); i++)
-            if (match(g_domains[i].match, g_domains[i].pat, g_domains[i].len, domain,
-                      domain_len)) {
+            if (am_catalog_name_match(g_domains[i].match, g_domains[i].pat, g_domains[i].len,
+                                      domain, domain_len)) {
                 m.signal = g_domains[i].signal;
                 m.boundary = g_domains[i].boundary;
                 return m;
@@ -102,7 +101,7 @@ am_catalog_range(const char *name, size_t len, const char *domain, size_t domain
     if (!name)
         return m;
     for (size_t i = 0; i < NELEM(g_ranges); i++)
-        if (match(g_ranges[i].match, g_ranges[i].pat, g_ranges[i].len, name, len)) {
+        if (am_catalog_name_match(g_ranges[i].match, g_ranges[i].pat, g_ranges[i].len, name, len)) {
             m.signal = g_ranges[i].signal;
             m.boundary = g_ranges[i].boundary;
             m.flags = g_ranges[i].flags;
@@ -125,7 +124,8 @@ am_catalog_thread(const char *name)
         return AM_ROLE_OTHER;
     size_t len = strlen(name);
     for (size_t i = 0; i < NELEM(g_threads); i++)
-        if (match(g_threads[i].match, g_threads[i].pat, g_threads[i].len, name, len))
+        if (am_catalog_name_match(g_threads[i].match, g_threads[i].pat, g_threads[i].len, name,
+                                  len))
             return (am_role)g_threads[i].role;
     return AM_ROLE_OTHER;
 }
@@ -141,7 +141,7 @@ am_catalog_lib(const char *path, size_t len)
     if (blen == 0)
         return AM_LIB_UNKNOWN;
     for (size_t i = 0; i < NELEM(g_libs); i++)
-        if (match(g_libs[i].match, g_libs[i].pat, g_libs[i].len, base, blen))
+        if (am_catalog_name_match(g_libs[i].match, g_libs[i].pat, g_libs[i].len, base, blen))
             return g_libs[i].lib;
     return AM_LIB_OTHER;
 }

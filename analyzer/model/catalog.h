@@ -59,6 +59,13 @@ typedef struct am_cat_match {
     int16_t rule;             /* index of the matching row, -1 none */
 } am_cat_match;
 
+/* How a catalog.def pattern matches a name: EXACT, PREFIX, SUFFIX, CONTAINS. */
+enum { M_EXACT, M_PREFIX, M_SUFFIX, M_CONTAINS };
+
+/* 1 when name s (len bytes, not NUL-terminated) matches pattern pat (plen
+ * bytes) the way `how` (M_*) says; 0 otherwise (an unknown `how` too). */
+int am_catalog_name_match(int how, const char *pat, size_t plen, const char *s, size_t len);
+
 /* Match a range name (len bytes, no NUL needed) in NVTX domain `domain`
  * (NULL/0 = default). Pure function of its inputs. */
 am_cat_match am_catalog_range(const char *name, size_t len, const char *domain,

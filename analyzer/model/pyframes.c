@@ -8,7 +8,6 @@
 #include "catalog_memo.h"
 #include "grow.h"
 
-enum { M_EXACT, M_PREFIX, M_SUFFIX, M_CONTAINS };
 #define EXACT M_EXACT
 #define PREFIX M_PREFIX
 #define SUFFIX M_SUFFIX
@@ -38,22 +37,6 @@ static const pyf_gap g_gaps[] = {
 
 #define NROWS (sizeof g_rows / sizeof *g_rows)
 #define NGAPS (sizeof g_gaps / sizeof *g_gaps)
-
-static int
-match(int how, const char *pat, size_t plen, const char *s, size_t len)
-{
-    switch (how) {
-    case M_EXACT:
-        return len == plen && memcmp(s, pat, len) == 0;
-    case M_PREFIX:
-        return len >= plen && memcmp(s, pat, plen) == 0;
-    case M_SUFFIX:
-        return len >= plen && memcmp(s + len - plen, pat, plen) == 0;
-    case M_CONTAINS:
-        return plen <= len && memmem(s, len, pat, plen) != NULL;
-    }
-    return 0;
-}
 
 /* 1 when `name` ends with one of the "|"-separated suffixes of `alts`; an
  * empty `alts` accepts anything, a NULL name only that. */
@@ -91,7 +74,8 @@ am_pyframes_map(const char *const *names, const uint32_t *lens, size_t n, uint16
         if (!names[i])
             continue;
         for (size_t r = 0; r < NROWS; r++) {
-            if (!match(g_rows[r].match, g_rows[r].pat, g_rows[r].len, names[i], lens[i]) ||
+            if (!am_catalog_name_match(g_rows[r].match, g_rows[r].pat, g_rows[r].len, names[i],
+                                       lens[i]) ||
                 !ends_with_any(inner, g_rows[r].within))
                 continue;
             /* one range per region: a frame of the same range nested in it
