@@ -628,8 +628,82 @@ def fp8_checks():
           saved + weights + 160 - got[2], 32 * 1048576 + 4 + 448 * 1048576 + 112 * 1048576 + 4)
 
 
+def hybrid_checks():
+    """Hybrid Mamba/attention layers (docs/megasim.md "Hybrid Mamba layers
+    (derivation)"), the Nemotron-H 8B-like preset (h 4096, s 8192, b 1; Mamba-2
+    with 128 heads of 64, state 128, 8 groups: d_inner 8192; squared-ReLU MLP f
+    21504; GQA 32/8 x 128), counted by hand. A Mamba layer keeps its in_proj norm's
+    input and output (2 x 2sbh), the b-l-d copy of in_proj's output zxbcdt
+    (2sb(2*d_inner + 2GN + H) = 2*8192*18560), the scan's out_x, the gated norm's
+    input and out_proj's input (3 x 2sb*d_inner) and the norm's fp32 rstd per
+    token and group (4sbG); an attention-only layer keeps (b)'s attention half
+    (x, LN output, Q, K, V, O, LSE), an MLP-only layer (b)'s MLP half with f 21504
+    (x, LN output, fc1 output, activation output)."""
+    from megasim.config import ConfigError
+    x = 2 * 8192 * 4096
+    mamba = 2 * x + 2 * 8192 * 18560 + 3 * 2 * 8192 * 8192 + 4 * 8192 * 8
+    att = 2 * x + x + x // 4 + x // 4 + x + 4 * 8192 * 32
+    mlp = 2 * x + 2 * 2 * 8192 * 21504
+    check("hybrid: the Mamba layer's bytes by hand", mamba, 841220096)
+    pat = ["--hybrid-layer-pattern", "M*-M"]
+    got = simulate("nemotron-h-8b", pat, 1)
+    check("hybrid M*-M: simulated layers keep Mamba, attention, MLP, Mamba", got,
+          [mamba, att, mlp, mamba])
+    # TP=2 + SP: x halves (sequence-parallel), the mixer's channels halve (d_inner 4096,
+    # 4 groups, 64 heads per rank: zxbcdt 2*8192*9280), the sequence inside the mixer is whole
+    got = simulate("nemotron-h-8b", pat + ["--tensor-model-parallel-size", "2",
+                                           "--sequence-parallel"], 2)
+    check("hybrid TP=2 + SP: the Mamba layers' bytes", [got[0], got[3]],
+          [x + 2 * 8192 * 9280 + 3 * 2 * 8192 * 4096 + 4 * 8192 * 4] * 2)
+    # recompute: no label reaches a Mamba layer; mlp frees the MLP-only layer's all but
+    # its output; core_attn frees the LSE (TE fused); layernorm is a no-op (norms fused)
+    for label, want in (("mlp", [mamba, att, x, mamba]),
+                        ("core_attn", [mamba, att - 4 * 8192 * 32, mlp, mamba]),
+                        ("layernorm", [mamba, att, mlp, mamba])):
+        got = simulate("nemotron-h-8b", pat + ["--recompute-granularity", "selective",
+                                               "--recompute-modules", label], 1)
+        check("hybrid selective %s: per layer" % label, got, want)
+    got = simulate("nemotron-h-8b", pat + ["--recompute-granularity", "full", "--recompute-method",
+                                           "uniform", "--recompute-num-layers", "1"], 1, whole=True)
+    check("hybrid full uniform 1: the stack keeps its chunk inputs and output", got, [4 * x])
+    got = simulate("nemotron-h-8b", pat + ["--recompute-granularity", "full", "--recompute-method",
+                                           "block", "--recompute-num-layers", "2"], 1, whole=True)
+    check("hybrid full block 2: layers 2 and 3 keep their own", got, [2 * x + mlp + mamba])
+    # parameters: 24 Mamba layers (in_proj 4096 x 18560 + its norm, conv1d 10240 x (4 + 1),
+    # dt_bias, A_log, D per head, the gated norm 8192, out_proj 8192 x 4096), 4 attention
+    # layers (QKV 6144 x 4096, proj, norm), 24 MLP layers (2 x 4096 x 21504 + norm),
+    # untied embedding and output layer (131072 x 4096 each) and the final norm: 8.10e9
+    from megasim import training
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    r = training.Rank(args_for("nemotron-h-8b", ["--train-iters", "1"]))
+    per = {"mamba": 4096 * 18560 + 4096 + 10240 * 5 + 3 * 128 + 8192 + 8192 * 4096,
+           "attention": 6144 * 4096 + 4096 * 4096 + 4096, "mlp": 2 * 4096 * 21504 + 4096}
+    want = 24 * per["mamba"] + 4 * per["attention"] + 24 * per["mlp"] + 2 * 131072 * 4096 + 4096
+    check("hybrid: Nemotron-H 8B-like parameters by hand (%d)" % want,
+          sum(training.param_counts(r.args, r.S, l)[0] for l in range(52)) + 2 * 131072 * 4096
+          + 4096, want)
+    del r
+    for extra, msg in ((["--recompute-granularity", "selective", "--recompute-modules", "mamba"],
+                        "Invalid choices for recompute_modules: {'mamba'}"),
+                       (["--hybrid-layer-pattern", "M*-G"], "'G' is not modelled"),
+                       (["--hybrid-layer-pattern", "M*|M-"], "'|' is not modelled"),
+                       (["--hybrid-layer-pattern", "M*-x"], "'x' is not a valid layer symbol"),
+                       (["--mamba-num-groups", "3"], "nheads must be evenly divisible by ngroups"),
+                       (["--tensor-model-parallel-size", "3"],
+                        "nheads must be evenly divisble by tp_size"),
+                       (["--hybrid-layer-pattern", "M*E"], "'E' needs --num-experts"),
+                       (["--fp8-format", "hybrid"], "not modelled with --hybrid-layer-pattern")):
+        try:
+            args_for("nemotron-h-8b", extra)
+            got = "accepted"
+        except (ConfigError, AssertionError, ValueError) as e:
+            got = str(e)
+        check("hybrid: %s is rejected (%s)" % (" ".join(extra), msg), msg in got, True)
+
+
 def main():
     cuda.device()
+    hybrid_checks()
     fp8_checks()
     table_checks()
     sim_checks()

@@ -56,6 +56,20 @@ PRESETS = {
         "--hidden-dropout", "0.0", "--bf16", "--transformer-impl", "transformer_engine",
         "--micro-batch-size", "1", "--tensor-model-parallel-size", "2", "--sequence-parallel",
         "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1"],
+    # Nemotron-H 8B-like hybrid (52 layers: 24 Mamba-2, 4 attention, 24 MLP): the defaults of
+    # Hugging Face transformers' NemotronHConfig (models/nemotron_h/configuration_nemotron_h.py);
+    # squared-ReLU MLP, no position embedding (docs/megasim.md "Hybrid Mamba layers")
+    "nemotron-h-8b": [
+        "--hybrid-layer-pattern", "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        "--hidden-size", "4096", "--ffn-hidden-size", "21504", "--squared-relu",
+        "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",
+        "--kv-channels", "128", "--mamba-num-heads", "128", "--mamba-head-dim", "64",
+        "--mamba-state-dim", "128", "--mamba-num-groups", "8",
+        "--seq-length", "8192", "--max-position-embeddings", "8192",
+        "--normalization", "RMSNorm", "--position-embedding-type", "none",
+        "--untie-embeddings-and-output-weights", "--vocab-size", "131072",
+        "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--bf16",
+        "--transformer-impl", "transformer_engine", "--micro-batch-size", "1"],
 }
 
 VALID_RECOMPUTE = ["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
@@ -117,6 +131,14 @@ def build_parser():
     a("--moe-pad-expert-input-to-capacity", action="store_true")
     a("--overlap-moe-expert-parallel-comm", action="store_true")
     a("--moe-layer-recompute", action="store_true")
+    # hybrid Mamba/attention models (megatron-core 0.19.2: arguments.py, TransformerConfig)
+    a("--hybrid-layer-pattern", default=None)
+    a("--hybrid-override-pattern", default=None)
+    a("--mamba-state-dim", type=int, default=128)
+    a("--mamba-head-dim", type=int, default=64)
+    a("--mamba-num-groups", type=int, default=8)
+    a("--mamba-num-heads", type=int, default=None)
+    a("--squared-relu", action="store_true")
     # parallelism
     a("--tensor-model-parallel-size", type=int, default=1)
     a("--pipeline-model-parallel-size", type=int, default=1)
@@ -334,6 +356,42 @@ def _check(cond, msg, exc=AssertionError):
         raise exc(msg)
 
 
+def finalize_hybrid(args):
+    """--hybrid-layer-pattern: the layer count comes from the pattern (Megatron warns
+    and ignores --num-layers), each layer's kind from its symbol (hybrid.parse_pattern);
+    what megasim does not model with it is refused by name."""
+    from .hybrid import parse_pattern
+    if args.hybrid_override_pattern is not None and args.hybrid_layer_pattern is None:
+        print("WARNING: --hybrid-override-pattern is deprecated. Use --hybrid-layer-pattern "
+              "instead.", file=sys.stderr)
+    kinds = parse_pattern(args)
+    pattern = args.hybrid_layer_pattern or args.hybrid_override_pattern
+    if args.num_layers is not None and args.num_layers != len(kinds):
+        print("WARNING: --hybrid-layer-pattern is set; ignoring --num-layers (%d) and using the "
+              "layer count derived from the pattern (%d)." % (args.num_layers, len(kinds)),
+              file=sys.stderr)
+    args.num_layers = len(kinds)
+    args.hybrid_layer_pattern, args.hybrid_kinds = pattern, kinds
+    _check(args.num_layers_per_virtual_pipeline_stage is None,
+           "--num-layers-per-virtual-pipeline-stage should not be used with "
+           "--hybrid-layer-pattern. To specify virtual pipelining, describe a number of "
+           "pipeline segments in --hybrid-layer-pattern that is a multiple of "
+           "--pipeline-model-parallel-size greater than 1")
+    _check(args.num_virtual_stages_per_pipeline_rank is None,
+           "--num-virtual-stages-per-pipeline-rank should not be used with "
+           "--hybrid-layer-pattern. Virtual pipeline stages are derived from the "
+           "number of | segments in the pattern.")
+    if "moe" in kinds and not args.num_experts:
+        raise ConfigError("megasim: hybrid layer symbol 'E' needs --num-experts")
+    for flag, on in (("--fp8-format", args.fp8), ("--multi-latent-attention",
+                     args.multi_latent_attention), ("--cuda-graph-impl",
+                     args.cuda_graph_impl != "none" or args.enable_cuda_graph or
+                     args.external_cuda_graph), ("--context-parallel-size",
+                     args.context_parallel_size > 1)):
+        if on:
+            raise ConfigError("megasim: %s is not modelled with --hybrid-layer-pattern" % flag)
+
+
 def finalize(args):
     """Defaults and validation in Megatron's order (arguments.py validate_args,
     TransformerConfig/ModelParallelConfig.__post_init__)."""
@@ -346,6 +404,8 @@ def finalize(args):
                "Do not set --moe-layer-recompute with full recompute granularity. ")
         args.recompute_granularity = "selective"
         args.recompute_modules = list(args.recompute_modules or []) + ["moe"]
+    if args.hybrid_layer_pattern is not None or args.hybrid_override_pattern is not None:
+        finalize_hybrid(args)
     for f in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size"):
         if getattr(args, f) is None:
             raise ConfigError("megasim: --%s is required (or use --sim-preset)" % f.replace("_", "-"))
@@ -514,6 +574,10 @@ def finalize(args):
     if args.num_experts and tp > 1 and not args.sequence_parallel:
         raise ValueError("During training, performance may degrade if MoE and tensor parallelism "
                          "are enabled without also enabling sequence parallelism.")
+    if getattr(args, "hybrid_kinds", None):
+        from .hybrid import check_mamba
+        check_mamba(args)
+        args.moe_pattern = [1 if k == "moe" else 0 for k in args.hybrid_kinds]
     v, div = args.vocab_size, args.make_vocab_size_divisible_by * tp
     args.padded_vocab_size = (v + div - 1) // div * div
     return args

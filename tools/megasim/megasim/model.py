@@ -9,6 +9,7 @@ from . import te
 from . import fp8 as F8
 from .cuda import Tensor, DEV_REF, GIB
 from .sizes import Shapes, layer_kind, cp_comm_of
+from .hybrid import MambaLayer
 
 TL = "megatron.core.transformer.transformer_layer."
 ATT = "megatron.core.transformer.attention.forward."
@@ -961,12 +962,24 @@ class TransformerLayer:
         self.input_layernorm = TENorm(S, rms, "input_layernorm", True) if self.standalone_input_ln else None
         self.pre_mlp_layernorm = TENorm(S, rms, "pre_mlp_layernorm", True) \
             if self.standalone_pre_mlp_ln else None
+        # a hybrid stack's layers (--hybrid-layer-pattern) have one half each: the other
+        # is IdentityOp, whose ranges Megatron still pushes (transformer_layer.py)
+        hybrid = getattr(args, "hybrid_kinds", None)
+        has_attention = not hybrid or self.kind == "attention"
+        has_mlp = not hybrid or self.kind in ("mlp", "moe")
+        if not has_attention:
+            self.standalone_input_ln, self.input_layernorm = False, None
         self.recompute_input_layernorm = "layernorm" in recompute and self.standalone_input_ln
         self.recompute_pre_mlp_layernorm = "layernorm" in recompute and self.standalone_pre_mlp_ln
-        self.self_attention = MLASelfAttention(args, S, recompute) if S.mla else Attention(args, S, recompute)
-        if self.kind == "moe":
+        self.self_attention = None
+        if has_attention:
+            self.self_attention = MLASelfAttention(args, S, recompute) if S.mla else \
+                Attention(args, S, recompute)
+        self.recompute_mlp = False
+        if not has_mlp:
+            self.mlp = None
+        elif self.kind == "moe":
             self.mlp = MoELayer(args, S, recompute)
-            self.recompute_mlp = False
         else:
             self.mlp = MLP(args, S, args.ffn_hidden_size, fused_ln=not self.standalone_pre_mlp_ln)
             self.recompute_mlp = "mlp" in recompute
@@ -1000,6 +1013,12 @@ class TransformerLayer:
                 input_layernorm_output = self.input_layernorm.forward(hidden_states)
         else:
             input_layernorm_output = hidden_states
+        if self.self_attention is None:      # IdentityOp and IdentityFuncOp: no tensor
+            with nvtx_range(TL + "_forward_attention.self_attention"):
+                pass
+            with nvtx_range(TL + "_apply_self_attn_bda_step.self_attn_bda"):
+                pass
+            return hidden_states
         with nvtx_range(TL + "_forward_attention.self_attention"):
             attention_output = self.self_attention.forward(input_layernorm_output)
         if self.recompute_input_layernorm:
@@ -1027,6 +1046,12 @@ class TransformerLayer:
         return hidden_states
 
     def _forward_mlp(self, hidden_states):
+        if self.mlp is None:                 # attention-only hybrid layer: IdentityOp MLP
+            with nvtx_range(TL + "_run_mlp.mlp"):
+                pass
+            with nvtx_range(TL + "_apply_mlp_bda_step.mlp_bda"):
+                pass
+            return hidden_states
         pre_mlp_layernorm_output = self._forward_pre_mlp_layernorm(hidden_states)
         mlp_output = self._run_mlp(pre_mlp_layernorm_output)
         del pre_mlp_layernorm_output
@@ -1060,7 +1085,8 @@ class TransformerLayer:
 class TransformerBlock:
     def __init__(self, args, layer_numbers):
         self.args = args
-        self.layers = [TransformerLayer(args, i) for i in layer_numbers]
+        self.layers = [MambaLayer(args, i) if layer_kind(args, i) == "mamba"
+                       else TransformerLayer(args, i) for i in layer_numbers]
         self.num_layers_per_pipeline_rank = len(self.layers)
         self.layer_bytes = []     # --sim-print-layer-bytes
 

@@ -245,7 +245,11 @@ def cp_comm_of(args, layer_number):
 
 
 def layer_kind(args, layer_number):
-    """'dense' or 'moe' for a 0-based global layer index."""
+    """'dense' or 'moe' for a 0-based global layer index; in a hybrid model
+    (--hybrid-layer-pattern) the pattern's kind: 'mamba', 'attention', 'mlp' or 'moe'."""
+    kinds = getattr(args, "hybrid_kinds", None)
+    if kinds:
+        return kinds[layer_number]
     return "moe" if args.num_experts and args.moe_pattern[layer_number] else "dense"
 
 

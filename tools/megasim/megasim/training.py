@@ -14,6 +14,7 @@ from . import te
 from .cuda import Tensor, GIB, MIB
 from .model import GPTModel, NV, nvtx_range
 from .sizes import Shapes, layer_kind
+from .hybrid import MambaDims
 
 P2P = "megatron.core.pipeline_parallel.p2p_communication."
 # bytes per element of Megatron's dtype choices (--exp-avg-dtype, --main-grads-dtype, ...)
@@ -75,6 +76,11 @@ class Parallel:
 def param_counts(args, S, layer_number):
     """(dense params, expert params) of one layer on this rank."""
     h, t = S.h, S.t
+    kind = layer_kind(args, layer_number)
+    if kind == "mamba":
+        return MambaDims(args).params(h, t), 0
+    if kind == "mlp":                       # hybrid MLP-only layer (fc1 with its fused norm)
+        return h + (h * S.gamma * S.f + S.f * h) // t, 0
     if S.mla:
         if S.rq:
             attn = h * S.rq + S.rq + S.rq * S.a * (S.dqk + S.dr) // t
@@ -83,7 +89,11 @@ def param_counts(args, S, layer_number):
         attn += h * (S.rkv + S.dr) + S.rkv + S.rkv * S.a * (S.dqk + S.dv) // t + S.a * S.dv * h // t + h
     else:
         attn = h * (S.a + 2 * S.g) * S.dh // t + S.a * S.dh * h // t + h
-    if layer_kind(args, layer_number) == "moe":
+    if kind == "attention":                 # hybrid attention-only layer
+        return attn, 0
+    if kind == "moe":
+        if getattr(args, "hybrid_kinds", None):
+            attn = 0                        # hybrid MoE-only layer
         local_experts = S.E // S.ep
         expert = local_experts * (h * S.gamma * S.fe + S.fe * h) // S.etp
         dense = attn + h + h * S.E + ((h * S.gamma * S.fsh + S.fsh * h) // t if S.fsh else 0)
