@@ -153,6 +153,14 @@ CP_JOB = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--hidden-size", "20
           "--context-parallel-size", "2", "--sim-world-size", "2", "--global-batch-size", "1",
           "--train-iters", "3"]
 CP_JOB_CAP = 11.5
+# a hybrid Mamba/attention model (issue 21): the Nemotron-H-like preset cut to 14
+# layers (6 Mamba-2, 2 attention, 6 MLP), h 2048, d_inner 4096, s 8192, one
+# microbatch; on a 15.8 GiB device it runs out of memory in its second iteration
+HYBRID_JOB = ["--sim-preset", "nemotron-h-8b", "--hybrid-layer-pattern", "M-M*-M-M-M*-M-",
+              "--hidden-size", "2048", "--ffn-hidden-size", "8192", "--num-attention-heads", "16",
+              "--mamba-num-heads", "64", "--vocab-size", "32000", "--global-batch-size", "1",
+              "--train-iters", "3"]
+HYBRID_JOB_CAP = 15.8
 
 # name -> (flags, capacity GiB or None, extra recomp-analyze arguments)
 SCENARIOS = {

@@ -67,6 +67,9 @@ typedef struct adv_cfg {
     int ckpt_fully_reshardable; /* --dist-ckpt-optim-fully-reshardable */
     int ckpt_mem_efficient;   /* --distrib-optim-fully-reshardable-mem-efficient */
     int ckpt_torch;           /* --ckpt-format torch (legacy: gathers with Gloo) */
+    char hybrid[512];         /* --hybrid-layer-pattern (or --hybrid-override-pattern): one
+                               * symbol per layer (M Mamba, * attention, - MLP, E MoE, ...),
+                               * "" not a hybrid model */
 } adv_cfg;
 
 /* Fill cfg from the source's argv and environment (and a --config file named
@@ -75,6 +78,8 @@ int adv_config_read(const am_meta *m, const char *extra_config, const char *trac
                     adv_cfg *cfg);
 int adv_cfg_layers_per_chunk(const adv_cfg *c);
 int adv_cfg_is_moe_layer(const adv_cfg *c, int global_layer0);
+/* Whether a hybrid model's pattern has a layer of this symbol ('*', '-', 'E', ...). */
+int adv_cfg_hybrid_has(const adv_cfg *c, char symbol);
 
 /* ---- the per-rank tensor-level trace (advisor_trace.c) ---- */
 enum { ADV_NONE = 0xffffffffu };

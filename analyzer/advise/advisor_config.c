@@ -99,6 +99,21 @@ set_str(char *dst, size_t n, const char *v)
     dst[k] = 0;
 }
 
+/* --hybrid-layer-pattern (megatron-core 0.19.2, hybrid_layer_allocation.py): one
+ * symbol per layer of the main pattern; '|' separates pipeline segments and '/'
+ * starts the MTP patterns, which are no decoder layers. Megatron takes the layer
+ * count from the pattern whatever --num-layers says (arguments.py validate_args):
+ * derive() applies it. */
+static void
+hybrid_pattern(adv_cfg *c, const char *v)
+{
+    size_t k = 0;
+    for (const char *p = v ? v : ""; *p && *p != '/' && k + 1 < sizeof c->hybrid; p++)
+        if (*p != '"' && *p != '\'' && *p != '|' && *p != ' ')
+            c->hybrid[k++] = *p;
+    c->hybrid[k] = 0;
+}
+
 /* Apply key=value (key in TransformerConfig/argparse-dest spelling). Returns
  * 1 when the key is one the advisor knows. */
 static int
@@ -243,6 +258,11 @@ apply(adv_cfg *c, seen *s, const char *key, const char *v)
     if (strcmp(key, "exp_avg_dtype") == 0 || strcmp(key, "exp_avg_sq_dtype") == 0) {
         if (v && (strstr(v, "bf16") || strstr(v, "fp16") || strstr(v, "half")))
             c->exp_avg_bf16 = 1;
+        return 1;
+    }
+    if (strcmp(key, "hybrid_layer_pattern") == 0 || strcmp(key, "hybrid_override_pattern") == 0) {
+        hybrid_pattern(c, v);
+        mark(s, "num_layers");
         return 1;
     }
     if (strcmp(key, "moe_layer_freq") == 0) {
@@ -420,8 +440,16 @@ adv_cfg_layers_per_chunk(const adv_cfg *c)
 }
 
 int
+adv_cfg_hybrid_has(const adv_cfg *c, char symbol)
+{
+    return c->hybrid[0] && strchr(c->hybrid, symbol) != NULL;
+}
+
+int
 adv_cfg_is_moe_layer(const adv_cfg *c, int l)
 {
+    if (c->hybrid[0])    /* a hybrid model's MoE layers are its pattern's E */
+        return l >= 0 && (size_t)l < strlen(c->hybrid) && c->hybrid[l] == 'E';
     if (!c->num_experts)
         return 0;
     if (c->moe_pattern[0]) {
@@ -615,6 +643,8 @@ read_flags(adv_cfg *c, seen *s, const am_meta *m, int *gqa)
 static void
 derive(adv_cfg *c, const seen *s, const am_meta *m, int gqa)
 {
+    if (c->hybrid[0])
+        c->num_layers = (int)strlen(c->hybrid);
     if (!gqa && !was(s, "num_query_groups"))
         c->groups = c->heads;
     if (!gqa && c->groups == 0)

@@ -57,7 +57,7 @@ prefix(const char *s, uint32_t n, const char *pre)
     return s && n >= k && memcmp(s, pre, k) == 0;
 }
 
-enum { R_NONE, R_ATTN, R_CORE, R_MLP, R_SUB, R_BDA, R_MLPBDA };
+enum { R_NONE, R_ATTN, R_CORE, R_MLP, R_SUB, R_BDA, R_MLPBDA, R_MAMBA };
 
 static int
 region_of(const char *s, uint32_t n)
@@ -75,6 +75,10 @@ region_of(const char *s, uint32_t n)
         return R_MLPBDA;
     if (suffix(s, n, ".self_attn_bda"))
         return R_BDA;
+    /* a hybrid model's Mamba layer: no Megatron range, the range made from its
+     * Python frame (catalog.def) is the whole layer */
+    if (suffix(s, n, "py:MambaLayer.forward"))
+        return R_MAMBA;
     return R_NONE;
 }
 
@@ -142,6 +146,7 @@ typedef struct cap {
     uint32_t pend[64];               /* main-thread allocations waiting for an nvte call */
     int npend;
     uint32_t last_norm;              /* standalone norm output candidate */
+    int mamba_open;                  /* index of the Mamba layer whose range is open, -1 */
     uint32_t pre_b;                  /* op after the last main-thread range pop or
                                       * op outside the main thread's forward */
     int grouped_groups, flash_groups;
@@ -236,6 +241,24 @@ on_nvte(cap *c, int cls)
     c->npend = 0;
 }
 
+/* A Mamba layer ends where its frame's range closes, which the Python-frame
+ * ranges only do at the first allocation outside it (model/pyframes.h): after
+ * the next layer's Megatron range was pushed. So the next layer's start ends it
+ * too; its in_proj norm is no standalone norm of the next layer. */
+static void
+close_mamba(cap *c)
+{
+    if (c->mamba_open < 0)
+        return;
+    adv_layer *L = &c->t->layers[c->mamba_open];
+    if (L->end == ADV_NONE) {
+        L->end = (uint32_t)c->t->nops;
+        c->t->insts[L->inst].end = L->end;
+    }
+    c->mamba_open = -1;
+    c->last_norm = ADV_NONE;
+}
+
 static int
 on_push(cap *c, const am_event *ev, tl_thread *th)
 {
@@ -251,6 +274,8 @@ on_push(cap *c, const am_event *ev, tl_thread *th)
     }
     int reg = region_of(s, n);
     adv_trace *t = c->t;
+    if ((reg == R_ATTN || reg == R_MAMBA) && c->tl.phase != AM_PH_eval)
+        close_mamba(c);
     if (reg == R_ATTN && c->tl.phase != AM_PH_eval) {
         t->megatron_ranges = 1;
         if (new_layer(c) < 0)
@@ -289,6 +314,17 @@ on_push(cap *c, const am_event *ev, tl_thread *th)
         c->depth_sub++;
     } else if (reg == R_BDA || reg == R_MLPBDA) {
         c->depth_bda++;
+    } else if (reg == R_MAMBA && c->tl.phase != AM_PH_eval) {
+        t->megatron_ranges = 1;
+        if (new_layer(c) < 0)
+            return -1;
+        adv_layer *L = cur(c);
+        if (L) {
+            L->begin = (uint32_t)t->nops;
+            if (L->pre_b > L->begin)
+                L->pre_b = L->begin;
+            c->mamba_open = c->cur_layer;
+        }
     }
     if (reg != R_NONE)
         c->npend = 0;
@@ -356,6 +392,9 @@ on_pop(cap *c, tl_thread *th, uint32_t domain)
         if (c->depth_bda)
             c->depth_bda--;
         break;
+    case R_MAMBA:
+        close_mamba(c);
+        break;
     default:
         break;
     }
@@ -400,6 +439,7 @@ stack_ctx(const tl_thread *th)
         [R_ATTN] = ADV_C_ATTN | ADV_C_MEGA, [R_CORE] = ADV_C_CORE | ADV_C_MEGA,
         [R_MLP] = ADV_C_MLP | ADV_C_MEGA, [R_SUB] = ADV_C_SUBMLP | ADV_C_MEGA,
         [R_BDA] = ADV_C_BDA | ADV_C_MEGA, [R_MLPBDA] = ADV_C_BDA | ADV_C_MEGA,
+        [R_MAMBA] = ADV_C_MEGA,
     };
     uint8_t ctx = 0;
     for (size_t i = 0; i < th->depth; i++)
@@ -549,6 +589,7 @@ build_init(build *b, am_rank *r, const adv_cfg *cfg, adv_trace *t)
     c->r = r;
     c->cur_layer = -1;
     c->last_norm = ADV_NONE;
+    c->mamba_open = -1;
     c->lpc = adv_cfg_layers_per_chunk(cfg);
     uint64_t beta = (cfg->bf16 || cfg->fp16) ? 2 : 4;
     uint64_t sq = (uint64_t)(cfg->seq / (cfg->cp > 0 ? cfg->cp : 1));

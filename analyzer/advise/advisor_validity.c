@@ -7,9 +7,34 @@
 
 #include "advisor.h"
 
+/* A hybrid model's labels (megatron-core 0.19.2, hybrid_layer_specs.py): each
+ * symbol is one layer with one half; Megatron accepts every label of
+ * TransformerConfig's list, but none reaches a Mamba layer (MambaLayer and
+ * MambaMixer read no recompute_modules), core_attn acts on the attention layers
+ * (*), mlp on the MLP layers (-), the MoE labels and layernorm (the MoE layer's
+ * pre-MLP TENorm; the other norms are fused into linear_qkv, linear_fc1 and
+ * in_proj) on the MoE layers (E); full recompute checkpoints every layer. */
+static unsigned
+hybrid_labels(const adv_cfg *c)
+{
+    unsigned m = 0;
+    if (adv_cfg_hybrid_has(c, '*'))
+        m |= 1u << ADV_L_core_attn;
+    if (adv_cfg_hybrid_has(c, '-'))
+        m |= 1u << ADV_L_mlp;
+    if (adv_cfg_hybrid_has(c, 'E')) {
+        m |= 1u << ADV_L_moe | 1u << ADV_L_moe_act | 1u << ADV_L_layernorm;
+        if (c->shared_ffn)
+            m |= 1u << ADV_L_shared_experts;
+    }
+    return m;
+}
+
 unsigned
 adv_model_labels(const adv_cfg *c)
 {
+    if (c->hybrid[0])
+        return hybrid_labels(c);
     unsigned m = 1u << ADV_L_core_attn | 1u << ADV_L_layernorm;
     int dense = 0, moe = 0;
     for (int l = 0; l < (c->num_layers > 0 ? c->num_layers : 1); l++) {

@@ -473,10 +473,13 @@ push(tl *t, tl_thread *th, const am_event *ev)
     }
     /* a layer starts once: a layer range inside another (the one made from
      * TransformerLayer._forward_attention's frame around Megatron's own
-     * .self_attention, or the other way round) does not start another */
+     * .self_attention, or the other way round) does not start another. A
+     * hybrid model's Mamba layer holds no other layer: a layer range pushed
+     * while its frame's range is still open (frame ranges close at the next
+     * allocation outside them, model/pyframes.h) is the next layer. */
     if (m.flags & AM_CF_LAYER)
         for (size_t k = 0; k < th->depth; k++)
-            if (th->stack[k].m.flags & AM_CF_LAYER) {
+            if ((th->stack[k].m.flags & AM_CF_LAYER) && th->stack[k].m.boundary != AM_BD_mamba) {
                 m.flags &= (uint8_t)~AM_CF_LAYER;
                 break;
             }
@@ -621,7 +624,7 @@ tl_layer_boundary(uint8_t b)
     case AM_BD_core_attn: case AM_BD_mla_up_proj: case AM_BD_layernorm: case AM_BD_moe_act:
     case AM_BD_mlp: case AM_BD_moe: case AM_BD_shared_experts: case AM_BD_gdn_norm_out:
     case AM_BD_gdp_in_proj: case AM_BD_gdp_qkv: case AM_BD_mhc: case AM_BD_attention_other:
-    case AM_BD_cp_comm:
+    case AM_BD_cp_comm: case AM_BD_mamba:
         return 1;
     default:
         return 0;

@@ -21,12 +21,14 @@ typedef enum am_phase {
 /* Module boundaries: Megatron's recompute labels ([M] in docs/sources.md) plus
  * the profiler's own. Appended after unknown (summaries store the index):
  * cp_comm, context parallelism's communication buffers inside core attention
- * (attribute/cp_comm.c). */
+ * (attribute/cp_comm.c); mamba, a hybrid model's Mamba mixer layer (MambaLayer:
+ * in_proj, the conv + scan, the gated norm, out_proj; docs/megasim.md "Hybrid
+ * Mamba layers"), which no recompute label reaches. */
 #define AM_BOUNDARIES(X) X(core_attn) X(mla_up_proj) X(layernorm) X(moe_act) X(mlp) \
     X(moe) X(shared_experts) X(gdn_norm_out) X(gdp_in_proj) X(gdp_qkv) X(mhc)      \
     X(embedding) X(output_layer) X(loss) X(attention_other) X(params) X(grads)      \
     X(optimizer_state) X(nccl) X(workspace) X(cuda_graph_pool) X(unknown)         \
-    X(cp_comm)
+    X(cp_comm) X(mamba)
 typedef enum am_boundary {
 #define X(n) AM_BD_##n,
     AM_BOUNDARIES(X)

@@ -276,6 +276,11 @@ SCENARIOS = [
                                   "--use-distributed-optimizer", "--global-batch-size", "8",
                                   "--sim-moe-imbalance", "0.875"], 5.5,
        expect=("R:SELECTIVE[moe_act]", "least replay cost"), within=0.02),
+    # a hybrid Mamba/attention model (issue 21, tests/scenarios.py HYBRID_JOB): no
+    # recompute label reaches its Mamba layers, mlp is insufficient, core_attn
+    # ineffective; full block recompute fits (tests/advisor/test_hybrid.py)
+    sc("hybrid Mamba/attention OOM", ta.flagsets.HYBRID_JOB, ta.flagsets.HYBRID_JOB_CAP,
+       expect=("R:FULL[block,7]", "least replay cost"), within=0.02),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
