@@ -392,6 +392,40 @@ details(FILE *f, const am_job *j, const am_rank_group *g, size_t ng, int top)
         fprintf(f, "\n... %zu more group(s) differ (--ranks all lists every rank)\n", more);
 }
 
+/* 1 when findings a and b say the same thing (code, subtype, evidence) */
+static int
+same_finding(const adv_finding *a, const adv_finding *b)
+{
+    return strcmp(a->code, b->code) == 0 && strcmp(a->subtype, b->subtype) == 0 &&
+           strcmp(a->evidence, b->evidence) == 0;
+}
+
+/* Finding k once: a finding that several ranks carry word for word (the
+ * data-parallel replicas of a stage) is printed at its first occurrence with
+ * the ranks that carry it, and not again; a rank's own finding names its
+ * rank when any other rank has findings of the same code. */
+static void
+finding_line(FILE *f, const adv_verdict *v, size_t k)
+{
+    const adv_finding *x = &v->findings[k];
+    for (size_t i = 0; i < k; i++)
+        if (same_finding(&v->findings[i], x))
+            return;
+    size_t same = 0, code = 0;
+    for (size_t i = 0; i < v->nfindings; i++) {
+        same += same_finding(&v->findings[i], x);
+        code += strcmp(v->findings[i].code, x->code) == 0;
+    }
+    fprintf(f, "  finding %s (%s", x->code, x->subtype);
+    if (x->rank >= 0 && code > 1) {
+        fprintf(f, same > 1 ? ", ranks %d" : ", rank %d", x->rank);
+        for (size_t i = k + 1; i < v->nfindings; i++)
+            if (same_finding(&v->findings[i], x))
+                fprintf(f, ",%d", v->findings[i].rank);
+    }
+    fprintf(f, "): %s\n", x->evidence);
+}
+
 /* The advisor's evidence for the hot rank (the whole block: --ranks all). */
 static void
 advisor_brief(FILE *f, const am_job *j)
@@ -426,8 +460,7 @@ advisor_brief(FILE *f, const am_job *j)
                 m < 0 ? "-" : "", GB((uint64_t)(m < 0 ? -m : m)));
     }
     for (size_t k = 0; k < v->nfindings; k++)
-        fprintf(f, "  finding %s (%s): %s\n", v->findings[k].code, v->findings[k].subtype,
-                v->findings[k].evidence);
+        finding_line(f, v, k);
     if (v->ncands) {
         fprintf(f, "  candidates (max projected peak, replay cost, effect):");
         for (size_t k = 0; k < v->ncands; k++) {

@@ -129,7 +129,18 @@ def report(target, extra, masks, run):
     return text, js
 
 
+def findings_once(name, text):
+    """the text report states each finding once: the data-parallel replicas
+    of a stage carry the same finding word for word, printed once with their
+    ranks (the main job printed its X:OPTIMIZER_STATE twice)"""
+    lines = [l for l in text.splitlines() if l.startswith("  finding ")]
+    dup = sorted(set(l for l in lines if lines.count(l) > 1))
+    return ok(not dup, "%s txt: every finding line once" % name, "\n".join(dup)[:2000])
+
+
 def compare(name, kind, got):
+    if kind == "txt":
+        findings_once(name, got)
     path = os.path.join(EXPECTED, "%s.%s" % (name, kind))
     if UPDATE:
         with open(path, "w") as f:
