@@ -295,7 +295,7 @@ checkpoint_unit(cf *c, int32_t k, uint32_t b, uint32_t e, uint32_t pre_e, const 
         any = 1;
         if (x->f_pos != ADV_NONE && x->f_pos < e) {
             c->cls[id] = C_T;
-        } else if (x->f_pos != ADV_NONE && R != ADV_NONE && x->f_pos < R) {
+        } else if (x->f_pos != ADV_NONE && R != ADV_NONE && x->f_pos <= R) {
             c->cls[id] = C_O;
         } else if (x->f_pos == ADV_NONE || x->fbwd) {
             c->cls[id] = C_I;

@@ -278,9 +278,11 @@ SCENARIOS = [
        expect=("R:SELECTIVE[moe_act]", "least replay cost"), within=0.02),
     # a hybrid Mamba/attention model (issue 21, tests/scenarios.py HYBRID_JOB): no
     # recompute label reaches its Mamba layers, mlp is insufficient, core_attn
-    # ineffective; full block recompute fits (tests/advisor/test_hybrid.py)
+    # ineffective; full block recompute fits (tests/advisor/test_hybrid.py). megasim
+    # measures full[block,7] at 13.06 GiB, over the 13.30 GiB budget once the 2%
+    # bound is added, and full[block,8] at 12.69 GiB (predicted 12.69 GiB)
     sc("hybrid Mamba/attention OOM", ta.flagsets.HYBRID_JOB, ta.flagsets.HYBRID_JOB_CAP,
-       expect=("R:FULL[block,7]", "least replay cost"), within=0.02),
+       expect=("R:FULL[block,8]", "least replay cost"), within=0.02),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
