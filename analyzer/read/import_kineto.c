@@ -1576,10 +1576,10 @@ typedef struct { int in_str, esc; uint64_t len; } strscan;
 static int
 check_strings(pstate *p, strscan *st, const unsigned char *buf, int n)
 {
-    /* Byte by byte: a byte inside a string (an escaping backslash and the
-     * byte it escapes included, the closing quote not) adds one to len.
-     * Runs without a quote or backslash are skipped with memchr (the
-     * per-byte loop was a tenth of an import's CPU). */
+    /* Each byte inside a string (an escaping backslash and the byte it
+     * escapes included, the closing quote not) adds one to len, as the
+     * per-byte loop this replaces counted; runs without a quote or a
+     * backslash are skipped with memchr instead of stepped through. */
     const unsigned char *q, *b;
     int i = 0;
     while (i < n) {
