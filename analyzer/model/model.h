@@ -228,6 +228,11 @@ const am_importer *am_sniff(const char *path);
 /* Open `path` with the importer that recognises it. 0 ok; -1 with a line
  * in err (unknown format: says what the file is not). */
 int am_source_open(const char *path, am_source **out, char *err, size_t errlen);
+/* The Kineto importer keeps its time-sorted runs of events in memory up to
+ * `bytes` (default 192 MiB, about 2.2 million events) and in an unlinked
+ * temporary file past it (analyzer/read/import_kineto.c). For tests and
+ * benchmarks: 0 sends every run to the file. Applies to later opens. */
+void am_kineto_set_memory_limit(uint64_t bytes);
 /* Import limits for compressed and slow inputs (docs/importers.md):
  * decompressed bytes at most max(1 GiB, 200 x the file's size) and 64 GiB,
  * and at most 1800 s of import time; RECOMP_IMPORT_MAX_BYTES (K/M/G

@@ -7,10 +7,14 @@
  * order, and a complete ("X") event ends at ts+dur. So open() makes one
  * streaming pass (yajl, constant memory per event) that turns every event
  * we use into a fixed-size record, sorts runs of RUN_MAX records in memory
- * and appends each run to an unlinked temporary file. next() merges the
+ * and keeps the sorted runs in memory up to RUN_MEM_MAX bytes of records
+ * (most traces: writing them to a file and reading them back was a sixth of
+ * an import's CPU, docs/performance.md); a larger trace moves them all to
+ * an unlinked temporary file and appends the rest there. next() merges the
  * runs (a heap over one small buffer per run). rewind() resets the cursors.
- * Memory: interned names (definitions), one run buffer during open, and
- * RUN_BUF records per run while streaming; never the whole trace.
+ * Memory: interned names (definitions), one run buffer during open, the
+ * runs while they fit under RUN_MEM_MAX, and RUN_BUF records per run while
+ * streaming.
  *
  * Event -> model event:
  *   [memory] (Device Type 1 CUDA, 6 ROCm/HIP) ALLOC/FREE at TENSOR, with
@@ -56,6 +60,7 @@
 
 #define RUN_MAX 65536u      /* records sorted in memory per run */
 #define RUN_BUF 512u        /* records buffered per run while merging */
+#define RUN_MEM_MAX (192u << 20) /* bytes of sorted runs kept in memory (~2.2 M records) */
 #define NAME_MAX_LEN 1024u  /* longer names are cut */
 #define ABSURD_BYTES (1ull << 50)
 
@@ -92,7 +97,11 @@ typedef struct kin {
     size_t nnames, capnames;
     uint32_t *hash;           /* open addressing: name id + 1 */
     size_t hcap;
-    /* temp file of sorted runs */
+    /* sorted runs: in memory (mem, while nrec records fit in mem_max
+     * bytes), else in the temporary file (tmp) */
+    krec *mem;
+    uint64_t memcap;          /* records */
+    uint64_t mem_max;         /* bytes */
     FILE *tmp;
     run *runs;
     size_t nruns;
@@ -242,6 +251,7 @@ typedef struct pstate {
     char key_ev[24];          /* current key inside an event (depth events+1) */
     char key_args[32];        /* current key inside args */
     char key_dist[24];
+    uint8_t kev, karg;        /* key_ev / key_args classified once (enum ev_key, arg_key) */
     int in_args, in_dist;
     /* the event being read */
     int in_ev;
@@ -341,17 +351,28 @@ us_to_ns(const char *s, size_t n, uint64_t *out)
 static int
 to_i64(const char *s, size_t n, int64_t *out)
 {
-    char buf[32];
-    if (n == 0 || n >= sizeof buf)
+    /* What strtoll(s, &end, 10) accepts with *end == 0 and no ERANGE, on
+     * at most 31 bytes: C-locale white space, a sign, then only digits
+     * (without the copy and the locale lookups: strtoll was 5% of an
+     * import's CPU). */
+    if (n == 0 || n >= 32)
         return -1;
-    memcpy(buf, s, n);
-    buf[n] = 0;
-    char *end;
-    errno = 0;
-    long long v = strtoll(buf, &end, 10);
-    if (errno || *end)
+    size_t i = 0;
+    while (i < n && (s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r')))
+        i++;
+    int neg = 0;
+    if (i < n && (s[i] == '+' || s[i] == '-'))
+        neg = s[i++] == '-';
+    if (i == n)
         return -1;
-    *out = v;
+    uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    for (; i < n; i++) {
+        unsigned d = (unsigned char)s[i] - '0';
+        if (d > 9 || v > (lim - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
     return 0;
 }
 
@@ -380,6 +401,41 @@ rec_cmp(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/* Append n sorted records to the runs' store: in memory while the store
+ * stays within k->mem_max bytes; past it, the records so far move to a new
+ * unlinked temporary file and everything after is appended there. Returns
+ * 0, or -1 with errno set (no memory, no temporary file, a short write). */
+static int
+store_run(kin *k, const krec *buf, size_t n)
+{
+    if (!k->tmp && (k->nrec + n) * sizeof(krec) <= k->mem_max) {
+        if (k->nrec + n > k->memcap) {
+            uint64_t cap = k->memcap ? 2 * k->memcap : RUN_MAX;
+            while (cap < k->nrec + n)
+                cap *= 2;
+            if (cap * sizeof(krec) > k->mem_max)
+                cap = k->mem_max / sizeof(krec);
+            krec *m = realloc(k->mem, cap * sizeof *m);
+            if (!m)
+                return -1;
+            k->mem = m;
+            k->memcap = cap;
+        }
+        memcpy(k->mem + k->nrec, buf, n * sizeof *buf);
+        return 0;
+    }
+    if (!k->tmp) {
+        if (!(k->tmp = tmpfile()))
+            return -1;
+        if (k->nrec && fwrite(k->mem, sizeof(krec), k->nrec, k->tmp) != k->nrec)
+            return -1;
+        free(k->mem);
+        k->mem = NULL;
+        k->memcap = 0;
+    }
+    return fwrite(buf, sizeof *buf, n, k->tmp) == n ? 0 : -1;
+}
+
 static int
 flush_run(pstate *p)
 {
@@ -392,7 +448,7 @@ flush_run(pstate *p)
         return -1;
     k->runs = r;
     r[k->nruns] = (run){k->nrec, p->nbuf, 0, NULL, 0, 0};
-    if (fwrite(p->buf, sizeof *p->buf, p->nbuf, k->tmp) != p->nbuf)
+    if (store_run(k, p->buf, p->nbuf) < 0)
         return -1;
     k->nruns++;
     k->nrec += p->nbuf;
@@ -715,6 +771,48 @@ reset_event(pstate *p)
     p->devid = -1;
 }
 
+/* The keys the parse reads, classified once per key (in cb_map_key) so that
+ * each scalar is dispatched by a small integer instead of a chain of strcmp
+ * calls (those were 10% of an import's CPU, docs/performance.md). A key is
+ * matched by its full length and bytes: a key with a NUL inside never
+ * matches, and a key longer than the buffer that keeps it never matches (as
+ * before: no name below is as long as a cut key). */
+enum ev_key { EK_OTHER, EK_PH, EK_CAT, EK_NAME, EK_TS, EK_DUR, EK_PID, EK_TID, EK_ARGS };
+enum arg_key {
+    AK_OTHER, AK_NAME, AK_COLL, AK_DTYPE, AK_NELEMS, AK_ADDR, AK_BYTES, AK_TOTAL_ALLOC,
+    AK_TOTAL_RES, AK_DEV_TYPE, AK_DEV_ID
+};
+
+typedef struct key_name {
+    const char *s;
+    uint8_t n, id;
+} key_name;
+
+#define KN(str, id) {str, sizeof str - 1, id}
+static const key_name g_ev_keys[] = {
+    KN("ph", EK_PH), KN("cat", EK_CAT), KN("name", EK_NAME), KN("ts", EK_TS),
+    KN("dur", EK_DUR), KN("pid", EK_PID), KN("tid", EK_TID), KN("args", EK_ARGS),
+};
+static const key_name g_arg_keys[] = {
+    KN("name", AK_NAME), KN("Collective name", AK_COLL), KN("dtype", AK_DTYPE),
+    KN("Out msg nelems", AK_NELEMS), KN("In msg nelems", AK_NELEMS), KN("Addr", AK_ADDR),
+    KN("Bytes", AK_BYTES), KN("Total Allocated", AK_TOTAL_ALLOC),
+    KN("Total Reserved", AK_TOTAL_RES), KN("Device Type", AK_DEV_TYPE),
+    KN("Device Id", AK_DEV_ID),
+};
+#undef KN
+
+/* The id of the key (s, n bytes) in table t of count entries; 0 (OTHER)
+ * when it is none of them. */
+static uint8_t
+key_id(const key_name *t, size_t count, const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < count; i++)
+        if (t[i].n == n && s[0] == (unsigned char)t[i].s[0] && !memcmp(s, t[i].s, n))
+            return t[i].id;
+    return 0;
+}
+
 /* Where are we? */
 static int
 ev_depth(pstate *p)
@@ -733,9 +831,10 @@ cb_start_map(void *ctx)
         p->in_ev = 1;
         reset_event(p);
         p->ev_off = cur_off(p);
-    } else if (p->in_ev && p->depth == ev_depth(p) + 1 && !strcmp(p->key_ev, "args")) {
+    } else if (p->in_ev && p->depth == ev_depth(p) + 1 && p->kev == EK_ARGS) {
         p->in_args = 1;
         p->key_args[0] = 0;
+        p->karg = AK_OTHER;
     } else if (p->depth == 2 && !p->top_is_array && !strcmp(p->key1, "distributedInfo")) {
         p->in_dist = 1;
     } else if (p->depth == 3 && !p->top_is_array && !strcmp(p->key1, "deviceProperties")) {
@@ -806,10 +905,13 @@ cb_map_key(void *ctx, const unsigned char *s, size_t n)
     pstate *p = ctx;
     if (p->depth == 1 && !p->top_is_array)
         setkey(p->key1, sizeof p->key1, s, n);
-    else if (p->in_ev && p->depth == ev_depth(p))
+    else if (p->in_ev && p->depth == ev_depth(p)) {
         setkey(p->key_ev, sizeof p->key_ev, s, n);
-    else if (p->in_args && p->depth == ev_depth(p) + 1)
+        p->kev = key_id(g_ev_keys, sizeof g_ev_keys / sizeof g_ev_keys[0], s, n);
+    } else if (p->in_args && p->depth == ev_depth(p) + 1) {
         setkey(p->key_args, sizeof p->key_args, s, n);
+        p->karg = key_id(g_arg_keys, sizeof g_arg_keys / sizeof g_arg_keys[0], s, n);
+    }
     else if ((p->in_dist && p->depth == 2) || (p->in_devprops && p->depth == 3))
         setkey(p->key_dist, sizeof p->key_dist, s, n);
     return 1;
@@ -821,36 +923,37 @@ static int
 event_field(pstate *p, const char *s, size_t n, int str)
 {
     const char *key = p->key_ev;
-    if (!strcmp(key, "ph")) {
+    int id = p->kev;
+    if (id == EK_PH) {
         if (!str)
             return fail(p, "event field ph is not a string");
         setkey(p->ph, sizeof p->ph, (const unsigned char *)s, n);
-    } else if (!strcmp(key, "cat")) {
+    } else if (id == EK_CAT) {
         if (str)
             setkey(p->cat, sizeof p->cat, (const unsigned char *)s, n);
-    } else if (!strcmp(key, "name")) {
+    } else if (id == EK_NAME) {
         if (!str)
             return fail(p, "event field name is not a string");
         p->name_n = n > NAME_MAX_LEN ? NAME_MAX_LEN : n;
         memcpy(p->name, s, p->name_n);
         p->name[p->name_n] = 0;
-    } else if (!strcmp(key, "ts") || !strcmp(key, "dur")) {
+    } else if (id == EK_TS || id == EK_DUR) {
         uint64_t v;
         if (us_to_ns(s, n, &v) < 0)
             return fail(p, "event field %s is not a non-negative number of microseconds",
                         key);
-        if (key[0] == 't') {
+        if (id == EK_TS) {
             p->ts = v;
             p->has_ts = 1;
         } else {
             p->dur = v;
             p->has_dur = 1;
         }
-    } else if (!strcmp(key, "pid") || !strcmp(key, "tid")) {
+    } else if (id == EK_PID || id == EK_TID) {
         int64_t v;
         if (to_i64(s, n, &v) < 0)
             v = str ? (int64_t)fnv(s, n) : -1; /* "stream 7" style ids */
-        if (key[0] == 'p') {
+        if (id == EK_PID) {
             p->pid = v;
             p->has_pid = 1;
         } else {
@@ -868,27 +971,26 @@ args_field(pstate *p, const char *s, size_t n, int str)
 {
     const char *key = p->key_args;
     int64_t v;
-    if (!strcmp(key, "name")) {
+    int id = p->karg;
+    if (id == AK_OTHER)
+        return 1;
+    if (id == AK_NAME) {
         if (str) {
             p->argname_n = n >= sizeof p->argname ? sizeof p->argname - 1 : n;
             memcpy(p->argname, s, p->argname_n);
             p->argname[p->argname_n] = 0;
         }
-    } else if (!strcmp(key, "Collective name")) {
+    } else if (id == AK_COLL) {
         if (str)
             setkey(p->coll, sizeof p->coll, (const unsigned char *)s, n);
-    } else if (!strcmp(key, "dtype")) {
+    } else if (id == AK_DTYPE) {
         if (str)
             setkey(p->dtype, sizeof p->dtype, (const unsigned char *)s, n);
-    } else if (!strcmp(key, "Out msg nelems") || !strcmp(key, "In msg nelems")) {
+    } else if (id == AK_NELEMS) {
         if (!str && to_i64(s, n, &v) == 0 && v > 0 && (uint64_t)v > p->nelems)
             p->nelems = (uint64_t)v;
     } else {
-        int which = !strcmp(key, "Addr") ? 1 : !strcmp(key, "Bytes") ? 2
-                  : !strcmp(key, "Total Allocated") ? 3 : !strcmp(key, "Total Reserved") ? 4
-                  : !strcmp(key, "Device Type") ? 5 : !strcmp(key, "Device Id") ? 6 : 0;
-        if (!which)
-            return 1;
+        int which = id - AK_ADDR + 1; /* 1 Addr .. 6 Device Id */
         if (str || to_i64(s, n, &v) < 0) {
             setkey(p->badarg, sizeof p->badarg, (const unsigned char *)key, strlen(key));
             return 1;
@@ -1005,6 +1107,7 @@ kin_free(kin *k)
     free(k->hash);
     if (k->tmp)
         fclose(k->tmp);
+    free(k->mem);
     for (size_t i = 0; i < k->nruns; i++)
         free(k->runs[i].buf);
     free(k->runs);
@@ -1029,6 +1132,12 @@ run_fill(kin *k, run *r)
     r->bn = 0;
     if (!n)
         return 0;
+    if (!k->tmp) {
+        memcpy(r->buf, k->mem + r->start + r->pos, n * sizeof(krec));
+        r->bn = n;
+        r->pos += n;
+        return 0;
+    }
     off_t off = (off_t)((r->start + r->pos) * sizeof(krec));
     ssize_t got = pread(fileno(k->tmp), r->buf, n * sizeof(krec), off);
     if (got != (ssize_t)(n * sizeof(krec)))
@@ -1467,26 +1576,45 @@ typedef struct { int in_str, esc; uint64_t len; } strscan;
 static int
 check_strings(pstate *p, strscan *st, const unsigned char *buf, int n)
 {
-    for (int i = 0; i < n; i++) {
-        unsigned char ch = buf[i];
-        if (st->in_str) {
-            if (st->esc)
-                st->esc = 0;
-            else if (ch == '\\')
-                st->esc = 1;
-            else if (ch == '"')
-                st->in_str = 0;
-            if (st->in_str && ++st->len > KINETO_MAX_STRING) {
-                snprintf(p->err, p->errlen,
-                         "%s: offset %" PRIu64 ": a JSON string longer than %d MiB: not a "
-                         "torch.profiler trace (or a damaged one)",
-                         p->path, p->chunk_off + (uint64_t)i, KINETO_MAX_STRING >> 20);
-                return STEP_FAIL;
-            }
-        } else if (ch == '"') {
+    /* Each byte inside a string (an escaping backslash and the byte it
+     * escapes included, the closing quote not) adds one to len, as the
+     * per-byte loop this replaces counted; runs without a quote or a
+     * backslash are skipped with memchr instead of stepped through. */
+    const unsigned char *q, *b;
+    int i = 0;
+    while (i < n) {
+        if (!st->in_str) {
+            if (!(q = memchr(buf + i, '"', (size_t)(n - i))))
+                return STEP_OK;
+            i = (int)(q - buf) + 1;
             st->in_str = 1;
             st->len = 0;
+            continue;
         }
+        int end = i + 1;                     /* bytes [i, end) stay in the string */
+        if (!st->esc) {
+            q = memchr(buf + i, '"', (size_t)(n - i));
+            end = q ? (int)(q - buf) : n;
+            if ((b = memchr(buf + i, '\\', (size_t)(end - i))))
+                end = (int)(b - buf) + 1;    /* the backslash counts */
+        }
+        uint64_t add = (uint64_t)(end - i);
+        if (st->len + add > KINETO_MAX_STRING) {
+            snprintf(p->err, p->errlen,
+                     "%s: offset %" PRIu64 ": a JSON string longer than %d MiB: not a "
+                     "torch.profiler trace (or a damaged one)",
+                     p->path, p->chunk_off + (uint64_t)i + (KINETO_MAX_STRING - st->len),
+                     KINETO_MAX_STRING >> 20);
+            return STEP_FAIL;
+        }
+        st->len += add;
+        if (st->esc)
+            st->esc = 0;
+        else if (end > i && buf[end - 1] == '\\')
+            st->esc = 1;
+        else if (end < n)
+            end++, st->in_str = 0;            /* the closing quote */
+        i = end;
     }
     return STEP_OK;
 }
@@ -1678,7 +1806,8 @@ add_autograd_threads(kin *k, pstate *p)
         r.device = -1;
         p->buf[p->nbuf++] = r;
     }
-    if (fseek(k->tmp, 0, SEEK_END) != 0 || flush_run(p) < 0 || fflush(k->tmp) != 0) {
+    if ((k->tmp && fseek(k->tmp, 0, SEEK_END) != 0) || flush_run(p) < 0 ||
+        (k->tmp && fflush(k->tmp) != 0)) {
         snprintf(p->err, p->errlen, "%s: cannot write the temporary file", p->path);
         return STEP_FAIL;
     }
@@ -1700,18 +1829,22 @@ add_autograd_threads(kin *k, pstate *p)
     return STEP_OK;
 }
 
-/* Parse the whole file once, spilling sorted runs of records to a temporary
- * file; kin_next merges the runs in time order. */
+static uint64_t g_mem_max = RUN_MEM_MAX;
+
+void
+am_kineto_set_memory_limit(uint64_t bytes)
+{
+    g_mem_max = bytes;
+}
+
+/* Parse the whole file once, keeping sorted runs of records in memory or a
+ * temporary file; kin_next merges the runs in time order. */
 static int
 load(am_source *s, kin *k, pstate *p, gzFile g)
 {
     if (!(p->buf = malloc(RUN_MAX * sizeof *p->buf)))
         return STEP_OOM;
-    if (!(k->tmp = tmpfile())) {
-        snprintf(p->err, p->errlen, "%s: cannot create a temporary file: %s", p->path,
-                 strerror(errno));
-        return STEP_FAIL;
-    }
+    k->mem_max = g_mem_max;
     gzbuffer(g, 1 << 17);
     if (!(p->h = yajl_alloc(&g_cbs, NULL, p)))
         return STEP_OOM;
@@ -1719,9 +1852,9 @@ load(am_source *s, kin *k, pstate *p, gzFile g)
     int rc = parse_document(p, g);
     if (rc != STEP_OK)
         return rc;
-    if (flush_run(p) < 0 || fflush(k->tmp) != 0) {
-        snprintf(p->err, p->errlen, "%s: cannot write the temporary file: %s", p->path,
-                 strerror(errno));
+    if (flush_run(p) < 0 || (k->tmp && fflush(k->tmp) != 0)) {
+        snprintf(p->err, p->errlen, "%s: cannot keep the sorted events (memory or a "
+                 "temporary file): %s", p->path, strerror(errno));
         return STEP_FAIL;
     }
     free(p->buf);

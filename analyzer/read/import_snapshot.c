@@ -231,16 +231,8 @@ has(const pk_val *v, const char *sub)
 }
 
 static int
-is_py(const pk_val *fr)
+is_torch_file(const pk_val *f)
 {
-    const pk_val *f = pk_get(fr, "filename");
-    return f && f->type == PK_STR && ends(f->u.str.s, f->u.str.n, ".py");
-}
-
-static int
-is_torch_py(const pk_val *fr)
-{
-    const pk_val *f = pk_get(fr, "filename");
     return has(f, "/torch/") || has(f, "site-packages/") || has(f, "dist-packages/");
 }
 
@@ -262,8 +254,10 @@ frames_info(const pk_val *frames, finfo *fi)
     const pk_val *first_py = NULL, *user_py = NULL;
     for (size_t i = 0; i < n; i++) {
         const pk_val *fr = pk_at(frames, i);
-        const pk_val *name = pk_get(fr, "name");
-        if (!is_py(fr)) {
+        /* each key looked up once per frame; the "optim" search first, as
+         * "/torch/optim/" contains it */
+        const pk_val *name = pk_get(fr, "name"), *f = pk_get(fr, "filename");
+        if (!(f && f->type == PK_STR && ends(f->u.str.s, f->u.str.n, ".py"))) {
             fi->cpp = 1;
             if (has(name, "autograd::Engine::thread_main") ||
                 has(name, "autograd::Engine::evaluate_function"))
@@ -272,10 +266,9 @@ frames_info(const pk_val *frames, finfo *fi)
         }
         if (!first_py)
             first_py = fr;
-        if (!user_py && !is_torch_py(fr))
+        if (!user_py && !is_torch_file(f))
             user_py = fr;
-        const pk_val *f = pk_get(fr, "filename");
-        if (has(f, "/torch/optim/") || (has(f, "optim") && pk_streq(name, "step")))
+        if (has(f, "optim") && (has(f, "/torch/optim/") || pk_streq(name, "step")))
             fi->opt = 1;
         if (pk_streq(name, "forward"))
             fi->forward = 1;

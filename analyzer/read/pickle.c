@@ -640,9 +640,15 @@ pk_get(const pk_val *d, const char *key)
 {
     if (!d || d->type != PK_DICT)
         return NULL;
-    for (size_t i = 0; i + 1 < d->u.seq.n; i += 2)
-        if (pk_streq(d->u.seq.v[i], key))
+    /* the key's length once, then length and first byte before memcmp:
+     * pk_streq per entry re-measured the key (docs/performance.md) */
+    size_t n = strlen(key);
+    for (size_t i = 0; i + 1 < d->u.seq.n; i += 2) {
+        const pk_val *k = d->u.seq.v[i];
+        if (k && k->type == PK_STR && k->u.str.n == n && (n == 0 || k->u.str.s[0] == key[0]) &&
+            memcmp(k->u.str.s, key, n) == 0)
             return d->u.seq.v[i + 1];
+    }
     return NULL;
 }
 

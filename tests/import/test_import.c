@@ -5,6 +5,7 @@
  * counts and prints above its summary line. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -844,4 +845,128 @@ Test(damaged, import_time_limit)
     setenv("RECOMP_IMPORT_MAX_SECONDS", "0", 1);
     expect_damaged("slow.json.gz", buf, n, "import stopped after");
     free(buf);
+}
+
+/* A Kineto trace of `pairs` [memory] alloc/free pairs inside cpu_op ranges,
+ * written in reverse time order in blocks of 1000 events (so the sorted
+ * runs interleave, as Kineto's grouping by kind and thread makes them), to
+ * a new file under /tmp. */
+static void
+write_shuffled_kineto(char *path, int pairs)
+{
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    gzFile g = gzopen(path, "wb1");
+    cr_assert(g);
+    gzputs(g, "{\"traceEvents\":[");
+    int blocks = (pairs + 999) / 1000;
+    for (int b = blocks - 1; b >= 0; b--)
+        for (int i = b * 1000; i < (b + 1) * 1000 && i < pairs; i++) {
+            long t = 1000 + 10L * i;
+            gzprintf(g, "%s{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"aten::empty\",\"pid\":1,"
+                        "\"tid\":1,\"ts\":%ld,\"dur\":5,\"args\":{}}",
+                     b == blocks - 1 && i == b * 1000 ? "" : ",", t);
+            for (int sign = 1; sign >= -1; sign -= 2)
+                gzprintf(g, ",{\"ph\":\"i\",\"cat\":\"cpu_instant_event\",\"name\":\"[memory]\","
+                            "\"pid\":1,\"tid\":1,\"ts\":%ld,\"s\":\"t\",\"args\":{\"Device Type\":1,"
+                            "\"Device Id\":0,\"Addr\":%ld,\"Bytes\":%ld,\"Total Allocated\":%d,"
+                            "\"Total Reserved\":1073741824}}",
+                         t + (sign > 0 ? 1 : 3), 0x7f0000000000L + i * 512L,
+                         sign * (4096L + i % 7 * 512), sign > 0 ? 8192 : 4096);
+        }
+    gzputs(g, "]}");
+    gzclose(g);
+}
+
+/* Every event of path in the importer's order, folded into a hash (time,
+ * kind, thread, address, size, name); *n = their count. Checks that time
+ * never goes back. */
+static uint64_t
+kineto_event_hash(const char *path, uint64_t *n)
+{
+    am_source *s = NULL;
+    char err[1024] = "";
+    cr_assert_eq(am_source_open(path, &s, err, sizeof err), 0, "%s", err);
+    am_event ev;
+    uint64_t h = 0xcbf29ce484222325ull, last = 0;
+    int rc;
+    *n = 0;
+    while ((rc = s->ops->next(s, &ev)) == 1) {
+        cr_assert_geq(ev.t_ns, last, "event %" PRIu64 " goes back in time", *n);
+        last = ev.t_ns;
+        uint64_t f[6] = {ev.t_ns, ev.kind, ev.tid, ev.addr, ev.size, ev.name_len};
+        for (int i = 0; i < 6; i++)
+            h = (h ^ f[i]) * 0x100000001b3ull;
+        for (uint32_t i = 0; i < ev.name_len; i++)
+            h = (h ^ (unsigned char)ev.name[i]) * 0x100000001b3ull;
+        (*n)++;
+    }
+    cr_assert_eq(rc, 0, "%s", s->error);
+    am_source_close(s);
+    return h;
+}
+
+/* #19: the sorted runs stay in memory up to a limit and go to a temporary
+ * file past it. The events come out the same, in the same order, whether
+ * every run is in memory, every run is in the file, or the limit is crossed
+ * in the middle of the parse (runs moved from memory to the file). 100,000
+ * pairs make 400,000 records (7 runs of up to 65,536) and 400,001 events
+ * (the first Total Reserved adds one segment). */
+Test(kineto, runs_in_memory_or_in_the_file_same_events)
+{
+    char path[] = "/tmp/rs-kineto-runs-XXXXXX";
+    write_shuffled_kineto(path, 100000);
+    uint64_t n_mem, n_file, n_mid;
+    uint64_t h_mem = kineto_event_hash(path, &n_mem);
+    am_kineto_set_memory_limit(0);
+    uint64_t h_file = kineto_event_hash(path, &n_file);
+    am_kineto_set_memory_limit(12u << 20); /* about 2 of the 7 runs */
+    uint64_t h_mid = kineto_event_hash(path, &n_mid);
+    am_kineto_set_memory_limit(192u << 20);
+    unlink(path);
+    cr_expect_eq(n_mem, 400001, "%" PRIu64 " events", n_mem);
+    cr_expect_eq(n_file, n_mem);
+    cr_expect_eq(n_mid, n_mem);
+    cr_expect_eq(h_file, h_mem, "the file's order differs from memory's");
+    cr_expect_eq(h_mid, h_mem, "crossing the limit mid-parse changed the events");
+}
+
+/* #19: the string guard skips to the next quote or backslash instead of
+ * stepping byte by byte: an escaped backslash right before a closing quote
+ * must close the string (else the 17 MiB of white space after it would
+ * count as one string and the file would be refused), and an escaped quote
+ * must not. */
+Test(kineto, string_guard_follows_escapes)
+{
+    char path[] = "/tmp/rs-kineto-esc-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    gzFile g = gzopen(path, "wb1");
+    cr_assert(g);
+    gzputs(g, "{\"traceEvents\":[{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"a\\\\\",\"pid\":1,"
+              "\"tid\":1,\"ts\":1,\"dur\":1}");
+    static char blank[1 << 20];
+    memset(blank, ' ', sizeof blank);
+    for (int i = 0; i < 17; i++)
+        gzwrite(g, blank, sizeof blank);
+    gzputs(g, ",{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"b\\\"\",\"pid\":1,\"tid\":1,\"ts\":2,"
+              "\"dur\":1}]}");
+    gzclose(g);
+    am_source *s = NULL;
+    char err[1024] = "";
+    int rc = am_source_open(path, &s, err, sizeof err);
+    unlink(path);
+    cr_assert_eq(rc, 0, "refused: %s", err);
+    am_event ev;
+    int names = 0;
+    while (s->ops->next(s, &ev) == 1)
+        if (ev.kind == AM_EV_RANGE_PUSH) {
+            names++;
+            cr_expect(ev.name_len == 2 && !memcmp(ev.name, names == 1 ? "a\\" : "b\"", 2),
+                      "range %d is %.*s", names, (int)ev.name_len, ev.name);
+        }
+    cr_expect_eq(names, 2);
+    am_source_close(s);
 }

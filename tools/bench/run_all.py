@@ -225,15 +225,20 @@ def job_section():
     base = env_with(MEGASIM_LIB_DIR=libdir, PYTHONPATH=os.path.join(ROOT, "tools", "megasim"),
                     LD_LIBRARY_PATH=os.path.join(BUILD, "tests", "doubles") + ":" + libdir)
     empty = [sys.executable, "-c", "pass"]
-    rows = {k: [] for k in ("job", "job_shim", "py", "py_shim")}
+    rows = {k: [] for k in ("job", "job_shim", "job_disabled", "job_noframes", "py", "py_shim")}
     events = 0
+    # the breakdown: job_disabled loads the shim and runs its constructor but
+    # records nothing (RECOMPSHIM_DISABLE=1); job_noframes records without
+    # Python frames (RECOMPSHIM_PYSTACK=0)
     for _ in range(ROUNDS):
-        for key, cmd, shim in (("job", args, False), ("job_shim", args, True),
-                               ("py", empty, False), ("py_shim", empty, True)):
+        for key, cmd, shim in (("job", args, None), ("job_shim", args, {}),
+                               ("job_disabled", args, {"RECOMPSHIM_DISABLE": "1"}),
+                               ("job_noframes", args, {"RECOMPSHIM_PYSTACK": "0"}),
+                               ("py", empty, None), ("py_shim", empty, {})):
             env = dict(base)
-            if shim:
+            if shim is not None:
                 d = fresh_dir("job-out")
-                env.update(LD_PRELOAD=SHIM, RECOMPSHIM_OUT=d)
+                env.update(LD_PRELOAD=SHIM, RECOMPSHIM_OUT=d, **shim)
             # the main job runs out of memory in its second iteration by design
             wall, cpu, _, _ = run(cmd, env, ok_codes=(0, 1))
             rows[key].append((wall, cpu))
@@ -251,6 +256,14 @@ def job_section():
         ws, cs = med[k + "_shim"]
         print("| %s | %.3f / %.3f | %.3f / %.3f | %+.3f | %+.3f |" % (label, w, ws, c, cs, ws - w, cs - c))
     print("\ntrace bytes written by the job: %d\n" % events)
+    c0, cd, cn, cs = (med[k][1] for k in ("job", "job_disabled", "job_noframes", "job_shim"))
+    print("Breakdown of the added tree CPU (medians of the same rounds):\n")
+    print("| part | variant against variant | CPU s |")
+    print("|---|---|---|")
+    print("| loading the shim, its constructor, exit without a file | disabled - none | %+.3f |" % (cd - c0))
+    print("| recording (file creation, records, chunk seals, exit) | frames off - disabled | %+.3f |" % (cn - cd))
+    print("| Python frames (profile hook on every Python call) | default - frames off | %+.3f |" % (cs - cn))
+    print("| total | default - none | %+.3f |\n" % (cs - c0))
 
 
 def make_inputs(n):
