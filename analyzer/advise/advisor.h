@@ -119,6 +119,9 @@ typedef struct adv_alloc {
                                * state dict, its copies), AM_PYLOAD_STATE (optimizer state the
                                * load initialises); 0 not, or unknown (advisor_trace.c) */
     int32_t iteration;
+    uint32_t py;              /* its Python stack: frame ids at t->py[py..py+npy),
+                               * innermost first; npy 0 unknown */
+    uint32_t npy;
 } adv_alloc;
 
 /* One layer of one forward instance: op-stream positions of its regions
@@ -169,6 +172,8 @@ typedef struct adv_trace {
     size_t nlayers, caplayers;
     adv_inst *insts;
     size_t ninsts, capinsts;
+    uint32_t *py;             /* the allocations' Python stacks (adv_alloc.py) */
+    size_t npyf, cappyf;
     adv_extra *xr;            /* replays' own extra allocations (undone traces only) */
     size_t nxr;
     uint64_t xr_bytes;        /* their largest size sum in one replay */

@@ -7,8 +7,10 @@
  *
  *   checkpoint-style (core_attn, mlp, moe, shared_experts, full): the region's
  *     allocations that live on into backward (freed on the backward thread at
- *     or after the region's backward starts) are internals: freed at the
- *     region's forward exit; at the start of the region's backward the whole
+ *     or after the region's backward starts) are internals: freed where the
+ *     region's no_grad forward drops them (nograd_free: when the Python
+ *     function holding them returns, from the allocations' Python stacks; the
+ *     region's forward exit without stacks); at the start of the region's backward the whole
  *     region is replayed (its transients allocated and freed again, its
  *     internals allocated and kept until their original free). Allocations of
  *     the region freed by later regions' backward are its output (kept by the
@@ -271,6 +273,82 @@ own_pre(const adv_alloc *x, uint32_t p, uint32_t pre_e)
     return x->inst < 0 && p < pre_e && x->phase == AM_PH_forward;
 }
 
+/* The number of outermost frames Python stacks of allocations x and y share
+ * (their stacks: frame ids innermost first, so the outermost frames are the
+ * tails) */
+static uint32_t
+py_common(const adv_trace *t, const adv_alloc *x, const adv_alloc *y)
+{
+    const uint32_t *a = t->py + x->py + x->npy, *b = t->py + y->py + y->npy;
+    uint32_t n = x->npy < y->npy ? x->npy : y->npy, k = 0;
+    while (k < n && a[-1 - (int32_t)k] == b[-1 - (int32_t)k])
+        k++;
+    return k;
+}
+
+/* 1 when allocation y was made inside the call of frame depth h (0 the
+ * outermost) that made x: their stacks share frames 0..h */
+static int
+py_inside(const adv_trace *t, const adv_alloc *x, const adv_alloc *y, uint32_t h)
+{
+    if (y->npy <= h || !y->npy)
+        return 0;
+    const uint32_t *a = t->py + x->py + x->npy - 1 - h, *b = t->py + y->py + y->npy - 1 - h;
+    return memcmp(a, b, (h + 1) * sizeof *a) == 0;
+}
+
+/* Where a checkpointed region's forward, run under no_grad, frees internal
+ * allocation id (a tensor the recorded run saved for backward): the op
+ * position before which its last Python reference is gone, e the region's
+ * exit when that is not known (docs/advisor.md "The allocator model").
+ *
+ * Under no_grad nothing saves a tensor, so it lives as long as Python holds
+ * it: as a local of the function that received it, until that function
+ * returns. From the Python stacks of the region's allocations (main thread,
+ * forward; frame ids per function): the next allocation y whose stack
+ * differs from x's shows x's call finished (allocations with x's very stack
+ * are one statement's outputs, e.g. a tuple, and share its fate); they first
+ * differ at depth k, so the function at depth h = min(k, len(x)) - 1 called
+ * on after x was made: x is held there, and freed when that function returns
+ * -- before the first later allocation that is not inside its call. When the
+ * holder is the region's own function (no such allocation before e), or x
+ * or y has no stack, x lives to the region's exit, as a function's result
+ * would. Never earlier than the next allocation after x, so a consumer that
+ * is the next statement still sees it. */
+static uint32_t
+nograd_free(const adv_trace *t, uint32_t id, uint32_t e)
+{
+    const adv_alloc *x = &t->a[id];
+    if (!x->npy)
+        return e;
+    uint32_t q = x->a_pos + 1, h = ADV_NONE;
+    for (; q < e && q < t->nops; q++) {
+        int32_t v = t->ops[q];
+        if (v <= 0 || t->a[v - 1].bwd)
+            continue;
+        const adv_alloc *y = &t->a[v - 1];
+        if (!y->npy)
+            return e;
+        if (y->py == x->py && y->npy == x->npy)
+            continue; /* the same stack: the same statement */
+        uint32_t k = py_common(t, x, y);
+        if (k == 0)
+            return e;
+        h = (k < x->npy ? k : x->npy) - 1;
+        break;
+    }
+    if (h == ADV_NONE)
+        return e;
+    for (q++; q < e && q < t->nops; q++) {
+        int32_t v = t->ops[q];
+        if (v <= 0 || t->a[v - 1].bwd)
+            continue;
+        if (!py_inside(t, x, &t->a[v - 1], h))
+            return q;
+    }
+    return e;
+}
+
 static int
 checkpoint_unit(cf *c, int32_t k, uint32_t b, uint32_t e, uint32_t pre_e, const adv_layer *L,
                 member_fn mf, int unfused_core)
@@ -311,7 +389,7 @@ checkpoint_unit(cf *c, int32_t k, uint32_t b, uint32_t e, uint32_t pre_e, const 
     for (uint32_t p = b; p < e; p++) {
         int32_t v = t->ops[p];
         if (v > 0 && c->owner[v - 1] == ui && c->cls[v - 1] == C_I)
-            if (push_ins(c, e, 0, (uint32_t)v - 1) < 0)
+            if (push_ins(c, nograd_free(t, (uint32_t)v - 1, e), 0, (uint32_t)v - 1) < 0)
                 return -1;
     }
     if (push_unit(c, (unit){b, e, R, k}) < 0)
@@ -1628,6 +1706,13 @@ undo_copy_meta(const undo_st *st, adv_trace *o)
         o->insts[i] = t->insts[i];
         o->insts[i].begin = undo_np(st, t->insts[i].begin);
         o->insts[i].end = undo_np(st, t->insts[i].end);
+    }
+    if (t->npyf) {
+        o->py = malloc(t->npyf * sizeof *o->py);
+        if (!o->py)
+            return -1;
+        memcpy(o->py, t->py, t->npyf * sizeof *o->py);
+        o->npyf = o->cappyf = t->npyf;
     }
     o->megatron_ranges = t->megatron_ranges;
     o->replays = 0;

@@ -131,6 +131,7 @@ adv_trace_free(adv_trace *t)
     free(t->layers);
     free(t->insts);
     free(t->xr);
+    free(t->py);
     memset(t, 0, sizeof *t);
 }
 
@@ -155,6 +156,8 @@ typedef struct cap {
     int capture;
     uint32_t last_main_pos;          /* op position after the last main-thread op */
     uint64_t mla_in_sizes[3];        /* kv latent, q latent, gathered k_pos_emb */
+    struct pyslot { const uint32_t *chain; uint32_t off; } *pyh; /* stack -> t->py offset */
+    size_t npyh, pyused;             /* slots (a power of two, 0 none yet), used */
 } cap;
 
 static adv_layer *
@@ -466,6 +469,46 @@ load_kind(const am_event *ev, const tl_thread *th)
     return AM_PYLOAD_NONE;
 }
 
+/* x's Python stack (ev->pychain) into t->py, each distinct stack once (the
+ * reader keeps one chain per stack for the whole pass); -1 out of memory */
+static int
+py_intern(cap *c, const am_event *ev, adv_alloc *x)
+{
+    adv_trace *t = c->t;
+    if (c->npyh == 0 || c->pyused * 2 >= c->npyh) {
+        /* (re)hash: at most half full, by the chain's address */
+        size_t nn = c->npyh ? c->npyh * 2 : 256;
+        struct pyslot *h = calloc(nn, sizeof *h);
+        if (!h)
+            return -1;
+        for (size_t i = 0; i < c->npyh; i++)
+            if (c->pyh[i].chain) {
+                size_t k = ((uintptr_t)c->pyh[i].chain >> 3) & (nn - 1);
+                while (h[k].chain)
+                    k = (k + 1) & (nn - 1);
+                h[k] = c->pyh[i];
+            }
+        free(c->pyh);
+        c->pyh = h;
+        c->npyh = nn;
+    }
+    size_t k = ((uintptr_t)ev->pychain >> 3) & (c->npyh - 1);
+    while (c->pyh[k].chain && c->pyh[k].chain != ev->pychain)
+        k = (k + 1) & (c->npyh - 1);
+    if (!c->pyh[k].chain) {
+        if (grow((void **)&t->py, &t->cappyf, t->npyf + ev->pychain_len, sizeof *t->py) < 0)
+            return -1;
+        memcpy(t->py + t->npyf, ev->pychain, ev->pychain_len * sizeof *t->py);
+        c->pyh[k].chain = ev->pychain;
+        c->pyh[k].off = (uint32_t)t->npyf;
+        t->npyf += ev->pychain_len;
+        c->pyused++;
+    }
+    x->py = c->pyh[k].off;
+    x->npy = ev->pychain_len;
+    return 0;
+}
+
 static int
 on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
 {
@@ -494,6 +537,8 @@ on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
     x->load = load_kind(ev, th);
     t->load_seen |= x->load != 0;
     t->py_seen |= ev->pystack != NULL;
+    if (ev->pychain && ev->pychain_len && py_intern(c, ev, x) < 0)
+        return -1;
     x->inst = -1;
     x->layer = -1;
     adv_layer *L = cur(c);
@@ -620,6 +665,7 @@ build_fini(build *b)
     live_fini(&b->dkeys);
     free(b->dsz);
     live_fini(&b->c.keys);
+    free(b->c.pyh);
     tl_fini(&b->c.tl);
     for (size_t i = 0; i < b->scratch.niters; i++)
         free(b->scratch.iters[i].phases);

@@ -1634,6 +1634,8 @@ fill_part(void *arg, size_t i)
     p->scal.layers = NULL;
     p->scal.insts = NULL;
     p->scal.xr = NULL;
+    p->scal.py = NULL;
+    p->scal.npyf = p->scal.cappyf = 0;
     p->scal.na = p->scal.capa = p->scal.nops = p->scal.capops = p->scal.caplayers = 0;
     p->scal.ninsts = p->scal.capinsts = p->scal.nxr = 0;
     if (!st->tensor)

@@ -131,6 +131,10 @@ typedef struct am_event {
      * code objects' first lines); NULL when unknown */
     const char *pystack;
     uint32_t pystack_len;
+    /* ALLOC: the same stack's frame ids, innermost first (native traces: one
+     * id per function's code object); NULL when unknown */
+    const uint32_t *pychain;
+    uint32_t pychain_len;
     /* ALLOC/OOM: made while loading a checkpoint, from the whole Python
      * stack (native traces): AM_PYLOAD_COPY inside `load_checkpoint`,
      * AM_PYLOAD_STATE inside the optimizer-state initialisation the load

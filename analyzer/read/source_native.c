@@ -57,7 +57,8 @@ typedef struct native {
     const char **warnings;
     char *argbuf;
     am_symbolizer *sym;       /* created when the first frame is named */
-    struct py_text { char *site, *stack; uint8_t load; } *py; /* [PYSTACK id], formatted once */
+    struct py_text { char *site, *stack; uint8_t load; uint32_t *chain, nchain; } *py;
+    /* [PYSTACK id], formatted once; chain: its frame ids, innermost first */
     size_t npy;
     /* Python frames as ranges (pyframes.h): NULL when the trace has no stacks */
     am_pysyn *syn;
@@ -229,6 +230,22 @@ py_load_kind(const native *n, uint32_t id)
     return 0;
 }
 
+/* The frame ids of Python stack `id`, innermost first, into pt->chain (a
+ * function's frame id names its code object: two calls of one function have
+ * the same id); none when out of memory or the stack is unknown. */
+static void
+py_chain(const native *n, uint32_t id, struct py_text *pt)
+{
+    uint32_t parent, frame, k = 0;
+    for (uint32_t s = id; s && k < 4096 && rs_reader_pystack(n->r, s, &parent, &frame); s = parent)
+        k++;
+    if (!k || !(pt->chain = malloc(k * sizeof *pt->chain)))
+        return;
+    for (uint32_t s = id; s && pt->nchain < k && rs_reader_pystack(n->r, s, &parent, &frame);
+         s = parent)
+        pt->chain[pt->nchain++] = frame;
+}
+
 /* The allocation site of Python stack `id` (the innermost frame outside
  * PyTorch and installed packages, else the innermost) into ev->site, and
  * its frames into ev->pystack; both NULL when the stack is unknown. Cached
@@ -264,6 +281,8 @@ py_site(native *n, uint32_t id, am_event *ev)
         pt->site = py_site_text(&inner);
         pt->stack = py_stack_text(n, id);
         pt->load = py_load_kind(n, id);
+        if (!pt->chain)
+            py_chain(n, id, pt);
     }
     ev->py_load = pt->load;
     if (pt->site) {
@@ -274,6 +293,8 @@ py_site(native *n, uint32_t id, am_event *ev)
         ev->pystack = pt->stack;
         ev->pystack_len = (uint32_t)strlen(pt->stack);
     }
+    ev->pychain = pt->chain;
+    ev->pychain_len = pt->nchain;
 }
 
 static int
@@ -626,6 +647,7 @@ native_close(am_source *s)
         for (size_t i = 0; i < n->npy; i++) {
             free(n->py[i].site);
             free(n->py[i].stack);
+            free(n->py[i].chain);
         }
         free(n->py);
         free(n->pyr);

@@ -61,12 +61,18 @@ FULL = {"full[block,1]": ["--recompute-granularity", "full", "--recompute-method
 KNOWN = {}
 # reserved bytes (the allocator cache model along each candidate's own timeline,
 # advisor_cache.c) per model
-RESERVED_GAP = ("the reserved peaks of moe and full-recompute candidates are +2.1% to +8.8% "
-                "above megasim's on these small MoE models: the allocator model replays the "
-                "recorded stream exactly, but the rewritten stream frees a checkpointed "
-                "region's internals at its exit, not where its no_grad forward frees them "
-                "(docs/advisor.md 'The allocator model')")
-KNOWN_RESERVED = {"moe": RESERVED_GAP, "mla": RESERVED_GAP}
+KNOWN_RESERVED = {
+    "dense": ("full[uniform,1] on rank 0 is -2.01%: Megatron's MLP.forward rebinds "
+              "intermediate_parallel, so its no_grad forward frees fc1's output right after the "
+              "activation, while TEGroupedMLP.forward keeps fc1_output to its return; a trace "
+              "names functions, not lines, so the model keeps both to their function's return, "
+              "and the 8 MiB fc2 output takes a new segment instead of fc1's freed block "
+              "(docs/advisor.md 'The allocator model')"),
+    "mla": ("from the run with selective[moe_act] on, selective[moe] is +3.0% on rank 1 (from "
+            "every other run within 2%): the undone trace keeps the expert activation output "
+            "as the moe region's output, not an internal, so the region's no_grad forward does "
+            "not free it (adv_trace_undo)"),
+}
 
 # model -> (flags, the labels Megatron allows on it)
 MODELS = {

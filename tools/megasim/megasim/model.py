@@ -852,7 +852,9 @@ class MoELayer:
             probs, routing_map = self.router.forward(hidden_states)
             dispatched, dprobs = self.token_dispatcher.token_dispatch(hidden_states, probs)
             expert_out = self.experts.forward(dispatched, None, dprobs)
-            del dispatched, dprobs
+            # moe_layer.py custom_forward keeps dispatched_input and probs bound
+            # until it returns (no del): under a checkpoint's no_grad forward
+            # they live to the region's exit
             out = self.token_dispatcher.token_combine(expert_out)
             del expert_out
             if shared is not None:
