@@ -62,12 +62,6 @@ KNOWN = {}
 # reserved bytes (the allocator cache model along each candidate's own timeline,
 # advisor_cache.c) per model
 KNOWN_RESERVED = {
-    "dense": ("full[uniform,1] on rank 0 is -2.01%: Megatron's MLP.forward rebinds "
-              "intermediate_parallel, so its no_grad forward frees fc1's output right after the "
-              "activation, while TEGroupedMLP.forward keeps fc1_output to its return; a trace "
-              "names functions, not lines, so the model keeps both to their function's return, "
-              "and the 8 MiB fc2 output takes a new segment instead of fc1's freed block "
-              "(docs/advisor.md 'The allocator model')"),
     "mla": ("from the run with selective[moe_act] on, selective[moe] is +3.0% on rank 1 (from "
             "every other run within 2%): the undone trace keeps the expert activation output "
             "as the moe region's output, not an internal, so the region's no_grad forward does "
