@@ -646,10 +646,13 @@ derive(adv_cfg *c, const seen *s, const am_meta *m, int gqa)
         c->etp = c->tp;
     if (c->tp == 1)
         c->sp = 0;
-    /* add_bias_linear: TransformerConfig's and Megatron-LM's default is True;
-     * known only when some Megatron configuration was read */
+    /* add_bias_linear: Megatron-LM's parser defaults it to True
+     * (--disable-bias-linear turns it off), so a recorded Megatron command line
+     * that does not say otherwise has biases; a config file or Megatron-Bridge
+     * overrides that do not name it leave it unknown (Bridge's model providers,
+     * Llama's among them, set it in code, not in the overrides) */
     if (!was(s, "add_bias_linear"))
-        c->bias_linear = c->flags_style ? 1 : -1;
+        c->bias_linear = c->flags_style == 'c' ? 1 : -1;
     if (c->granularity == 1 && !was(s, "recompute_modules"))
         c->modules = 1u << ADV_L_core_attn; /* __post_init__ default */
     if (c->vpp < 0 && c->num_layers && c->pp)
