@@ -70,6 +70,9 @@ typedef struct adv_cfg {
     char hybrid[512];         /* --hybrid-layer-pattern (or --hybrid-override-pattern): one
                                * symbol per layer (M Mamba, * attention, - MLP, E MoE, ...),
                                * "" not a hybrid model */
+    int bias_linear;          /* add_bias_linear: 1 on (Megatron's default), 0 off
+                               * (--disable-bias-linear), -1 unknown (no Megatron
+                               * configuration recorded) */
 } adv_cfg;
 
 /* Fill cfg from the source's argv and environment (and a --config file named
@@ -359,6 +362,9 @@ int adv_trace_undo(const adv_trace *t, const adv_cfg *c, adv_trace *o, int *matc
 double adv_replay_cost(const adv_cfg *c, const adv_setting *s, int stage_layers);
 /* Validity: 1 valid, else 0 with reason. */
 int adv_valid(const adv_cfg *c, const adv_setting *s, char *reason, size_t n);
+/* adv_valid's reason for `mlp` with biased linears; a candidate whose validity
+ * depends on add_bias_linear while it is unknown says "validity unverified". */
+extern const char *const ADV_BIAS_MLP_REASON;
 /* Labels the model has (bitmask). */
 unsigned adv_model_labels(const adv_cfg *c);
 /* Predicted Adam state bytes when the trace stops before the first step. */

@@ -146,6 +146,12 @@ apply(adv_cfg *c, seen *s, const char *key, const char *v)
     BOOL("bf16", bf16)
     BOOL("fp16", fp16)
     BOOL("swiglu", swiglu)
+    BOOL("add_bias_linear", bias_linear)
+    if (strcmp(key, "disable_bias_linear") == 0) { /* a config file's spelling of the flag */
+        c->bias_linear = !truthy(v);
+        mark(s, "add_bias_linear");
+        return 1;
+    }
     BOOL("gated_linear_unit", swiglu)
     INT("num_experts", num_experts)
     INT("num_moe_experts", num_experts)
@@ -615,7 +621,16 @@ read_flags(adv_cfg *c, seen *s, const am_meta *m, int *gqa)
             cli = 1;
             continue;
         }
-        if (strcmp(a, "--no-rope-fusion") == 0 || strcmp(a, "--disable-bias-linear") == 0)
+        /* Megatron-LM's --disable-bias-linear (store_false into add_bias_linear);
+         * --add-bias-linear, megasim's spelling of the default, a bare switch */
+        if (strcmp(a, "--disable-bias-linear") == 0 || strcmp(a, "--add-bias-linear") == 0) {
+            c->bias_linear = a[2] == 'a';
+            mark(s, "add_bias_linear");
+            c->megatron = 1;
+            cli = 1;
+            continue;
+        }
+        if (strcmp(a, "--no-rope-fusion") == 0)
             continue;
         char key[64], val[512];
         flag_to_key(a, key, sizeof key);
@@ -661,6 +676,13 @@ derive(adv_cfg *c, const seen *s, const am_meta *m, int gqa)
         c->etp = c->tp;
     if (c->tp == 1)
         c->sp = 0;
+    /* add_bias_linear: Megatron-LM's parser defaults it to True
+     * (--disable-bias-linear turns it off), so a recorded Megatron command line
+     * that does not say otherwise has biases; a config file or Megatron-Bridge
+     * overrides that do not name it leave it unknown (Bridge's model providers,
+     * Llama's among them, set it in code, not in the overrides) */
+    if (!was(s, "add_bias_linear"))
+        c->bias_linear = c->flags_style == 'c' ? 1 : -1;
     if (c->granularity == 1 && !was(s, "recompute_modules"))
         c->modules = 1u << ADV_L_core_attn; /* __post_init__ default */
     if (c->vpp < 0 && c->num_layers && c->pp)

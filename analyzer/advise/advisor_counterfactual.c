@@ -95,16 +95,22 @@ push_ins(cf *c, uint32_t pos, int kind, uint32_t v)
  * tape reaches those first, so the backward reaches the instance's last layer
  * only after freeing them; the next microbatch's embedding output, made there
  * too, lives until the end of its own backward and is not the instance's).
+ * "Inside the job" is from job[k] on, so a tensor made there for the next
+ * instance (the interleaved schedule's p2p receive of the next model chunk's
+ * input) and freed by that instance's backward is not taken for this one's:
+ * with VPP that other backward can come long before this one's.
  * last_f[k]: the last backward free of instance k's layers' allocations (op
- * position), NULL while it is being computed. */
+ * position); job[k]: where its backward job starts (job_start); both NULL
+ * while they are being computed. */
 static int32_t
-survivor_inst(const adv_trace *t, const adv_alloc *x, const uint32_t *last_f)
+survivor_inst(const adv_trace *t, const adv_alloc *x, const uint32_t *last_f,
+              const uint32_t *job)
 {
     if (x->bwd || !x->fbwd || x->f_pos == ADV_NONE)
         return -1;
     if (x->inst >= 0)
         return x->inst;
-    if (!last_f || x->phase != AM_PH_forward || !t->ninsts)
+    if (!last_f || !job || x->phase != AM_PH_forward || !t->ninsts)
         return -1;
     size_t lo = 0, hi = t->ninsts;
     while (lo < hi) {
@@ -115,9 +121,31 @@ survivor_inst(const adv_trace *t, const adv_alloc *x, const uint32_t *last_f)
             hi = mid;
     }
     if (!lo || x->a_pos < t->insts[lo - 1].end || last_f[lo - 1] == ADV_NONE ||
-        x->f_pos >= last_f[lo - 1])
+        x->f_pos >= last_f[lo - 1] || job[lo - 1] == ADV_NONE || x->f_pos < job[lo - 1])
         return -1;
     return (int32_t)(lo - 1);
+}
+
+/* Where instance k's backward job starts, walking back from op position p (a
+ * backward free of one of its allocations) over the backward thread's ops
+ * (allocations made there, frees of tensors it frees), up to the main thread's
+ * last op before it or a backward op on another instance's layer allocation
+ * (the interleaved schedule runs the backward of several model chunks one
+ * after another with no main-thread op between them). ADV_NONE for p ADV_NONE. */
+static uint32_t
+job_start(const adv_trace *t, int32_t k, uint32_t p)
+{
+    if (p == ADV_NONE)
+        return ADV_NONE;
+    while (p > 0) {
+        int32_t v = t->ops[p - 1];
+        const adv_alloc *x = &t->a[(v > 0 ? v : -v) - 1];
+        int bwd = v > 0 ? x->bwd : x->fbwd;
+        if (!bwd || (x->inst >= 0 && x->inst != k))
+            break;
+        p--;
+    }
+    return p;
 }
 
 static int
@@ -129,40 +157,53 @@ prep(cf *c)
     c->sv_f = calloc(ni ? ni : 1, sizeof *c->sv_f);
     c->nsv = calloc(ni ? ni : 1, sizeof *c->nsv);
     c->bwd_start = malloc((ni ? ni : 1) * sizeof *c->bwd_start);
-    if (!c->sv_a || !c->sv_f || !c->nsv || !c->bwd_start)
+    uint32_t *last_f = malloc((ni ? ni : 1) * sizeof *last_f);
+    uint32_t *job = malloc((ni ? ni : 1) * sizeof *job);
+    if (!c->sv_a || !c->sv_f || !c->nsv || !c->bwd_start || !last_f || !job) {
+        free(last_f);
+        free(job);
         return -1;
-    /* the layers' last backward free per instance (kept in bwd_start until
-     * it is computed below) */
-    uint32_t *last_f = c->bwd_start;
-    for (size_t k = 0; k < ni; k++)
-        last_f[k] = ADV_NONE;
-    for (size_t i = 0; i < t->na; i++) {
-        int32_t k = survivor_inst(t, &t->a[i], NULL);
-        if (k >= 0 && (size_t)k < ni &&
-            (last_f[k] == ADV_NONE || t->a[i].f_pos > last_f[k]))
-            last_f[k] = t->a[i].f_pos;
     }
+    /* the layers' first (kept in job until the job start replaces it) and
+     * last backward free per instance */
+    for (size_t k = 0; k < ni; k++)
+        last_f[k] = job[k] = ADV_NONE;
     for (size_t i = 0; i < t->na; i++) {
-        int32_t k = survivor_inst(t, &t->a[i], last_f);
+        int32_t k = survivor_inst(t, &t->a[i], NULL, NULL);
+        if (k < 0 || (size_t)k >= ni)
+            continue;
+        if (last_f[k] == ADV_NONE || t->a[i].f_pos > last_f[k])
+            last_f[k] = t->a[i].f_pos;
+        if (job[k] == ADV_NONE || t->a[i].f_pos < job[k])
+            job[k] = t->a[i].f_pos;
+    }
+    for (size_t k = 0; k < ni; k++)
+        job[k] = job_start(t, (int32_t)k, job[k]);
+    for (size_t i = 0; i < t->na; i++) {
+        int32_t k = survivor_inst(t, &t->a[i], last_f, job);
         if (k >= 0 && (size_t)k < ni)
             c->nsv[k]++;
     }
+    int bad = 0;
     for (size_t k = 0; k < ni; k++) {
         c->sv_a[k] = malloc((c->nsv[k] + 1) * sizeof **c->sv_a);
         c->sv_f[k] = malloc((c->nsv[k] + 1) * sizeof **c->sv_f);
-        if (!c->sv_a[k] || !c->sv_f[k])
-            return -1;
+        bad |= !c->sv_a[k] || !c->sv_f[k];
         c->nsv[k] = 0;
     }
-    for (size_t i = 0; i < t->na; i++) {
+    for (size_t i = 0; i < t->na && !bad; i++) {
         const adv_alloc *x = &t->a[i];
-        int32_t k = survivor_inst(t, x, last_f);
+        int32_t k = survivor_inst(t, x, last_f, job);
         if (k >= 0 && (size_t)k < ni) {
             c->sv_a[k][c->nsv[k]] = x->a_pos;
             c->sv_f[k][c->nsv[k]] = x->f_pos;
             c->nsv[k]++;
         }
     }
+    free(last_f);
+    free(job);
+    if (bad)
+        return -1;
     for (size_t k = 0; k < ni; k++) {
         uint32_t mx = 0, mn = ADV_NONE;
         for (size_t j = c->nsv[k]; j-- > 0;) {
@@ -172,21 +213,7 @@ prep(cf *c)
                 mn = c->sv_f[k][j];
             c->sv_f[k][j] = mx; /* suffix max */
         }
-        /* start of the instance's backward job */
-        uint32_t bs = ADV_NONE;
-        if (mn != ADV_NONE) {
-            uint32_t p = mn;
-            while (p > 0) {
-                int32_t v = t->ops[p - 1];
-                const adv_alloc *x = &t->a[(v > 0 ? v : -v) - 1];
-                int bwd = v > 0 ? x->bwd : x->fbwd;
-                if (!bwd)
-                    break;
-                p--;
-            }
-            bs = p;
-        }
-        c->bwd_start[k] = bs;
+        c->bwd_start[k] = job_start(t, (int32_t)k, mn); /* start of its backward job */
     }
     return 0;
 }

@@ -55,6 +55,19 @@ adv_model_labels(const adv_cfg *c)
     return m;
 }
 
+/* observed, not validated (docs/validation/megatron-core.md, test `mcore bias
+ * checkpoint`): with add_bias_linear the dense MLP's linear_fc2 has
+ * skip_bias_add and returns its bias Parameter; TransformerLayer runs the MLP
+ * under tensor_parallel.checkpoint (CheckpointFunction, reentrant), whose
+ * output makes that Parameter non-leaf, and backward replays the MLP without
+ * end. Only `mlp` on dense layers: MoE layers return no bias (MoELayer asserts
+ * it), shared experts refuse biases, core attention returns no bias, and full
+ * recompute checkpoints whole layers, whose output is past the bias-add. */
+const char *const ADV_BIAS_MLP_REASON =
+    "mlp recompute with add_bias_linear (Megatron's default, off with --disable-bias-linear) "
+    "never ends in megatron-core 0.19.2: the checkpoint returns fc2's bias Parameter, making "
+    "it non-leaf, and backward replays the MLP again and again";
+
 #define FAIL(...) do { snprintf(reason, n, __VA_ARGS__); return 0; } while (0)
 
 int
@@ -72,6 +85,8 @@ adv_valid(const adv_cfg *c, const adv_setting *s, char *reason, size_t n)
         return 1;
     }
     unsigned m = s->labels;
+    if ((m & (1u << ADV_L_mlp)) && c->bias_linear == 1 && (adv_model_labels(c) & 1u << ADV_L_mlp))
+        FAIL("%s", ADV_BIAS_MLP_REASON);
     if ((m & (1u << ADV_L_moe_act)) && !c->grouped_gemm)
         FAIL("moe_act in recompute_modules is only supported with moe_grouped_gemm.");
     /* observed, not validated: megatron-core 0.19.2's CheckpointWithoutOutput

@@ -218,6 +218,33 @@ unverified_cache(const adv_verdict *v, adv_cand *c)
     c->effect = ADV_E_MARGINAL;
 }
 
+/* A setting whose validity depends on a configuration value that was not
+ * recorded (add_bias_linear for `mlp` on dense layers: ADV_BIAS_MLP_REASON;
+ * unknown when no Megatron configuration was read) is neither allowed nor
+ * rejected silently: a fit becomes marginal with "unverified" (recommended
+ * only when nothing else fits, with "confirm with a run"), and any other
+ * candidate's reason says so too. The current setting (cur), measured, ran. */
+static void
+unverified_validity(const adv_verdict *v, const adv_setting *s, int cur, adv_cand *c)
+{
+    if (cur || v->cfg.bias_linear != -1 || !(s->labels & 1u << ADV_L_mlp) || !c->valid ||
+        !(adv_model_labels(&v->cfg) & 1u << ADV_L_mlp))
+        return;
+    static const char why[] =
+        "add_bias_linear was not recorded; with it (Megatron's default) mlp recompute never "
+        "ends: pass --disable-bias-linear or confirm";
+    size_t l = strlen(c->reason);
+    if (c->effect == ADV_E_FITS)
+        snprintf(c->reason, sizeof c->reason, "unverified validity: %s", why);
+    else if (c->effect == ADV_E_MARGINAL && strncmp(c->reason, "unverified", 10) != 0)
+        snprintf(c->reason, sizeof c->reason,
+                 "unverified validity, fits only without the 2%% bound: %s", why);
+    else
+        snprintf(c->reason + l, sizeof c->reason - l, "; validity unverified: %s", why);
+    if (c->effect == ADV_E_FITS)
+        c->effect = ADV_E_MARGINAL;
+}
+
 /* evaluate one setting on every rank: the current setting is the measured
  * trace; with recompute on, every other setting rewrites the trace without it.
  * It fits when its reserved peak (allocated + the cache its own timeline
@@ -289,6 +316,7 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
                      c->fails_rank, GB((uint64_t)worst_over), am_phase_name(c->fails_phase),
                      cur ? " (the current setting, measured)" : "");
     }
+    unverified_validity(v, s, cur, c);
 }
 
 static const adv_cand *

@@ -132,6 +132,11 @@ verdict_json_configuration(yajl_gen g, const adv_verdict *v)
     S(g, "megatron"); yajl_gen_bool(g, v->cfg.megatron);
     S(g, "source"); S(g, v->cfg.source);
     S(g, "unknown"); S(g, v->cfg.unknown);
+    S(g, "add_bias_linear"); /* null: not recorded (no Megatron configuration) */
+    if (v->cfg.bias_linear < 0)
+        yajl_gen_null(g);
+    else
+        yajl_gen_bool(g, v->cfg.bias_linear);
     yajl_gen_map_close(g);
 }
 

@@ -604,7 +604,8 @@ v_rank(sio *io, am_rank *r)
     X(shared_overlap) X(ep_overlap) X(mla) X(q_lora) X(kv_lora) X(qk_head) X(qk_pos)       \
     X(v_head) X(granularity) X(method) X(recompute_num_layers) X(fp8) X(distribute_saved)  \
     X(cpu_offloading) X(exp_avg_bf16) X(moe_layer_freq_k) X(alloc_expandable) X(no_te)      \
-    X(optimizer_cpu_offload) X(ckpt_fully_reshardable) X(ckpt_mem_efficient) X(ckpt_torch)
+    X(optimizer_cpu_offload) X(ckpt_fully_reshardable) X(ckpt_mem_efficient) X(ckpt_torch) \
+    X(bias_linear)
 #define CFG_STRS(X) X(source) X(fp8_recipe) X(cuda_graph_impl) X(cuda_graph_modules) \
     X(moe_pattern) X(unknown)
 

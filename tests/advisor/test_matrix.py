@@ -59,6 +59,20 @@ FULL = {"full[block,1]": ["--recompute-granularity", "full", "--recompute-method
 # known gaps, reported as TAP TODO (meson flags an unexpected pass: then drop
 # the entry): (model, run, predicted setting) -> why
 KNOWN = {}
+# the interleaved schedule (dense-vpp) from a run with full recompute on: the
+# first model chunk's first forward of each rank (iteration 0) finds no replay
+# among the backward allocations (46 of 48 units matched), and undoing the
+# other units leaves rank 1 +5% (mlp) to +7% (the other full method) high;
+# not investigated yet (the prediction from runs without full recompute is
+# within 2%)
+VPP_UNDO_GAP = ("undoing full recompute under the interleaved schedule: the first chunk's "
+                "first forward finds no replay (46 of 48 units), predictions from that run "
+                "+5% to +7% on rank 1; not investigated yet")
+for _src in ("full[block,1]", "full[uniform,1]"):
+    KNOWN[("dense-vpp", _src, "matched")] = VPP_UNDO_GAP
+    for _dst in ("selective[mlp]", "full[block,1]", "full[uniform,1]"):
+        if _dst != _src:
+            KNOWN[("dense-vpp", _src, _dst)] = VPP_UNDO_GAP
 # reserved bytes (the allocator cache model along each candidate's own timeline,
 # advisor_cache.c) per model
 KNOWN_RESERVED = {
@@ -66,6 +80,9 @@ KNOWN_RESERVED = {
             "every other run within 2%): the undone trace keeps the expert activation output "
             "as the moe region's output, not an internal, so the region's no_grad forward does "
             "not free it (adv_trace_undo)"),
+    "dense-vpp": "reserved peaks -3.4% (mlp, rank 0) to +2.7% (full, rank 1) "
+                 "and +15.6% from the runs with full recompute (the undo gap "
+                 "above; measured before the no_grad-lifetime rule of the allocator model)",
 }
 
 # model -> (flags, the labels Megatron allows on it)
@@ -74,6 +91,13 @@ MODELS = {
     "moe": (MOE, ["core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts"]),
     "mla": (MLA, ["core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act",
                   "shared_experts"]),
+    # the dense model with the interleaved schedule (one layer per virtual
+    # stage, 3 iterations): each model chunk's replay must sit at its own
+    # backward, not at the next chunk's p2p-received input (freed by that
+    # chunk's earlier backward): full and mlp were over-predicted by 6-10%
+    # here, full by 21% on real Megatron-Core (tests/mcore/test_mcore_vpp.py)
+    "dense-vpp": (DENSE + ["--num-layers-per-virtual-pipeline-stage", "1", "--train-iters", "3"],
+                  ["core_attn", "layernorm", "mlp"]),
 }
 
 
@@ -128,9 +152,12 @@ def model(name, flags, labels, pool):
         v = doc["verdict"]
         if src != "none":
             m = re.search(r"\((\d+) of (\d+) units", v.get("note", ""))
-            ta.ok(m is not None and m.group(1) == m.group(2),
-                  "%s: run with %s on: every unit's replay matched to its forward" % (name, src),
-                  v.get("note"))
+            what = "%s: run with %s on: every unit's replay matched to its forward" % (name, src)
+            ok = m is not None and m.group(1) == m.group(2)
+            if KNOWN.get((name, src, "matched")):
+                todo(ok, what, KNOWN[(name, src, "matched")], v.get("note"))
+            else:
+                ta.ok(ok, what, v.get("note"))
         cand = {c["setting"]: c for c in v.get("candidates", [])}
         for dst in settings:
             if dst == src or dst not in docs:

@@ -268,3 +268,39 @@ Test(config, flag_given_twice_takes_the_last_value)
     /* a prefix is not the flag */
     cr_assert_null(am_argv_value(&m, "--num-layer"));
 }
+
+/* add_bias_linear (docs/advisor.md "Cost, validity, verdict"): Megatron-LM's
+ * default on a command line, --disable-bias-linear / --add-bias-linear (the
+ * last wins), a config file's add_bias_linear / disable_bias_linear, unknown
+ * (-1) without a Megatron command line that settles it */
+Test(config, add_bias_linear)
+{
+    adv_cfg c;
+    const char *dflt[] = {"python", "pretrain_gpt.py", "--num-layers", "2"};
+    read_cfg(dflt, sizeof dflt / sizeof *dflt, NULL, &c);
+    cr_assert_eq(c.bias_linear, 1);
+    const char *off[] = {"python", "pretrain_gpt.py", "--num-layers", "2",
+                         "--disable-bias-linear"};
+    read_cfg(off, sizeof off / sizeof *off, NULL, &c);
+    cr_assert_eq(c.bias_linear, 0);
+    const char *last[] = {"python", "pretrain_gpt.py", "--disable-bias-linear", "--num-layers",
+                          "2", "--add-bias-linear"};
+    read_cfg(last, sizeof last / sizeof *last, NULL, &c);
+    cr_assert_eq(c.bias_linear, 1);
+    const char *bridge[] = {"python", "run_recipe.py", "model.num_layers=8"};
+    read_cfg(bridge, sizeof bridge / sizeof *bridge, NULL, &c);
+    cr_assert_eq(c.bias_linear, -1); /* the provider's code decides; not recorded */
+    const char *y = write_tmp(".yaml", "num_layers: 12\nadd_bias_linear: false\n");
+    const char *file[] = {"python", "pretrain_gpt.py", "--config", y};
+    read_cfg(file, sizeof file / sizeof *file, NULL, &c);
+    cr_assert_eq(c.bias_linear, 0);
+    unlink(y);
+    y = write_tmp(".yaml", "num_layers: 12\n");
+    const char *silent[] = {"python", "pretrain_gpt.py", "--config", y};
+    read_cfg(silent, sizeof silent / sizeof *silent, NULL, &c);
+    cr_assert_eq(c.bias_linear, -1);
+    unlink(y);
+    const char *other[] = {"python", "train.py", "--lr", "3e-4"};
+    read_cfg(other, sizeof other / sizeof *other, NULL, &c);
+    cr_assert_eq(c.bias_linear, -1);
+}

@@ -701,9 +701,47 @@ def hybrid_checks():
         check("hybrid: %s is rejected (%s)" % (" ".join(extra), msg), msg in got, True)
 
 
+def bias_checks():
+    """add_bias_linear (Megatron's default; megatron-core 0.19.2's shapes): each
+    layer adds linear_qkv's bias ((a + 2g) * d_h / t, column-parallel),
+    linear_proj's (h, row-parallel: whole on every TP rank), linear_fc1's
+    (gamma * f / t) and linear_fc2's (h); presets of bias-free models pass
+    --disable-bias-linear"""
+    from megasim.sizes import Shapes
+    from megasim.training import bias_counts, param_counts
+    g3 = args_for("gpt3-175b")
+    check("gpt3-175b: biased linears (Megatron's default)", g3.add_bias_linear, True)
+    h, t = 12288, 8
+    want = (96 + 2 * 96) * 128 // t + h + 49152 // t + h
+    check("gpt3-175b: a layer's bias elements on a TP=8 rank", bias_counts(g3, Shapes(g3), 1),
+          (want, 0))
+    off = args_for("gpt3-175b", ["--disable-bias-linear"])
+    check("gpt3-175b: --disable-bias-linear removes exactly the biases from the parameters",
+          param_counts(g3, Shapes(g3), 1)[0] - param_counts(off, Shapes(off), 1)[0], want)
+    for p in ("llama3-8b", "moonlight-16b", "deepseek-v2-lite"):
+        a = args_for(p)
+        check("%s: the preset passes --disable-bias-linear (no biases)" % p,
+              (a.add_bias_linear, bias_counts(a, Shapes(a), 1)), (False, (0, 0)))
+    a = args_for("llama3-8b", ["--add-bias-linear"])
+    check("llama3-8b --add-bias-linear: SwiGLU's fc1 bias is 2 x f", bias_counts(a, Shapes(a), 1),
+          ((32 + 2 * 8) * 128 + 4096 + 2 * 14336 + 4096, 0))
+    from megasim.launch import expand
+    flags = expand(["--sim-preset", "llama3-8b", "--add-bias-linear"])
+    check("--add-bias-linear replaces the preset's --disable-bias-linear on the recorded "
+          "command line", ("--disable-bias-linear" in flags, "--add-bias-linear" in flags),
+          (False, True))
+    try:
+        args_for("moonlight-16b", ["--add-bias-linear"])
+        check("shared experts with biased linears are refused", 0, 1)
+    except Exception as e:  # noqa: BLE001 - megasim's ConfigError / AssertionError
+        check("shared experts with biased linears are refused (Megatron's message)",
+              "bias is not supported in the shared experts" in str(e), True)
+
+
 def main():
     cuda.device()
     hybrid_checks()
+    bias_checks()
     fp8_checks()
     table_checks()
     sim_checks()

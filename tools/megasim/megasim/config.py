@@ -16,7 +16,8 @@ PRESETS = {
         "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
         "--untie-embeddings-and-output-weights", "--vocab-size", "128256",
         "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--bf16",
-        "--transformer-impl", "transformer_engine", "--micro-batch-size", "1"],
+        "--transformer-impl", "transformer_engine", "--micro-batch-size", "1",
+        "--disable-bias-linear"],
     # GPT-3 175B ([P] in docs/sources.md, Korthikanti et al. Table 3)
     "gpt3-175b": [
         "--num-layers", "96", "--hidden-size", "12288", "--ffn-hidden-size", "49152",
@@ -40,7 +41,8 @@ PRESETS = {
         "--untie-embeddings-and-output-weights", "--attention-dropout", "0.0",
         "--hidden-dropout", "0.0", "--bf16", "--transformer-impl", "transformer_engine",
         "--micro-batch-size", "1", "--tensor-model-parallel-size", "2", "--sequence-parallel",
-        "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1"],
+        "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1",
+        "--disable-bias-linear"],
     # DeepSeek-V2-Lite-like (Megatron DeepSeek-V2-Lite.sh)
     "deepseek-v2-lite": [
         "--num-layers", "27", "--hidden-size", "2048", "--ffn-hidden-size", "10944",
@@ -55,7 +57,8 @@ PRESETS = {
         "--untie-embeddings-and-output-weights", "--attention-dropout", "0.0",
         "--hidden-dropout", "0.0", "--bf16", "--transformer-impl", "transformer_engine",
         "--micro-batch-size", "1", "--tensor-model-parallel-size", "2", "--sequence-parallel",
-        "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1"],
+        "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1",
+        "--disable-bias-linear"],
     # Nemotron-H 8B-like hybrid (52 layers: 24 Mamba-2, 4 attention, 24 MLP): the defaults of
     # Hugging Face transformers' NemotronHConfig (models/nemotron_h/configuration_nemotron_h.py);
     # squared-ReLU MLP, no position embedding (docs/megasim.md "Hybrid Mamba layers")
@@ -69,7 +72,8 @@ PRESETS = {
         "--normalization", "RMSNorm", "--position-embedding-type", "none",
         "--untie-embeddings-and-output-weights", "--vocab-size", "131072",
         "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--bf16",
-        "--transformer-impl", "transformer_engine", "--micro-batch-size", "1"],
+        "--transformer-impl", "transformer_engine", "--micro-batch-size", "1",
+        "--disable-bias-linear"],
 }
 
 VALID_RECOMPUTE = ["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
@@ -100,6 +104,10 @@ def build_parser():
     a("--attention-dropout", type=float, default=0.1)
     a("--hidden-dropout", type=float, default=0.1)
     a("--no-rope-fusion", action="store_false", dest="apply_rope_fusion")
+    # Megatron-LM: --disable-bias-linear (store_false into add_bias_linear, default on);
+    # --add-bias-linear states the default explicitly (the last one given wins)
+    a("--disable-bias-linear", action="store_false", dest="add_bias_linear", default=True)
+    a("--add-bias-linear", action="store_true", dest="add_bias_linear")
     a("--qk-layernorm", action="store_true")
     a("--transformer-impl", default="transformer_engine",
       choices=["local", "transformer_engine", "inference_optimized"])
@@ -510,6 +518,10 @@ def finalize(args):
         if args.distribute_saved_activations and args.sequence_parallel:
             raise ValueError("distribute_saved_activations: %s must be false when sequence parallel "
                              "is enabled: %s" % (args.distribute_saved_activations, args.sequence_parallel))
+    if args.moe_shared_expert_intermediate_size:
+        # SharedExpertMLP.__init__ (megatron-core 0.19.2, transformer/moe/shared_experts.py)
+        _check(not args.add_bias_linear, "bias is not supported in the shared experts, "
+               "please set '--disable-bias-linear' instead.")
     if args.recompute_modules is None:
         args.recompute_modules = ["core_attn"]
     if g == "selective":

@@ -30,6 +30,10 @@ def expand(argv):
         i += 1
     # drop preset flags the user sets again (the recorded command line stays unambiguous)
     user = {a for a in out if a.startswith("--")}
+    # one setting, two spellings: either replaces the preset's other
+    for pair in (("--disable-bias-linear", "--add-bias-linear"),):
+        if user & set(pair):
+            user |= set(pair)
     kept, i = [], 0
     while i < len(preset):
         j = i + 1

@@ -73,8 +73,32 @@ class Parallel:
         return [list(range(start, start + counts[self.pp_rank]))]
 
 
+def bias_counts(args, S, layer_number):
+    """(dense, expert) bias elements of one layer on this rank with
+    add_bias_linear (megatron-core 0.19.2: linear_qkv, column-parallel, and
+    linear_proj, row-parallel, in attention.py; MLA's linear_proj only, its
+    projections are built with bias=False; linear_fc1 and linear_fc2 in
+    mlp.py, also each local expert's; shared experts refuse biases; the
+    router has none). A row-parallel bias is whole on every TP rank."""
+    if not args.add_bias_linear:
+        return 0, 0
+    h, t = S.h, S.t
+    attn = h + (0 if S.mla else (S.a + 2 * S.g) * S.dh // t)
+    if layer_kind(args, layer_number) == "moe":
+        return attn, (S.E // S.ep) * (S.gamma * S.fe // S.etp + h)
+    return attn + S.gamma * S.f // t + h, 0
+
+
 def param_counts(args, S, layer_number):
-    """(dense params, expert params) of one layer on this rank."""
+    """(dense params, expert params) of one layer on this rank, biases
+    included (bias_counts)."""
+    bd, be = bias_counts(args, S, layer_number)
+    d, e = _weight_counts(args, S, layer_number)
+    return d + bd, e + be
+
+
+def _weight_counts(args, S, layer_number):
+    """(dense, expert) weight and norm elements of one layer on this rank."""
     h, t = S.h, S.t
     kind = layer_kind(args, layer_number)
     if kind == "mamba":

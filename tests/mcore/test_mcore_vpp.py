@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Full recompute with the interleaved pipeline schedule, real Megatron-Core
+(issue 16; docs/validation/megatron-core.md, the llama-vpp row).
+
+The slice's Llama-like model with PP=2 and one layer per virtual stage (two
+model chunks per rank, Megatron's interleaved 1F1B over 4 microbatches), run
+by tools/mcore_job/run.sh under the shim without recompute and with full
+uniform recompute of 1 layer. Checks: the analyzer's peaks equal PyTorch's
+counters in both runs, and the advisor's prediction for full[uniform,1] from
+the run without recompute is within 2% of what the full-recompute run
+measured on every rank (max_memory_allocated).
+
+The input that showed the bug: the advisor predicted +21% on both ranks. The
+interleaved schedule receives the next model chunk's input (a p2p receive
+on the main thread) after the previous chunk's forward ends; that tensor is
+freed by the backward of the chunk it feeds, which runs long before the
+previous chunk's backward. The counterfactual took it for the previous
+chunk's own output-side tensor and placed that chunk's replay there, so the
+replayed layer lived through other chunks' backward.
+
+Exit 77 (SKIP) as test_mcore.py (no PyPI or CPython 3.12), unless
+RECOMPSHIM_REQUIRE_TORCH=1.
+"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_mcore as tm  # noqa: E402  (run_job, analyze, check, check_counters, check_advisor)
+
+MODEL = ("--num-layers 4 --hidden-size 1024 --ffn-hidden-size 2816 --num-attention-heads 16 "
+         "--group-query-attention --num-query-groups 4 --seq-length 2048 "
+         "--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 4 "
+         "--normalization RMSNorm --swiglu --disable-bias-linear "
+         "--position-embedding-type rope --untie-embeddings-and-output-weights "
+         "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "
+         "--train-iters 3 --bf16 --use-distributed-optimizer --attention-dropout 0 "
+         "--hidden-dropout 0 --profile --nvtx-ranges --profile-step-start 0 "
+         "--profile-step-end 3").split()
+FULL = ["--recompute-granularity", "full", "--recompute-method", "uniform",
+        "--recompute-num-layers", "1"]
+
+
+def main():
+    build = os.environ.get("RS_BUILD_DIR") or os.path.join(tm.ROOT, "build")
+    outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(build, "tests", "mcore",
+                                                                 "out-vpp")
+    t0 = time.time()
+    docs = {}
+    for name, flags in (("vpp_baseline", MODEL), ("vpp_full_uniform_1", MODEL + FULL)):
+        rc, counters = tm.run_job(os.path.join(outdir, name), flags)
+        tm.check(rc == 0 and sorted(counters) == [0, 1] and
+                 all(c["exit_status"] == 0 for c in counters.values()),
+                 "%s: exit 0 on both ranks (see %s/%s/job.log)" % (name, outdir, name))
+        a = tm.analyze(build, os.path.join(outdir, name))
+        if not tm.check(a is not None, "%s: recomp-analyze reads the run" % name):
+            return 1
+        tm.check_counters(name, a, counters)
+        docs[name] = (a, counters)
+    base = docs["vpp_baseline"][0]
+    tm.check_advisor(base, "vpp full uniform 1", "full[uniform,1]",
+                     docs["vpp_full_uniform_1"][1])
+    print("# %d failed; %.0f s" % (len(tm.failures), time.time() - t0))
+    return 1 if tm.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
