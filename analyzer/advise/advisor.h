@@ -223,6 +223,14 @@ typedef struct adv_cand {
     char reason[256];
 } adv_cand;
 
+/* One fix a finding offers and the bytes it addresses (issue 14 item 6). */
+#define ADV_MAX_LEVERS 4
+typedef struct adv_lever {
+    char change[96];          /* the fix, as the evidence names it */
+    uint64_t bytes;           /* bytes it removes from the peak / OOM it is about */
+    uint8_t known;            /* 0: its byte effect is unknown (JSON null), never 0 B */
+} adv_lever;
+
 typedef struct adv_finding {
     char code[64];
     char subtype[48];
@@ -232,6 +240,10 @@ typedef struct adv_finding {
     uint64_t fix_bytes;       /* what its best lever removes from the peak (0 unknown) */
     char lever[128];          /* the change that lever is, when the code's usual change
                                  does not apply to this job ("" none) */
+    uint8_t ranked;           /* the primary is chosen among such findings by their bytes
+                               * (advisor_verdict.c primary_by_bytes); 0: by triage order */
+    uint8_t nlevers;
+    adv_lever levers[ADV_MAX_LEVERS]; /* each fix and the bytes it addresses */
 } adv_finding;
 
 typedef struct adv_verdict {
@@ -295,6 +307,17 @@ void adv_verdict_free(adv_verdict *v);
 void adv_finding_add(adv_verdict *v, const char *code, const char *subtype, int rank,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 int adv_triage(am_job *j, adv_trace *tr, adv_verdict *v);
+/* The last finding added (if its code is code): the bytes its cause holds at
+ * the peak / OOM it is about (bytes; 0 leaves them unstated). */
+void adv_finding_held(adv_verdict *v, const char *code, uint64_t bytes);
+/* Append a fix to the last finding (if its code is code) with the bytes it
+ * addresses (known 0: unknown, reported null); dropped past ADV_MAX_LEVERS. */
+void adv_finding_lever(adv_verdict *v, const char *code, const char *change, uint64_t bytes,
+                       int known);
+/* The deficit finding f is judged against: its rank's modelled reserved
+ * peak less its budget (bytes, 0 when it fits). 1, or 0 when unknown (a
+ * job-level finding, a rank not evaluated, an unknown capacity). */
+int adv_finding_deficit(const adv_verdict *v, const adv_finding *f, uint64_t *deficit);
 
 /* Counterfactual: peak bytes of the rewritten op stream of one rank for a
  * setting; *phase gets the phase of the peak. */

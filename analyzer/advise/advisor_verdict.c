@@ -741,6 +741,8 @@ run_triage(run_state *st)
                             100.0 * (double)(v->baseline[h] - lo) / (double)(lo ? lo : 1),
                             p->ngroups ? am_boundary_name(p->groups[0].boundary) : "?",
                             p->ngroups ? GB(p->groups[0].bytes) : "");
+            /* where, not why: its bytes are the stage's excess, no lever */
+            adv_finding_held(v, code, v->baseline[h] - lo);
         }
     }
     st->can_cf = st->tensor && cfg->megatron && cfg->num_layers > 0;
@@ -1083,9 +1085,11 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
     return buf;
 }
 
-/* Among findings with bytes (state growth, logits, loaded state): the one
- * whose lever alone covers its rank's deficit (most bytes removed), else the
- * one holding the most bytes; NULL when none has bytes (issue 14 item 6). */
+/* Among the findings ranked by their bytes (state growth, logits, loaded
+ * state, construction transient, kept outputs, checkpoint save): the one
+ * whose best lever alone covers its rank's deficit (adv_finding_deficit; the
+ * most bytes removed), else the one holding the most bytes; NULL when none is
+ * ranked (issue 14 item 6). An unknown deficit is covered by nothing. */
 static const adv_finding *
 primary_by_bytes(const adv_verdict *v)
 {
@@ -1093,13 +1097,11 @@ primary_by_bytes(const adv_verdict *v)
     int best_covers = 0;
     for (size_t k = 0; k < v->nfindings; k++) {
         const adv_finding *f = &v->findings[k];
-        if (!f->bytes)
+        if (!f->ranked)
             continue;
         uint64_t deficit = 0;
-        for (size_t q = 0; q < v->nranks; q++)
-            if (v->rank_id[q] == f->rank && v->reserved[q] > v->budget[q])
-                deficit = v->reserved[q] - v->budget[q];
-        int covers = f->fix_bytes && f->fix_bytes >= deficit;
+        int known = adv_finding_deficit(v, f, &deficit);
+        int covers = known && f->fix_bytes && f->fix_bytes >= deficit;
         if (!best || covers > best_covers ||
             (covers == best_covers &&
              (covers ? f->fix_bytes > best->fix_bytes : f->bytes > best->bytes))) {
@@ -1133,7 +1135,7 @@ primary_finding(const adv_verdict *v)
                 prim = &v->findings[k];
                 break;
             }
-    if (!prim || prim->bytes) {
+    if (!prim || prim->ranked) {
         const adv_finding *best = primary_by_bytes(v);
         if (best)
             prim = best;
@@ -1261,7 +1263,7 @@ run_choose(run_state *st)
      * (state_growth), or logits, stay findings with their levers when a
      * recompute setting also fits: the verdict is then the narrowest
      * recompute fix */
-    if (prim && st->pick >= 0 && prim->bytes &&
+    if (prim && st->pick >= 0 && prim->ranked &&
         (strcmp(prim->subtype, "state_growth") == 0 || strcmp(prim->code, "X:LOGITS") == 0))
         prim = NULL;
     if (prim) {

@@ -248,7 +248,7 @@ def reseal(payload, flags=0):
                        fnv(payload)) + payload
 
 
-FORMAT_MAJOR = 2  # docs/summary-format.md
+FORMAT_MAJOR = 3  # docs/summary-format.md
 
 
 def bad(label, data, tmp, *want):
@@ -276,9 +276,9 @@ def corrupt(summ, other, tmp):
     flip[len(buf) // 3] ^= 0x40
     bad("a flipped payload byte: field checksum", bytes(flip), tmp, "checksum")
     v2 = bytearray(buf)
-    v2[8] = 3
-    bad("format 3.0: field version, says to summarize again", bytes(v2), tmp, "field version",
-        "3.0")
+    v2[8] = FORMAT_MAJOR + 1
+    bad("format %d.0: field version, says to summarize again" % (FORMAT_MAJOR + 1), bytes(v2),
+        tmp, "field version", "%d.0" % (FORMAT_MAJOR + 1))
     bad("trailing bytes after the last rank: field (end)", reseal(pay + b"\0" * 9), tmp,
         "(end)")
     # a string byte changed to one no UTF-8 text holds (the job id: a damaged
