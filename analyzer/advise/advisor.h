@@ -167,6 +167,13 @@ typedef struct adv_trace {
     adv_extra *xr;            /* replays' own extra allocations (undone traces only) */
     size_t nxr;
     uint64_t xr_bytes;        /* their largest size sum in one replay */
+    uint32_t *abwd;           /* op positions of the backward thread's attention backward
+                               * calls (TE's nvte_{flash,fused}_attn_bwd pushes), in order:
+                               * each layer's backward ends with its own (adv_trace_undo) */
+    size_t nabwd, capabwd;
+    int undo_by_size;         /* undone traces: selective units (core_attn, discard-style)
+                               * matched by size and position alone, no attention-backward
+                               * structure to place them in their layer's backward */
     int megatron_ranges;      /* Megatron layer ranges were seen */
     int core_regions;         /* forward .core_attention regions seen */
     int core_te_attn;         /* ... holding a TE fused/flash attention call */
@@ -398,6 +405,7 @@ typedef struct adv_rank_part {
     adv_trace scal;           /* the op trace's scalars (no allocations, ops, layers,
                                * instances or extras; nlayers kept as a count) */
     int undo_matched, undo_units; /* adv_trace_undo of this rank (recompute on) */
+    int undo_by_size;         /* ... of which matched by size alone (adv_trace.undo_by_size) */
     uint64_t undo_nxr, undo_xr_bytes;
     uint64_t undone_peak;     /* adv_counterfactual of the undone trace, no recompute (bytes) */
     adv_finding *findings;    /* triage's findings for this rank, in triage's order */

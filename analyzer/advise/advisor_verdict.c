@@ -784,7 +784,7 @@ run_undo_active(run_state *st)
     st->ref_max = st->base_max;
     if (!st->can_cf || !cfg->granularity)
         return 0;
-    int matched = 0, units = 0;
+    int matched = 0, units = 0, by_size = 0;
     st->t0 = calloc(v->nranks, sizeof *st->t0);
     if (!st->t0)
         return -1;
@@ -797,6 +797,7 @@ run_undo_active(run_state *st)
             const adv_rank_part *p = st->mparts[i];
             m = p->undo_matched;
             u = p->undo_units;
+            t0->undo_by_size = p->undo_by_size;
             t0->nxr = p->undo_nxr;
             t0->xr_bytes = p->undo_xr_bytes;
         } else if (adv_trace_undo(&st->tr[i], cfg, t0, &m, &u) < 0) {
@@ -804,9 +805,11 @@ run_undo_active(run_state *st)
         }
         matched += m;
         units += u;
+        by_size += t0->undo_by_size;
         if (st->sparts) {
             st->sparts[i].undo_matched = m;
             st->sparts[i].undo_units = u;
+            st->sparts[i].undo_by_size = t0->undo_by_size;
             st->sparts[i].undo_nxr = t0->nxr;
             st->sparts[i].undo_xr_bytes = t0->xr_bytes;
         }
@@ -838,6 +841,13 @@ run_undo_active(run_state *st)
              "(%s without recompute); candidates are complete settings (keep, remove or "
              "add labels) evaluated on that trace, the current setting is the measured one",
              tmp.name, GB(st->tr[0].replay_bytes), matched, units, GB(st->ref_max));
+    if (by_size) {
+        size_t l = strlen(v->level_note);
+        snprintf(v->level_note + l, sizeof v->level_note - l,
+                 "; %d core-attention or discarded-tensor replays were matched by allocation "
+                 "size alone (fallback: no attention backward call per layer on the backward "
+                 "thread to place them in their layer's backward)", by_size);
+    }
     if (nextra) {
         size_t l = strlen(v->level_note);
         snprintf(v->level_note + l, sizeof v->level_note - l,
@@ -1636,6 +1646,8 @@ fill_part(void *arg, size_t i)
     p->scal.layers = NULL;
     p->scal.insts = NULL;
     p->scal.xr = NULL;
+    p->scal.abwd = NULL;
+    p->scal.nabwd = p->scal.capabwd = 0;
     p->scal.na = p->scal.capa = p->scal.nops = p->scal.capops = p->scal.caplayers = 0;
     p->scal.ninsts = p->scal.capinsts = p->scal.nxr = 0;
     if (!st->tensor)

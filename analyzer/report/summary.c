@@ -717,6 +717,7 @@ v_part(sio *io, adv_rank_part *p)
         U64(f, reserved);
         U64(f, foreign);
     }
+    INT(p, undo_by_size);
 }
 
 static void
