@@ -180,6 +180,13 @@ typedef struct adv_trace {
     adv_extra *xr;            /* replays' own extra allocations (undone traces only) */
     size_t nxr;
     uint64_t xr_bytes;        /* their largest size sum in one replay */
+    uint32_t *abwd;           /* op positions of the backward thread's attention backward
+                               * calls (TE's nvte_{flash,fused}_attn_bwd pushes), in order:
+                               * each layer's backward ends with its own (adv_trace_undo) */
+    size_t nabwd, capabwd;
+    int undo_by_size;         /* undone traces: selective units (core_attn, discard-style)
+                               * matched by size and position alone, no attention-backward
+                               * structure to place them in their layer's backward */
     int megatron_ranges;      /* Megatron layer ranges were seen */
     int core_regions;         /* forward .core_attention regions seen */
     int core_te_attn;         /* ... holding a TE fused/flash attention call */
@@ -236,6 +243,14 @@ typedef struct adv_cand {
     char reason[256];
 } adv_cand;
 
+/* One fix a finding offers and the bytes it addresses (issue 14 item 6). */
+#define ADV_MAX_LEVERS 4
+typedef struct adv_lever {
+    char change[96];          /* the fix, as the evidence names it */
+    uint64_t bytes;           /* bytes it removes from the peak / OOM it is about */
+    uint8_t known;            /* 0: its byte effect is unknown (JSON null), never 0 B */
+} adv_lever;
+
 typedef struct adv_finding {
     char code[64];
     char subtype[48];
@@ -245,6 +260,10 @@ typedef struct adv_finding {
     uint64_t fix_bytes;       /* what its best lever removes from the peak (0 unknown) */
     char lever[128];          /* the change that lever is, when the code's usual change
                                  does not apply to this job ("" none) */
+    uint8_t ranked;           /* the primary is chosen among such findings by their bytes
+                               * (advisor_verdict.c primary_by_bytes); 0: by triage order */
+    uint8_t nlevers;
+    adv_lever levers[ADV_MAX_LEVERS]; /* each fix and the bytes it addresses */
 } adv_finding;
 
 typedef struct adv_verdict {
@@ -308,6 +327,17 @@ void adv_verdict_free(adv_verdict *v);
 void adv_finding_add(adv_verdict *v, const char *code, const char *subtype, int rank,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 int adv_triage(am_job *j, adv_trace *tr, adv_verdict *v);
+/* The last finding added (if its code is code): the bytes its cause holds at
+ * the peak / OOM it is about (bytes; 0 leaves them unstated). */
+void adv_finding_held(adv_verdict *v, const char *code, uint64_t bytes);
+/* Append a fix to the last finding (if its code is code) with the bytes it
+ * addresses (known 0: unknown, reported null); dropped past ADV_MAX_LEVERS. */
+void adv_finding_lever(adv_verdict *v, const char *code, const char *change, uint64_t bytes,
+                       int known);
+/* The deficit finding f is judged against: its rank's modelled reserved
+ * peak less its budget (bytes, 0 when it fits). 1, or 0 when unknown (a
+ * job-level finding, a rank not evaluated, an unknown capacity). */
+int adv_finding_deficit(const adv_verdict *v, const adv_finding *f, uint64_t *deficit);
 
 /* Counterfactual: peak bytes of the rewritten op stream of one rank for a
  * setting; *phase gets the phase of the peak. */
@@ -391,6 +421,7 @@ typedef struct adv_rank_part {
     adv_trace scal;           /* the op trace's scalars (no allocations, ops, layers,
                                * instances or extras; nlayers kept as a count) */
     int undo_matched, undo_units; /* adv_trace_undo of this rank (recompute on) */
+    int undo_by_size;         /* ... of which matched by size alone (adv_trace.undo_by_size) */
     uint64_t undo_nxr, undo_xr_bytes;
     uint64_t undone_peak;     /* adv_counterfactual of the undone trace, no recompute (bytes) */
     adv_finding *findings;    /* triage's findings for this rank, in triage's order */

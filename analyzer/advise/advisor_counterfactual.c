@@ -1029,6 +1029,10 @@ typedef struct uundo {
     size_t lo, hi;
     uint8_t ctxmask;          /* ADV_C_* range flags its replay re-emits: a twin's
                                * flags under the mask equal its forward's */
+    int32_t layer;            /* selective units: the layer's index in its instance */
+    uint8_t win;              /* its replay is searched only in op positions [wlo, whi):
+                               * its layer's backward (undo_windows) */
+    uint32_t wlo, whi;
 } uundo;
 
 /* the range flags a replay re-emits ([M] in docs/sources.md): full recompute
@@ -1249,6 +1253,7 @@ typedef struct undo_st {
     adv_extra *xr;            /* the replays' extras */
     size_t nxr, capxr;
     uint32_t *newpos;         /* t's op position -> the rewritten stream's (nops + 1) */
+    int by_size;              /* selective units matched without their layer's window */
 } undo_st;
 
 /* The units of full recompute: per instance, its layers in groups of full_n
@@ -1344,8 +1349,63 @@ undo_units_selective(undo_st *st, const adv_setting *s)
         }
         if (e)
             return -1;
+        for (size_t q = before; q < st->nu; q++)
+            st->u[q].layer = L->layer;
     }
     return 0;
+}
+
+/* The op positions of instance k's attention backward calls (t->abwd), one
+ * per layer, the last layer's first: those in its backward job (from its
+ * backward start to the next instance's, or the trace's end). *first gets the
+ * index of the first in t->abwd; returns how many, or 0 when the instance's
+ * backward start is unknown. */
+static size_t
+undo_inst_abwd(const undo_st *st, int32_t k, size_t *first)
+{
+    const adv_trace *t = st->t;
+    uint32_t bs = st->c.bwd_start[k], next = ADV_NONE;
+    if (bs == ADV_NONE)
+        return 0;
+    for (size_t j = 0; j < t->ninsts; j++)
+        if (st->c.bwd_start[j] != ADV_NONE && st->c.bwd_start[j] > bs &&
+            st->c.bwd_start[j] < next)
+            next = st->c.bwd_start[j];
+    size_t i = 0, n = 0;
+    while (i < t->nabwd && t->abwd[i] < bs)
+        i++;
+    *first = i;
+    while (i + n < t->nabwd && (next == ADV_NONE || t->abwd[i + n] < next))
+        n++;
+    return n;
+}
+
+/* Issue 14 item 11: a layer's core attention and its discarded tensors (the
+ * norms' outputs, the expert activation, MLA's Q/K/V) are replayed inside
+ * that layer's backward, which Megatron does not mark with a range: it
+ * starts after the next layer's attention backward call (TE's
+ * nvte_*_attn_bwd on the backward thread; for the instance's last layer, at
+ * its backward start) and ends with its own. When an instance's backward job
+ * holds exactly one such call per layer, each such unit gets that window:
+ * its replay is searched only there, so two layers' equal-sized tensors (or
+ * a gradient of the same size) are never taken for it. Otherwise the unit is
+ * matched by size and position alone, and counted so (the note says so). */
+static void
+undo_windows(undo_st *st)
+{
+    const adv_trace *t = st->t;
+    for (size_t q = 0; q < st->nu; q++) {
+        uundo *x = &st->u[q];
+        if (x->full || x->ctxmask || (size_t)x->inst >= t->ninsts || x->layer < 0)
+            continue;
+        size_t first = 0, nl = (size_t)t->insts[x->inst].nlayers;
+        if (undo_inst_abwd(st, x->inst, &first) != nl || (size_t)x->layer >= nl)
+            continue;
+        size_t own = first + nl - 1 - (size_t)x->layer;
+        x->win = 1;
+        x->wlo = own > first ? t->abwd[own - 1] : st->c.bwd_start[x->inst];
+        x->whi = t->abwd[own];
+    }
 }
 
 /* A tensor of a unit's region that the main thread frees only after its
@@ -1439,9 +1499,22 @@ undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
     }
     if (cursor < after)
         cursor = after;
+    /* a unit placed in its layer's backward (undo_windows) is searched there
+     * only; RECOMP_ADVISOR_SIZE_ONLY (a diagnostic: the matching before issue 14
+     * item 11) searches by size and position alone */
+    size_t wlo = 0, whi = st->nbal;
+    if (x->win && !getenv("RECOMP_ADVISOR_SIZE_ONLY")) {
+        while (wlo < st->nbal && t->a[st->bal[wlo]].a_pos < x->wlo)
+            wlo++;
+        whi = wlo;
+        while (whi < st->nbal && t->a[st->bal[whi]].a_pos < x->whi)
+            whi++;
+    }
     for (int pass = 0; pass < 2 && found == (size_t)-1 && nm; pass++) {
         size_t from = pass ? after : cursor;
-        for (size_t q = from; q + nm <= st->nbal; q++) {
+        if (from < wlo)
+            from = wlo;
+        for (size_t q = from; q + nm <= whi; q++) {
             size_t z = 0;
             while (z < nm && !st->used[st->bal[q + z]] &&
                    same_block(t->a[st->bal[q + z]].size, t->a[fm[z]].size) &&
@@ -1576,6 +1649,16 @@ undo_match(undo_st *st, int *matched, int *units)
         }
         size_t lo = undo_mark_twins(st, x, found, inst_bs);
         (*matched)++;
+        uint32_t at = t->a[st->bal[found]].a_pos;
+        if (getenv("RECOMP_ADVISOR_DEBUG") && !x->full && !x->ctxmask)
+            fprintf(stderr, "advisor: undo: rank trace of %zu ops: unit inst %d layer %d key %u "
+                            "discard %d: replay at op %u, %s\n", t->nops, x->inst, x->layer,
+                    x->key, x->discard, at,
+                    !x->win ? "its layer's backward unknown"
+                    : at >= x->wlo && at < x->whi ? "inside its layer's backward"
+                                                   : "OUTSIDE its layer's backward");
+        if (!x->full && !x->ctxmask && (!x->win || getenv("RECOMP_ADVISOR_SIZE_ONLY")))
+            st->by_size++;
         /* the replay's own work with no forward twin (it did more than the
          * forward): between the previous group's nested backward and it */
         if (x->full && prev && prev->inst == x->inst && prev->ok &&
@@ -1786,6 +1869,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     undo_drop_kept(&st);
     if (st.nu > 1)
         am_sort(st.u, st.nu, sizeof *st.u, uu_cmp);
+    undo_windows(&st);
     *units = (int)st.nu;
     /* their replays among the backward thread's allocations, then the trace
      * without them */
@@ -1795,6 +1879,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     undo_place_extras(&st, o);
     if (undo_copy_meta(&st, o) < 0)
         goto out;
+    o->undo_by_size = st.by_size;
     rc = 0;
 out:
     for (size_t k = 0; k < st.nu; k++)

@@ -27,3 +27,46 @@ adv_finding_add(adv_verdict *v, const char *code, const char *subtype, int rank,
     vsnprintf(f->evidence, sizeof f->evidence, fmt, ap);
     va_end(ap);
 }
+
+/* The last finding, when its code is code; else NULL. */
+static adv_finding *
+last_of(adv_verdict *v, const char *code)
+{
+    if (!v->nfindings || strcmp(v->findings[v->nfindings - 1].code, code) != 0)
+        return NULL;
+    return &v->findings[v->nfindings - 1];
+}
+
+void
+adv_finding_held(adv_verdict *v, const char *code, uint64_t bytes)
+{
+    adv_finding *f = last_of(v, code);
+    if (f)
+        f->bytes = bytes;
+}
+
+void
+adv_finding_lever(adv_verdict *v, const char *code, const char *change, uint64_t bytes,
+                  int known)
+{
+    adv_finding *f = last_of(v, code);
+    if (!f || f->nlevers >= ADV_MAX_LEVERS)
+        return;
+    adv_lever *l = &f->levers[f->nlevers++];
+    snprintf(l->change, sizeof l->change, "%s", change);
+    l->bytes = known ? bytes : 0;
+    l->known = known ? 1 : 0;
+}
+
+int
+adv_finding_deficit(const adv_verdict *v, const adv_finding *f, uint64_t *deficit)
+{
+    for (size_t q = 0; q < v->nranks; q++)
+        if (v->rank_id[q] == f->rank) {
+            if (!v->capacity[q])
+                return 0;
+            *deficit = v->reserved[q] > v->budget[q] ? v->reserved[q] - v->budget[q] : 0;
+            return 1;
+        }
+    return 0;
+}

@@ -132,6 +132,7 @@ adv_trace_free(adv_trace *t)
     free(t->insts);
     free(t->xr);
     free(t->py);
+    free(t->abwd);
     memset(t, 0, sizeof *t);
 }
 
@@ -158,6 +159,8 @@ typedef struct cap {
     uint64_t mla_in_sizes[3];        /* kv latent, q latent, gathered k_pos_emb */
     struct pyslot { const uint32_t *chain; uint32_t off; } *pyh; /* stack -> t->py offset */
     size_t npyh, pyused;             /* slots (a power of two, 0 none yet), used */
+    int bwd_in_attn;                 /* the backward thread's last nvte_* range was an
+                                      * attention backward's */
 } cap;
 
 static adv_layer *
@@ -262,9 +265,32 @@ close_mamba(cap *c)
     c->last_norm = ADV_NONE;
 }
 
+/* 1 when the range named s (n bytes) is TE's attention backward call */
+static int
+is_attn_bwd(const char *s, uint32_t n)
+{
+    return prefix(s, n, "nvte_flash_attn_bwd") || prefix(s, n, "nvte_fused_attn_bwd");
+}
+
 static int
 on_push(cap *c, const am_event *ev, tl_thread *th)
 {
+    /* the backward thread's attention backward calls bound each layer's
+     * backward: the replays of a layer's core attention and discarded
+     * tensors come after the next layer's call and before its own. One call
+     * is TE's pair of ranges (the workspace-size query, then the launch:
+     * docs/te-call-order.md), no other nvte_* range between them */
+    if (th->role == AM_ROLE_BACKWARD && te_class(ev->name, ev->name_len) != ADV_T_NONE) {
+        int ab = is_attn_bwd(ev->name, ev->name_len);
+        adv_trace *t = c->t;
+        if (ab && !c->bwd_in_attn) {
+            if (grow((void **)&t->abwd, &t->capabwd, t->nabwd + 1, sizeof *t->abwd) < 0)
+                return -1;
+            t->abwd[t->nabwd++] = (uint32_t)t->nops;
+        }
+        c->bwd_in_attn = ab;
+        return 0;
+    }
     if (th->role != AM_ROLE_MAIN)
         return 0;
     const char *s = ev->name;

@@ -57,8 +57,13 @@ set_bytes(adv_verdict *v, const char *code, uint64_t bytes, uint64_t fix)
     if (v->nfindings && strcmp(v->findings[v->nfindings - 1].code, code) == 0) {
         v->findings[v->nfindings - 1].bytes = bytes;
         v->findings[v->nfindings - 1].fix_bytes = fix;
+        v->findings[v->nfindings - 1].ranked = bytes != 0;
     }
 }
+
+/* A fix of the finding just added (code) and the bytes it addresses. */
+#define LEVER(code, change, bytes) adv_finding_lever(v, (code), (change), (bytes), 1)
+#define LEVER_UNKNOWN(code, change) adv_finding_lever(v, (code), (change), 0, 0)
 
 /* Live tensor bytes just before op position p of t's op stream. */
 static uint64_t
@@ -210,9 +215,23 @@ triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                     k, GB(state), n, GB(f0), GB(f1), GB(peak), GB(budget), GB(peak - budget),
                     GB(peak - state), lever,
                     c->optimizer_cpu_offload ? "" : "optimizer CPU offload, ");
-    set_bytes(v, "X:OPTIMIZER_STATE", state, fix);
+    /* the distributed optimizer keeps 1/dp of the same bytes: its best lever
+     * is the larger of the two (issue 14 item 6) */
+    uint64_t shard = !c->dist_opt && c->dp > 1 ? state - state / (uint64_t)c->dp : 0;
+    set_bytes(v, "X:OPTIMIZER_STATE", state, shard > fix ? shard : fix);
     if (v->nfindings && strcmp(v->findings[v->nfindings - 1].code, "X:OPTIMIZER_STATE") == 0)
-        snprintf(v->findings[v->nfindings - 1].lever, sizeof v->findings[0].lever, "%s", change);
+        snprintf(v->findings[v->nfindings - 1].lever, sizeof v->findings[0].lever, "%s",
+                 shard > fix ? "--use-distributed-optimizer" : change);
+    if (c->optimizer_cpu_offload && change[0])
+        LEVER("X:OPTIMIZER_STATE", change, fix);
+    else if (!c->optimizer_cpu_offload && !c->exp_avg_bf16)
+        LEVER("X:OPTIMIZER_STATE", "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
+                                   "--exp-avg-sq-dtype bf16", state / 2);
+    if (shard)
+        LEVER("X:OPTIMIZER_STATE", "--use-distributed-optimizer", shard);
+    if (!c->optimizer_cpu_offload)
+        LEVER_UNKNOWN("X:OPTIMIZER_STATE", "optimizer CPU offload");
+    LEVER_UNKNOWN("X:OPTIMIZER_STATE", "more DP/TP/PP");
     return 1;
 }
 
@@ -282,6 +301,9 @@ triage_init_transient(const adv_trace *t, adv_verdict *v, size_t i, int rank)
                     GB(ipeak), GB(tr), n, GB(ipeak - tr), GB(budget), GB(ipeak - budget),
                     GB(without), GB(after));
     set_bytes(v, "X:PARAM_STATE", tr, peak - without);
+    LEVER("X:PARAM_STATE", "fewer parameters per rank during construction (more TP/PP, EP, "
+                           "FSDP)", peak - without);
+    LEVER_UNKNOWN("X:PARAM_STATE", "torch.cuda.empty_cache() after construction");
     return 1;
 }
 
@@ -390,6 +412,8 @@ triage_retention_trend(const adv_trace *t, const am_rank *r, const adv_cfg *c, a
                     "%" PRId64 "%s, %s. Recompute cannot free them: "
                     "drop the references",
                     GB(g), GB(l0), k0, GB(l1), k1, kl, GB(peak), GB(budget), it_b, dev, horizon);
+    adv_finding_held(v, "X:RETENTION", l1);
+    LEVER("X:RETENTION", "drop the references", l1);
     return 1;
 }
 
@@ -488,6 +512,13 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
                     GB(lg), t->oom ? "OOM" : "peak", GB(loss), GB(layers), nl, GB(peak),
                     GB(budget), GB(peak - budget), lever, (int)tp * 2, GB(lg / 2));
     set_bytes(v, "X:LOGITS", lg, fused);
+    if (fused)
+        LEVER("X:LOGITS", "--cross-entropy-loss-fusion", fused);
+    LEVER_UNKNOWN("X:LOGITS", "BF16 logits / chunked cross-entropy");
+    char tp2[64];
+    snprintf(tp2, sizeof tp2, "--tensor-model-parallel-size %d", (int)tp * 2);
+    LEVER("X:LOGITS", tp2, lg / 2);
+    LEVER_UNKNOWN("X:LOGITS", "an uneven pipeline layout (--decoder-last-pipeline-num-layers)");
     return 1;
 }
 
@@ -572,6 +603,23 @@ loaded_replay(const adv_trace *t, const uint8_t *drop, uint32_t fwd0, uint64_t *
  * the references before the first step, a distributed checkpoint format
  * (each rank loads its own shards). The figures are lower bounds when an
  * OOM cut the trace. Returns 1 when a finding was added. */
+/* The loaded state's levers and the bytes each removes from the peak
+ * (bytes): loading to CPU leaves the peak at `without`, dropping the
+ * references at the first forward at `freed` (the peak itself when the load
+ * already dropped them: no effect); a distributed checkpoint format's effect
+ * is not known. */
+static void
+loaded_levers(adv_verdict *v, const adv_cfg *c, uint64_t peak, uint64_t without,
+              uint64_t freed)
+{
+    LEVER("X:PARAM_STATE", "load it to CPU (map_location='cpu')",
+          peak > without ? peak - without : 0);
+    LEVER("X:PARAM_STATE", "drop its references before the first step",
+          peak > freed ? peak - freed : 0);
+    LEVER_UNKNOWN("X:PARAM_STATE", c->megatron ? "--ckpt-format torch_dist"
+                                               : "torch.distributed.checkpoint");
+}
+
 static int
 triage_loaded_state(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, int rank)
 {
@@ -676,6 +724,7 @@ triage_loaded_state(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                     GB(peak - budget), GB(without), drop_txt, fmt,
                     t->trunc && !in_load ? " (lower bounds: the OOM cut the trace)" : "");
     set_bytes(v, "X:PARAM_STATE", tr, peak > without ? peak - without : 0);
+    loaded_levers(v, c, peak, without, kept == 0 && it < 0 ? peak : freed);
     return 1;
 }
 
@@ -721,6 +770,9 @@ triage_graph_oom(const adv_trace *t, const am_rank *r, adv_verdict *v, size_t i)
                         "expandable_segments:True; on pre-Blackwell GPUs with CUDA graphs also "
                         "NCCL_GRAPH_REGISTER=0",
                         GB(req), where, GB(free_np), GB(dres), GB(dal), GB(g), GB(ag));
+        adv_finding_held(v, "X:FRAGMENTATION", free_np);
+        LEVER("X:FRAGMENTATION", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", free_np);
+        LEVER_UNKNOWN("X:FRAGMENTATION", "NCCL_GRAPH_REGISTER=0");
         return 1;
     }
     /* full_iteration graphs capture the whole step: no module list narrows them
@@ -738,6 +790,12 @@ triage_graph_oom(const adv_trace *t, const am_rank *r, adv_verdict *v, size_t i)
                     GB(dal), whole ? "The full_iteration graph captures the whole step "
                     "(--cuda-graph-impl none turns it off)" : "Narrow the graph scope "
                     "(--cuda-graph-modules: drop moe_* first)");
+    adv_finding_held(v, "X:CUDA_GRAPH_POOL", g);
+    if (whole)
+        LEVER("X:CUDA_GRAPH_POOL", "--cuda-graph-impl none", g);
+    else
+        LEVER_UNKNOWN("X:CUDA_GRAPH_POOL", "--cuda-graph-modules (narrow the graph scope)");
+    LEVER_UNKNOWN("X:CUDA_GRAPH_POOL", "share pools / reuse static buffers");
     return 1;
 }
 
@@ -779,6 +837,10 @@ triage_graph_pools(const triage_rank *k, adv_verdict *v)
                                            "window"
                                          : "",
                     GB(t->oom_allocated), GB(t->oom_reserved));
+    adv_finding_held(v, "X:CUDA_GRAPH_POOL", t->graph_pool_bytes);
+    LEVER_UNKNOWN("X:CUDA_GRAPH_POOL", "--cuda-graph-modules (narrow the graph scope)");
+    LEVER_UNKNOWN("X:CUDA_GRAPH_POOL", "share pools / reuse static buffers");
+    LEVER("X:CUDA_GRAPH_POOL", "CUDA graphs off", t->graph_pool_bytes);
     return 2;
 }
 
@@ -814,6 +876,11 @@ triage_cache_starved(const triage_rank *k, adv_verdict *v, int lib, uint64_t req
                     GB(req), am_lib_name(lib), GB(cache), (double)cache / (double)req,
                     GB(t->oom_allocated), GB(v->outside[k->i]), GB(held + req), GB(k->cap),
                     am_lib_name(lib), am_lib_name(lib));
+    adv_finding_held(v, "X:NCCL_BUFFERS", cache);
+    LEVER("X:NCCL_BUFFERS", "torch.cuda.empty_cache() after the one-off peak, before the first "
+                            "collective", cache);
+    LEVER_UNKNOWN("X:NCCL_BUFFERS", "create the communicators eagerly");
+    LEVER_UNKNOWN("X:NCCL_BUFFERS", "torch.cuda.set_per_process_memory_fraction");
     return 1;
 }
 
@@ -837,6 +904,10 @@ triage_library_oom(const triage_rank *k, adv_verdict *v, int lib, uint64_t req, 
                     "NCCL_NVLS_ENABLE=0; torch.cuda.empty_cache() before the "
                     "first collective)",
                     GB(req), am_lib_name(lib), GB(v->outside[k->i]), GB(cache));
+    adv_finding_held(v, "X:NCCL_BUFFERS", v->outside[k->i]);
+    LEVER("X:NCCL_BUFFERS", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", cache);
+    LEVER_UNKNOWN("X:NCCL_BUFFERS", "fewer/lazier communicators, NCCL_BUFFSIZE, "
+                                    "NCCL_NVLS_ENABLE=0");
     return 1;
 }
 
@@ -870,6 +941,13 @@ triage_outside_oom(const triage_rank *k, adv_verdict *v, uint64_t req)
                           : "Leave NCCL a margin: fewer/lazier "
                             "communicators, NCCL_BUFFSIZE, "
                             "NCCL_NVLS_ENABLE=0");
+    adv_finding_held(v, "X:NCCL_BUFFERS", outside);
+    if (other)
+        LEVER("X:NCCL_BUFFERS", "free the device (another process holds memory on it)",
+              r->max_other);
+    else
+        LEVER_UNKNOWN("X:NCCL_BUFFERS", "fewer/lazier communicators, NCCL_BUFFSIZE, "
+                                        "NCCL_NVLS_ENABLE=0");
     return 1;
 }
 
@@ -942,6 +1020,12 @@ triage_fragmentation(const triage_rank *k, adv_verdict *v, uint64_t req, uint64_
                     GB(req), GB(t->oom_allocated), GB(t->oom_allocated + req),
                     GB(k->budget_exp), GB(t->oom_reserved), GB(cache),
                     (double)cache / (double)(req ? req : 1), unseen);
+    const char *fk = "X:FRAGMENTATION";
+    adv_finding_held(v, fk, cache);
+    LEVER(fk, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", cache);
+    if (pool)
+        LEVER_UNKNOWN(fk, req >> 20 >= 32 ? "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb"
+                                          : "free or sleep the colocated pool");
     return 1;
 }
 
@@ -1014,6 +1098,12 @@ triage_optimizer_state(const triage_rank *k, adv_verdict *v, uint64_t loaded)
                           "in these bytes could not be told from parameters (record with "
                           "RECOMPSHIM_PYSTACK=1)"
                         : "");
+    adv_finding_held(v, code, all > act ? all - act : 0);
+    LEVER_UNKNOWN(code, "--use-distributed-optimizer, more DP");
+    LEVER_UNKNOWN(code, "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
+                        "--exp-avg-sq-dtype bf16");
+    LEVER_UNKNOWN(code, "optimizer CPU offload");
+    LEVER_UNKNOWN(code, "more TP/PP");
     return 1;
 }
 
@@ -1094,6 +1184,8 @@ triage_retention_once(const triage_rank *k, adv_verdict *v)
                     "(replay outputs, logged tensors, a cache); recompute cannot "
                     "free them",
                     GB(kept), t->replay_bytes ? "/recompute-replay" : "", it, it + 1);
+    adv_finding_held(v, "X:RETENTION", kept);
+    LEVER("X:RETENTION", "drop the references", kept);
     return 1;
 }
 
@@ -1177,6 +1269,7 @@ triage_retention_step(const triage_rank *k, adv_verdict *v)
         snprintf(v->findings[v->nfindings - 1].lever, sizeof v->findings[0].lever,
                  "keep only detached values (.detach(), .item()) of what each microbatch's "
                  "loss function returns");
+    LEVER("X:RETENTION", "keep only detached values of what the loss function returns", kept);
     return 1;
 }
 
@@ -1232,6 +1325,12 @@ triage_checkpoint_save(const triage_rank *k, adv_verdict *v)
                           "with Gloo), or drop --dist-ckpt-optim-fully-reshardable"
                         : "make the save allocate less on the device (its buffers are listed), "
                           "or save from host copies");
+    if (gather)
+        LEVER("X:CHECKPOINT_SAVE", "--distrib-optim-fully-reshardable-mem-efficient, or drop "
+                                   "--dist-ckpt-optim-fully-reshardable", save);
+    else
+        LEVER("X:CHECKPOINT_SAVE", "the save's device buffers (fewer, or from host copies)",
+              save);
     return 1;
 }
 
@@ -1317,6 +1416,8 @@ triage_shape_outlier(const adv_trace *t, adv_verdict *v, int rank)
                             "capping or splitting the longest samples lowers what they add",
                             nout, n, GB(med), GB(top), (double)top / (double)(med ? med : 1),
                             where);
+            adv_finding_held(v, "X:SHAPE_OUTLIER", hot_live);
+            LEVER_UNKNOWN("X:SHAPE_OUTLIER", "cap or split the longest samples");
             added = 1;
         }
     }
@@ -1374,7 +1475,13 @@ triage_moe_imbalance(const adv_trace *t, adv_verdict *v, int rank)
                     "imbalance",
                     R, m->layer, m->iteration, GB(live), t->oom ? "the OOM" : "the peak",
                     GB(above));
-    return 1;         /* no bytes set: a finding never chosen as the primary by bytes */
+    /* its bytes are stated, but it is not ranked: never the primary by bytes */
+    adv_finding_held(v, "X:MOE_IMBALANCE", above);
+    LEVER_UNKNOWN("X:MOE_IMBALANCE", "--moe-expert-capacity-factor 1.0 "
+                                     "--moe-pad-expert-input-to-capacity");
+    LEVER_UNKNOWN("X:MOE_IMBALANCE", "a larger --moe-aux-loss-coeff");
+    LEVER_UNKNOWN("X:MOE_IMBALANCE", "more expert-parallel ranks");
+    return 1;
 }
 
 int

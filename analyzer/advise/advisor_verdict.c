@@ -769,6 +769,8 @@ run_triage(run_state *st)
                             100.0 * (double)(v->baseline[h] - lo) / (double)(lo ? lo : 1),
                             p->ngroups ? am_boundary_name(p->groups[0].boundary) : "?",
                             p->ngroups ? GB(p->groups[0].bytes) : "");
+            /* where, not why: its bytes are the stage's excess, no lever */
+            adv_finding_held(v, code, v->baseline[h] - lo);
         }
     }
     st->can_cf = st->tensor && cfg->megatron && cfg->num_layers > 0;
@@ -810,7 +812,7 @@ run_undo_active(run_state *st)
     st->ref_max = st->base_max;
     if (!st->can_cf || !cfg->granularity)
         return 0;
-    int matched = 0, units = 0;
+    int matched = 0, units = 0, by_size = 0;
     st->t0 = calloc(v->nranks, sizeof *st->t0);
     if (!st->t0)
         return -1;
@@ -823,6 +825,7 @@ run_undo_active(run_state *st)
             const adv_rank_part *p = st->mparts[i];
             m = p->undo_matched;
             u = p->undo_units;
+            t0->undo_by_size = p->undo_by_size;
             t0->nxr = p->undo_nxr;
             t0->xr_bytes = p->undo_xr_bytes;
         } else if (adv_trace_undo(&st->tr[i], cfg, t0, &m, &u) < 0) {
@@ -830,9 +833,11 @@ run_undo_active(run_state *st)
         }
         matched += m;
         units += u;
+        by_size += t0->undo_by_size;
         if (st->sparts) {
             st->sparts[i].undo_matched = m;
             st->sparts[i].undo_units = u;
+            st->sparts[i].undo_by_size = t0->undo_by_size;
             st->sparts[i].undo_nxr = t0->nxr;
             st->sparts[i].undo_xr_bytes = t0->xr_bytes;
         }
@@ -864,6 +869,13 @@ run_undo_active(run_state *st)
              "(%s without recompute); candidates are complete settings (keep, remove or "
              "add labels) evaluated on that trace, the current setting is the measured one",
              tmp.name, GB(st->tr[0].replay_bytes), matched, units, GB(st->ref_max));
+    if (by_size) {
+        size_t l = strlen(v->level_note);
+        snprintf(v->level_note + l, sizeof v->level_note - l,
+                 "; %d core-attention or discarded-tensor replays were matched by allocation "
+                 "size alone (fallback: no attention backward call per layer on the backward "
+                 "thread to place them in their layer's backward)", by_size);
+    }
     if (nextra) {
         size_t l = strlen(v->level_note);
         snprintf(v->level_note + l, sizeof v->level_note - l,
@@ -1111,9 +1123,11 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
     return buf;
 }
 
-/* Among findings with bytes (state growth, logits, loaded state): the one
- * whose lever alone covers its rank's deficit (most bytes removed), else the
- * one holding the most bytes; NULL when none has bytes (issue 14 item 6). */
+/* Among the findings ranked by their bytes (state growth, logits, loaded
+ * state, construction transient, kept outputs, checkpoint save): the one
+ * whose best lever alone covers its rank's deficit (adv_finding_deficit; the
+ * most bytes removed), else the one holding the most bytes; NULL when none is
+ * ranked (issue 14 item 6). An unknown deficit is covered by nothing. */
 static const adv_finding *
 primary_by_bytes(const adv_verdict *v)
 {
@@ -1121,13 +1135,11 @@ primary_by_bytes(const adv_verdict *v)
     int best_covers = 0;
     for (size_t k = 0; k < v->nfindings; k++) {
         const adv_finding *f = &v->findings[k];
-        if (!f->bytes)
+        if (!f->ranked)
             continue;
         uint64_t deficit = 0;
-        for (size_t q = 0; q < v->nranks; q++)
-            if (v->rank_id[q] == f->rank && v->reserved[q] > v->budget[q])
-                deficit = v->reserved[q] - v->budget[q];
-        int covers = f->fix_bytes && f->fix_bytes >= deficit;
+        int known = adv_finding_deficit(v, f, &deficit);
+        int covers = known && f->fix_bytes && f->fix_bytes >= deficit;
         if (!best || covers > best_covers ||
             (covers == best_covers &&
              (covers ? f->fix_bytes > best->fix_bytes : f->bytes > best->bytes))) {
@@ -1161,7 +1173,7 @@ primary_finding(const adv_verdict *v)
                 prim = &v->findings[k];
                 break;
             }
-    if (!prim || prim->bytes) {
+    if (!prim || prim->ranked) {
         const adv_finding *best = primary_by_bytes(v);
         if (best)
             prim = best;
@@ -1289,7 +1301,7 @@ run_choose(run_state *st)
      * (state_growth), or logits, stay findings with their levers when a
      * recompute setting also fits: the verdict is then the narrowest
      * recompute fix */
-    if (prim && st->pick >= 0 && prim->bytes &&
+    if (prim && st->pick >= 0 && prim->ranked &&
         (strcmp(prim->subtype, "state_growth") == 0 || strcmp(prim->code, "X:LOGITS") == 0))
         prim = NULL;
     if (prim) {
@@ -1664,6 +1676,8 @@ fill_part(void *arg, size_t i)
     p->scal.xr = NULL;
     p->scal.py = NULL;
     p->scal.npyf = p->scal.cappyf = 0;
+    p->scal.abwd = NULL;
+    p->scal.nabwd = p->scal.capabwd = 0;
     p->scal.na = p->scal.capa = p->scal.nops = p->scal.capops = p->scal.caplayers = 0;
     p->scal.ninsts = p->scal.capinsts = p->scal.nxr = 0;
     if (!st->tensor)

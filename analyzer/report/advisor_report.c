@@ -183,7 +183,21 @@ verdict_json_by_rank(yajl_gen g, const adv_verdict *v, const uint64_t *bytes)
     yajl_gen_map_close(g);
 }
 
-/* "findings": code, subtype, rank (null for the job) and evidence of each. */
+/* bytes, or null when 0 (not stated: unknown is not zero) */
+static void
+u64_or_null(yajl_gen g, uint64_t v)
+{
+    if (v)
+        u64(g, v);
+    else
+        yajl_gen_null(g);
+}
+
+/* "findings": code, subtype, rank (null for the job) and evidence of each;
+ * its cause's bytes at the peak / OOM, the rank's deficit it is judged
+ * against, whether the primary is chosen among such findings by bytes, what
+ * its best lever removes, and each lever with the bytes it addresses (null:
+ * not stated / unknown; issue 14 item 6, docs/advisor.md). */
 static void
 verdict_json_findings(yajl_gen g, const adv_verdict *v)
 {
@@ -196,6 +210,22 @@ verdict_json_findings(yajl_gen g, const adv_verdict *v)
         S(g, "rank");
         if (x->rank >= 0) I(g, x->rank); else yajl_gen_null(g);
         S(g, "evidence"); S(g, x->evidence);
+        S(g, "bytes"); u64_or_null(g, x->bytes);
+        uint64_t deficit = 0;
+        S(g, "deficit_bytes");
+        if (adv_finding_deficit(v, x, &deficit)) u64(g, deficit); else yajl_gen_null(g);
+        S(g, "ranked"); yajl_gen_bool(g, x->ranked);
+        S(g, "fix_bytes"); u64_or_null(g, x->fix_bytes);
+        S(g, "levers");
+        yajl_gen_array_open(g);
+        for (int q = 0; q < x->nlevers && q < ADV_MAX_LEVERS; q++) {
+            yajl_gen_map_open(g);
+            S(g, "change"); S(g, x->levers[q].change);
+            S(g, "bytes");
+            if (x->levers[q].known) u64(g, x->levers[q].bytes); else yajl_gen_null(g);
+            yajl_gen_map_close(g);
+        }
+        yajl_gen_array_close(g);
         yajl_gen_map_close(g);
     }
     yajl_gen_array_close(g);

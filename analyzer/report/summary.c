@@ -664,6 +664,15 @@ v_scal(sio *io, adv_trace *t)
     INT(t, optimizer_seen);
 }
 
+/* a 0/1 flag kept in a u8 (another value is damaged) */
+static void
+s_bool8(sio *io, const char *f, uint8_t *v)
+{
+    s_u8(io, f, v);
+    if (io->rd && !io->bad && *v > 1)
+        fail(io, f, "%u is not 0 or 1", *v);
+}
+
 static void
 v_part(sio *io, adv_rank_part *p)
 {
@@ -685,6 +694,15 @@ v_part(sio *io, adv_rank_part *p)
         U64(f, bytes);
         U64(f, fix_bytes);
         CHARS(f, lever);
+        s_bool8(io, "ranked", &f->ranked);
+        s_u8(io, "nlevers", &f->nlevers);
+        if (!io->bad && f->nlevers > ADV_MAX_LEVERS)
+            fail(io, "nlevers", "%u levers (at most %d)", f->nlevers, ADV_MAX_LEVERS);
+        for (int q = 0; q < f->nlevers && !io->bad; q++) {
+            CHARS(&f->levers[q], change);
+            U64(&f->levers[q], bytes);
+            s_bool8(io, "known", &f->levers[q].known);
+        }
     }
     s_count(io, "counterfactuals", &p->ncf, 30, 1u << 16);
     if (io->rd)
@@ -700,6 +718,7 @@ v_part(sio *io, adv_rank_part *p)
         U64(f, reserved);
         U64(f, foreign);
     }
+    INT(p, undo_by_size);
 }
 
 static void
