@@ -924,6 +924,9 @@ typedef struct uundo {
     size_t lo, hi;
     uint8_t ctxmask;          /* ADV_C_* range flags its replay re-emits: a twin's
                                * flags under the mask equal its forward's */
+    uint32_t *o;              /* its outputs: region tensors a consumer outside the
+                               * unit saved (freed on the backward thread) */
+    size_t no;
 } uundo;
 
 /* the range flags a replay re-emits ([M] in docs/sources.md): full recompute
@@ -997,6 +1000,13 @@ uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_
          * the next one's first): the replay runs it too */
         int mine = a->inst == k || own_pre(a, p, pre_e) ||
                    (pre_e && a->inst < 0 && a->phase == AM_PH_forward);
+        if (mine && a->fbwd && !a->bwd && a->f_pos != ADV_NONE && p >= pre_e) {
+            if (!x->o && !(x->o = malloc((e - b) * sizeof *x->o))) {
+                free(x->f);
+                return -1;
+            }
+            x->o[x->no++] = (uint32_t)v - 1;
+        }
         if (!mine || a->bwd || a->fbwd || a->f_pos == ADV_NONE)
             continue;
         /* before the group's first Megatron range: matched after its Megatron
@@ -1007,6 +1017,7 @@ uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_
     }
     if (!x->nf) {
         free(x->f);
+        free(x->o);
         return 0;
     }
     (*n)++;
@@ -1215,6 +1226,7 @@ undo_units_selective(undo_st *st, const adv_setting *s)
                 x->nf = w;
                 if (!w) {
                     free(x->f);
+                    free(x->o);
                     st->nu--;
                 }
             }
@@ -1310,18 +1322,70 @@ undo_inst_cursor(const undo_st *st, int32_t inst, uint32_t *inst_bs)
     return lo;
 }
 
-/* The first unused run of backward allocations whose block sizes (bytes) and
- * range paths (the Megatron ranges the replay re-emits, x->ctxmask) repeat
- * unit x's forward ones after its pre part (a full group's own Megatron-range
- * part), searched from cursor (the instance's backward: its microbatch), then
- * from the first backward allocation after the unit's forward region ends
- * (x->key: its region end or discard point; a replay never precedes its
- * forward): its index in bal, (size_t)-1 none. */
+/* 1 when backward allocation y (unused) is the replay's copy of one of unit
+ * x's outputs: the same block and range path as an output's forward
+ * allocation. */
+static int
+undo_is_output(const undo_st *st, const uundo *x, uint32_t y)
+{
+    const adv_trace *t = st->t;
+    for (size_t k = 0; k < x->no; k++)
+        if (same_block(t->a[y].size, t->a[x->o[k]].size) &&
+            (t->a[y].ctx & x->ctxmask) == (t->a[x->o[k]].ctx & x->ctxmask))
+            return 1;
+    return 0;
+}
+
+/* Unit x's replay tried at bal[q]: each of its forward allocations after the
+ * pre part is the next backward allocation, unused, of the same block size
+ * (bytes) and range path (the Megatron ranges the replay re-emits,
+ * x->ctxmask). The replay re-makes the region's outputs too (the forward's
+ * copies, saved by a consumer outside the unit, are freed on the backward
+ * thread and so are not in x->f), and they may come between those
+ * allocations, at most x->no of them: a layer's bias-dropout-add makes its
+ * output before the dropout mask it saves (Megatron's default hidden dropout
+ * 0.1; megasim's order). Returns the number of backward allocations the
+ * replay spans (0: no replay at q); with idx, each forward allocation's
+ * index in bal and, in outs (at most x->no), the skipped outputs' indices
+ * ((size_t)-1 after the last). */
+static size_t
+undo_run_at(const undo_st *st, const uundo *x, size_t q, size_t *idx, size_t *outs)
+{
+    const adv_trace *t = st->t;
+    const uint32_t *fm = x->f + x->npre;
+    size_t nm = x->nf - x->npre, z = 0, p = q, skipped = 0;
+    while (z < nm && p < st->nbal) {
+        uint32_t y = st->bal[p];
+        if (st->used[y])
+            return 0;
+        if (same_block(t->a[y].size, t->a[fm[z]].size) &&
+            (t->a[y].ctx & x->ctxmask) == (t->a[fm[z]].ctx & x->ctxmask)) {
+            if (idx)
+                idx[z] = p;
+            z++;
+        } else if (z > 0 && skipped < x->no && undo_is_output(st, x, y)) {
+            if (outs)
+                outs[skipped] = p;
+            skipped++;
+        } else {
+            return 0;
+        }
+        p++;
+    }
+    if (outs && skipped < x->no)
+        outs[skipped] = (size_t)-1;
+    return z == nm ? p - q : 0;
+}
+
+/* The first unused replay of unit x after its pre part (a full group's own
+ * Megatron-range part; undo_run_at), searched from cursor (the instance's
+ * backward: its microbatch), then from the first backward allocation after
+ * the unit's forward region ends (x->key: its region end or discard point; a
+ * replay never precedes its forward): its index in bal, (size_t)-1 none. */
 static size_t
 undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
 {
     const adv_trace *t = st->t;
-    const uint32_t *fm = x->f + x->npre;
     size_t nm = x->nf - x->npre;
     size_t found = (size_t)-1;
     size_t after = 0, hi = st->nbal;
@@ -1336,17 +1400,11 @@ undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
         cursor = after;
     for (int pass = 0; pass < 2 && found == (size_t)-1 && nm; pass++) {
         size_t from = pass ? after : cursor;
-        for (size_t q = from; q + nm <= st->nbal; q++) {
-            size_t z = 0;
-            while (z < nm && !st->used[st->bal[q + z]] &&
-                   same_block(t->a[st->bal[q + z]].size, t->a[fm[z]].size) &&
-                   (t->a[st->bal[q + z]].ctx & x->ctxmask) == (t->a[fm[z]].ctx & x->ctxmask))
-                z++;
-            if (z == nm) {
+        for (size_t q = from; q + nm <= st->nbal; q++)
+            if (undo_run_at(st, x, q, NULL, NULL)) {
                 found = q;
                 break;
             }
-        }
     }
     return found;
 }
@@ -1366,18 +1424,39 @@ undo_debug_unmatched(const adv_trace *t, const uundo *x)
     fprintf(stderr, ")\n");
 }
 
+/* The replay's copies of unit x's outputs, at bal indices outs (undo_run_at;
+ * (size_t)-1 ends the list): each is its output's twin (the same block, the
+ * first not yet taken), gone from the rewritten stream; the forward copy
+ * keeps its own free (its consumer's saved input). */
+static void
+undo_mark_outputs(undo_st *st, const uundo *x, const size_t *outs)
+{
+    const adv_trace *t = st->t;
+    for (size_t k = 0; k < x->no && outs[k] != (size_t)-1; k++) {
+        uint32_t y = st->bal[outs[k]];
+        for (size_t q = 0; q < x->no; q++)
+            if (same_block(t->a[y].size, t->a[x->o[q]].size) && x->o[q] != ADV_NONE) {
+                st->used[y] = 1;
+                st->twin[y] = x->o[q];
+                x->o[q] = ADV_NONE;
+                break;
+            }
+    }
+}
+
 /* Unit x's replay found at bal[found]: extends it back over the pre part
  * (the forward's last allocations before the group's first range are the
  * replay's allocations just before, within the instance's backward from
  * inst_bs), records it in x (ok, lo, hi) and marks each replay allocation as
- * its forward twin's, noting in ext the twins the replay keeps alive. Returns
- * the replay's first index in bal. */
+ * its forward twin's, noting in ext the twins the replay keeps alive; span
+ * and idx are undo_run_at's at found. Returns the replay's first index in
+ * bal. */
 static size_t
-undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs)
+undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs, size_t span,
+                const size_t *idx)
 {
     const adv_trace *t = st->t;
     const uint32_t *bal = st->bal;
-    size_t nm = x->nf - x->npre;
     size_t lo = found, z = x->npre;
     while (z > 0 && lo > 0 && !st->used[bal[lo - 1]] &&
            same_block(t->a[bal[lo - 1]].size, t->a[x->f[z - 1]].size) &&
@@ -1385,17 +1464,17 @@ undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs)
         lo--;
         z--;
     }
-    size_t nmatch = x->nf - z;
+    size_t nmatch = x->nf - z, npre = x->npre - z;
     x->ok = 1;
     x->lo = lo;
-    x->hi = found + nm;
+    x->hi = found + span;
     /* the replay's forward code ends before the next backward-thread
      * allocation that is not its own (its nested backward's first gradient,
      * or the next replay): a twin freed by then was a transient of the
      * forward code (freed at its scope's exit), one freed later was saved */
     uint32_t last_a = x->hi < st->nbal ? t->a[bal[x->hi]].a_pos : (uint32_t)t->nops;
     for (size_t w = 0; w < nmatch; w++) {
-        uint32_t y = bal[lo + w];
+        uint32_t y = bal[w < npre ? lo + w : idx[w - npre]];
         uint32_t fid = x->f[z + w];
         st->used[y] = 1;
         st->twin[y] = fid;
@@ -1469,7 +1548,14 @@ undo_match(undo_st *st, int *matched, int *units)
                 return -1; /* the replay the trace stops in */
             continue;
         }
-        size_t lo = undo_mark_twins(st, x, found, inst_bs);
+        size_t *idx = malloc((x->nf + x->no + 1) * sizeof *idx);
+        if (!idx)
+            return -1;
+        size_t *outs = idx + x->nf;
+        size_t span = undo_run_at(st, x, found, idx, outs);
+        size_t lo = undo_mark_twins(st, x, found, inst_bs, span, idx);
+        undo_mark_outputs(st, x, outs);
+        free(idx);
         (*matched)++;
         /* the replay's own work with no forward twin (it did more than the
          * forward): between the previous group's nested backward and it */
@@ -1477,7 +1563,7 @@ undo_match(undo_st *st, int *matched, int *units)
             undo_extras(t, st->bal, st->nbal, st->used, st->twin, st->ext, x, prev, lo,
                         &st->xr, &st->nxr, &st->capxr) < 0)
             return -1;
-        size_t end = found + (x->nf - x->npre);
+        size_t end = found + span;
         if (end > cursor)
             cursor = end;
     }
@@ -1685,8 +1771,10 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
         goto out;
     rc = 0;
 out:
-    for (size_t k = 0; k < st.nu; k++)
+    for (size_t k = 0; k < st.nu; k++) {
         free(st.u[k].f);
+        free(st.u[k].o);
+    }
     free(st.u);
     free(st.twin);
     free(st.newpos);
