@@ -1155,6 +1155,7 @@ typedef struct undo_st {
     adv_extra *xr;            /* the replays' extras */
     size_t nxr, capxr;
     uint32_t *newpos;         /* t's op position -> the rewritten stream's (nops + 1) */
+    int missing;              /* units the setting implies that the trace's layers lack */
 } undo_st;
 
 /* The units of full recompute: per instance, its layers in groups of full_n
@@ -1739,6 +1740,82 @@ undo_copy_meta(const undo_st *st, adv_trace *o)
     return 0;
 }
 
+/* Units per forward instance that full recompute with setting s implies on
+ * a chunk of lpc layers: ceil(lpc / n) groups (uniform), min(n, lpc) single
+ * layers (block); Megatron-Core's TransformerBlock._checkpointed_forward ([M]
+ * in docs/sources.md). */
+static int
+full_units_of(const adv_setting *s, int lpc)
+{
+    int n = s->full_n > 0 ? s->full_n : 1;
+    if (lpc <= 0)
+        return 0;
+    return s->full_method == 1 ? (lpc + n - 1) / n : (n < lpc ? n : lpc);
+}
+
+/* The units full recompute implies but the trace's layers lack (st->missing):
+ * per forward instance whose backward the trace reached, the groups of the
+ * layers per chunk (the configuration's when the job has one pipeline stage
+ * and no virtual chunks, else the most layers any instance of this rank
+ * shows: uneven stage layouts are not read from the configuration), less
+ * the units built from the layers found. A layer the trace does not show (its
+ * ranges missing or not recognised) is a unit the undo cannot match. */
+static void
+undo_expected_full(undo_st *st, const adv_cfg *cfg, const adv_setting *s)
+{
+    const adv_trace *t = st->t;
+    int lpc = 0;
+    for (size_t i = 0; i < t->nlayers;) {
+        size_t j = i;
+        while (j < t->nlayers && t->layers[j].inst == t->layers[i].inst)
+            j++;
+        if ((int)(j - i) > lpc)
+            lpc = (int)(j - i);
+        i = j;
+    }
+    if ((cfg->pp <= 1 && cfg->vpp <= 1) && adv_cfg_layers_per_chunk(cfg) > lpc)
+        lpc = adv_cfg_layers_per_chunk(cfg);
+    for (size_t k = 0; k < t->ninsts; k++) {
+        if (t->trunc && st->c.bwd_start[k] == ADV_NONE)
+            continue; /* its backward never ran: nothing to match */
+        int have = 0;
+        for (size_t q = 0; q < st->nu; q++)
+            have += st->u[q].inst == (int32_t)k;
+        int want = full_units_of(s, lpc);
+        if (want > have)
+            st->missing += want - have;
+    }
+}
+
+/* In a trace a fatal OOM cut in a backward phase, the instance whose
+ * backward ran last (the greatest backward start) was cut in its backward:
+ * its last units in replay order that found no replay were never replayed
+ * (or their replay was cut), so they are not expected; the count of such
+ * units. */
+static int
+undo_cut_tail(const undo_st *st)
+{
+    const adv_trace *t = st->t;
+    if (!t->trunc || !t->oom ||
+        (t->oom_phase != AM_PH_backward && t->oom_phase != AM_PH_backward_replay))
+        return 0;
+    int32_t last = -1;
+    for (size_t k = 0; k < t->ninsts; k++)
+        if (st->c.bwd_start[k] != ADV_NONE &&
+            (last < 0 || st->c.bwd_start[k] > st->c.bwd_start[last]))
+            last = (int32_t)k;
+    int n = 0;
+    for (size_t q = st->nu; q > 0; q--) {
+        const uundo *x = &st->u[q - 1];
+        if (x->inst != last)
+            continue;
+        if (x->ok)
+            break;
+        n++;
+    }
+    return n;
+}
+
 int
 adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matched,
                int *units)
@@ -1758,14 +1835,17 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     if ((s.full_method ? undo_units_full(&st, &s) : undo_units_selective(&st, &s)) < 0)
         goto out;
     undo_drop_kept(&st);
+    if (s.full_method)
+        undo_expected_full(&st, cfg, &s);
     if (st.nu > 1)
         am_sort(st.u, st.nu, sizeof *st.u, uu_cmp);
-    *units = (int)st.nu;
+    *units = (int)st.nu + st.missing;
     /* their replays among the backward thread's allocations, then the trace
      * without them */
     if (undo_backward_allocs(&st) < 0 || undo_match(&st, matched, units) < 0 ||
         undo_rewrite_ops(&st, o) < 0)
         goto out;
+    *units -= undo_cut_tail(&st);
     undo_place_extras(&st, o);
     if (undo_copy_meta(&st, o) < 0)
         goto out;

@@ -51,6 +51,10 @@ MLA = ["--sim-preset", "deepseek-v2-lite", "--num-layers", "4", "--hidden-size",
        "--pipeline-model-parallel-size", "2", "--sim-world-size", "2",
        "--global-batch-size", "4", "--train-iters", "2"]
 
+# Megatron's defaults (megatron/training/arguments.py: --hidden-dropout and
+# --attention-dropout 0.1), which the presets above turn off
+DROPOUT = ["--hidden-dropout", "0.1", "--attention-dropout", "0.1"]
+
 FULL = {"full[block,1]": ["--recompute-granularity", "full", "--recompute-method", "block",
                           "--recompute-num-layers", "1"],
         "full[uniform,1]": ["--recompute-granularity", "full", "--recompute-method", "uniform",
@@ -66,7 +70,7 @@ RESERVED_GAP = ("the reserved peaks of moe and full-recompute candidates are +2.
                 "recorded stream exactly, but the rewritten stream frees a checkpointed "
                 "region's internals at its exit, not where its no_grad forward frees them "
                 "(docs/advisor.md 'The allocator model')")
-KNOWN_RESERVED = {"moe": RESERVED_GAP, "mla": RESERVED_GAP}
+KNOWN_RESERVED = {"moe": RESERVED_GAP, "mla": RESERVED_GAP, "moe-dropout": RESERVED_GAP}
 
 # model -> (flags, the labels Megatron allows on it)
 MODELS = {
@@ -74,6 +78,12 @@ MODELS = {
     "moe": (MOE, ["core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts"]),
     "mla": (MLA, ["core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act",
                   "shared_experts"]),
+    # issue 14 WRONG 1: Megatron's default dropout (0.1 hidden and attention):
+    # each bias-dropout-add saves a mask, and a full-recompute replay makes the
+    # layer's output before that mask; with full recompute on, the undo matched
+    # 0 of its units and every candidate was predicted at the measured peak
+    "dense-dropout": (DENSE + DROPOUT, ["core_attn", "layernorm", "mlp"]),
+    "moe-dropout": (MOE + DROPOUT, ["core_attn", "mlp", "moe", "moe_act", "shared_experts"]),
 }
 
 

@@ -117,6 +117,10 @@ MOONLIGHT = ["--sim-preset", "moonlight-16b", "--sim-world-size", "8", "--global
              "--use-distributed-optimizer", "--sim-only-ranks", "0", "--train-iters", "3"]
 BF16_MOMENTS = ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16",
                 "--exp-avg-sq-dtype", "bf16"]
+# issue 14 WRONG 1: Llama-3-8B-like, 4 layers, Megatron's default hidden dropout
+HDROP = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--seq-length", "2048",
+         "--sim-world-size", "1", "--global-batch-size", "2", "--hidden-dropout", "0.1"]
+GRADWS = ["--sim-grad-workspace-mib", "64"]
 SCENARIOS = [
     # the README's main job, and the same job capped at 768 KiB of trace
     sc("main", MAIN),
@@ -276,6 +280,20 @@ SCENARIOS = [
                                   "--use-distributed-optimizer", "--global-batch-size", "8",
                                   "--sim-moe-imbalance", "0.875"], 5.5,
        expect=("R:SELECTIVE[moe_act]", "least replay cost"), within=0.02),
+    # issue 14 WRONG 1 (a public report replayed: Phi-3-like, Megatron's default
+    # dropout 0.1): with hidden dropout each bias-dropout-add saves a mask and a
+    # full-recompute replay makes the layer's output before it; the undo matched
+    # 0 of 24 units, took the measured full-recompute peak for no recompute and
+    # said OK:FITS "remove recompute" for a job over its budget without it
+    sc("hidden dropout, full[uniform,1] on at 37.3 GiB", HDROP + ta.FULL1, 37.3,
+       expect=("OK:FITS", "the current setting full[uniform,1] is the cheapest that fits")),
+    # replays that allocate what their no_grad forward did not (a kernel path
+    # taken only under grad): the undo cannot match them, so nothing that
+    # depends on it is said; the current setting alone is judged
+    sc("grad-only workspace, full[uniform,1] on", HDROP + ta.FULL1 + GRADWS,
+       expect=("OK:FITS", "UNKNOWN whether a cheaper setting")),
+    sc("grad-only workspace, full[uniform,1] on, OOM in iteration 1", HDROP + ta.FULL1 + GRADWS,
+       34, expect=("n/a", "UNKNOWN: recompute is on")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -777,6 +795,40 @@ def inv16_cache_history(c):
     return bad
 
 
+UNITS = re.compile(r"(\d+) of (?:the )?(\d+) (?:replay )?units")
+
+
+def inv18_undo_unknown(c):
+    """issue 14 WRONG 1: recompute on and fewer of its replay units matched
+    than the setting implies: the trace without recompute is unknown, so no
+    removal and no other setting is recommended, predicted or judged (no
+    R:INEFFECTIVE finding, no R:INSUFFICIENT, no 'recompute cannot help' from
+    a cause that yields to a fitting recompute setting); the verdict says how
+    many units were not matched"""
+    m = UNITS.search(c.v.get("note", ""))
+    if not m or int(m.group(1)) >= int(m.group(2)):
+        return []
+    bad = []
+    code, change, why = c.v.get("code", ""), c.v.get("change", ""), c.v.get("why", "")
+    if code.startswith("R:"):
+        bad.append("recommends %s from an unknown undo" % code)
+    if "remove" in change or "no recompute" in change:
+        bad.append("the change removes recompute: %s" % change)
+    names = [k["setting"] for k in c.v.get("candidates", [])]
+    if len(names) > 1:
+        bad.append("settings other than the current one predicted: %s" % names)
+    for f in c.v.get("findings", []):
+        if f.get("code", "").startswith("R:INEFFECTIVE"):
+            bad.append("%s judged from an unknown undo" % f["code"])
+    if code.startswith("X:") and any(f.get("code") == code and
+                                     f.get("subtype") == "state_growth"
+                                     for f in c.v.get("findings", [])):
+        bad.append("%s (recompute can only offset) from an unknown undo" % code)
+    if "UNKNOWN" not in why:
+        bad.append("the why does not say the undo is unknown: %s" % why[:300])
+    return bad
+
+
 def inv17_moe_imbalance(c):
     """X:MOE_IMBALANCE (issue 21) agrees with the trace and claims nothing
     recompute does not do: each rank whose MoE dispatch note says it received
@@ -837,7 +889,9 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
                inv15_one_owner),
               ("16 a short history's cache term is a lower bound", inv16_cache_history),
               ("17 X:MOE_IMBALANCE agrees with the trace, credits recompute with nothing",
-               inv17_moe_imbalance)]
+               inv17_moe_imbalance),
+              ("18 fewer replay units matched than implied: nothing from the undo",
+               inv18_undo_unknown)]
 
 
 def diagnosis_run(v):
