@@ -1331,7 +1331,7 @@ undo_is_output(const undo_st *st, const uundo *x, uint32_t y)
 {
     const adv_trace *t = st->t;
     for (size_t k = 0; k < x->no; k++)
-        if (same_block(t->a[y].size, t->a[x->o[k]].size) &&
+        if (x->o[k] != ADV_NONE && same_block(t->a[y].size, t->a[x->o[k]].size) &&
             (t->a[y].ctx & x->ctxmask) == (t->a[x->o[k]].ctx & x->ctxmask))
             return 1;
     return 0;
@@ -1436,7 +1436,7 @@ undo_mark_outputs(undo_st *st, const uundo *x, const size_t *outs)
     for (size_t k = 0; k < x->no && outs[k] != (size_t)-1; k++) {
         uint32_t y = st->bal[outs[k]];
         for (size_t q = 0; q < x->no; q++)
-            if (same_block(t->a[y].size, t->a[x->o[q]].size) && x->o[q] != ADV_NONE) {
+            if (x->o[q] != ADV_NONE && same_block(t->a[y].size, t->a[x->o[q]].size)) {
                 st->used[y] = 1;
                 st->twin[y] = x->o[q];
                 x->o[q] = ADV_NONE;
