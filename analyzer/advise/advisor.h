@@ -385,7 +385,12 @@ void adv_setting_of_cfg(const adv_cfg *c, adv_setting *s);
  * regions of an instance first), drop the replayed allocations and keep each
  * forward tensor saved by the replay alive until its twin's free. *o is the
  * trace as it would be without recompute; *matched of *units were found.
- * 0, or -1 (out of memory). */
+ * *units is what the setting implies (full recompute: the layer groups of
+ * every instance whose backward ran, counted from the configuration's layers
+ * per chunk where one stage holds them all), less the units of the instance
+ * a fatal OOM cut in its backward that were never replayed: *matched <
+ * *units means the undo is incomplete and nothing that depends on it is
+ * known. 0, or -1 (out of memory). */
 int adv_trace_undo(const adv_trace *t, const adv_cfg *c, adv_trace *o, int *matched,
                    int *units);
 /* Replay cost of a setting as a share of the step (FLOP model). */

@@ -65,6 +65,10 @@ typedef struct cf {
     uint32_t **sv_a, **sv_f;
     size_t *nsv;
     uint32_t *bwd_start;
+    uint32_t *unreached;      /* per instance, a trace cut before its backward
+                               * ended: the last op position at which its forward
+                               * made a tensor never freed (not forward state);
+                               * ADV_NONE none */
 } cf;
 
 static int
@@ -148,6 +152,32 @@ job_start(const adv_trace *t, int32_t k, uint32_t p)
     return p;
 }
 
+/* c->unreached (see cf) in a truncated trace: the main thread's forward
+ * allocations of an instance whose backward started, not forward state,
+ * never freed. 0, -1 out of memory. */
+static int
+prep_unreached(cf *c)
+{
+    const adv_trace *t = c->t;
+    if (!t->trunc)
+        return 0;
+    c->unreached = malloc((t->ninsts ? t->ninsts : 1) * sizeof *c->unreached);
+    if (!c->unreached)
+        return -1;
+    for (size_t k = 0; k < t->ninsts; k++)
+        c->unreached[k] = ADV_NONE;
+    for (size_t i = 0; i < t->na; i++) {
+        const adv_alloc *x = &t->a[i];
+        if (x->inst < 0 || (size_t)x->inst >= t->ninsts || x->bwd || x->state ||
+            x->f_pos != ADV_NONE || x->size == 0 || c->bwd_start[x->inst] == ADV_NONE)
+            continue;
+        uint32_t *u = &c->unreached[x->inst];
+        if (*u == ADV_NONE || x->a_pos > *u)
+            *u = x->a_pos;
+    }
+    return 0;
+}
+
 static int
 prep(cf *c)
 {
@@ -215,14 +245,23 @@ prep(cf *c)
         }
         c->bwd_start[k] = job_start(t, (int32_t)k, mn); /* start of its backward job */
     }
-    return 0;
+    return prep_unreached(c);
 }
 
-/* R(P) for instance k */
+/* R(P) for instance k: where its backward reaches op position P (after the
+ * last backward free of what the instance made from P on); ADV_NONE when the
+ * trace was cut before (unreached: a tensor the instance made at or after P
+ * is still live, never freed, at the cut, so the backward never got there:
+ * its replays never ran in the recorded window). Before this rule such
+ * regions were replayed at the cut, on top of the live bytes there (bigcode
+ * 1B at 8192 tokens, cut in iteration 1's backward: full[uniform,1]
+ * predicted 42.79 GiB over the measured 41.73, megasim runs it at 31.61). */
 static uint32_t
 reach(const cf *c, int32_t k, uint32_t P)
 {
     if (k < 0 || (size_t)k >= c->t->ninsts)
+        return ADV_NONE;
+    if (c->unreached && c->unreached[k] != ADV_NONE && c->unreached[k] >= P)
         return ADV_NONE;
     size_t n = c->nsv[k], lo = 0, hi = n;
     while (lo < hi) {
@@ -525,6 +564,7 @@ cf_free(cf *c)
     free(c->sv_f);
     free(c->nsv);
     free(c->bwd_start);
+    free(c->unreached);
     free(c->owner);
     free(c->cls);
     free(c->u);
@@ -1033,6 +1073,9 @@ typedef struct uundo {
     uint8_t win;              /* its replay is searched only in op positions [wlo, whi):
                                * its layer's backward (undo_windows) */
     uint32_t wlo, whi;
+    uint32_t *o;              /* its outputs: region tensors a consumer outside the
+                               * unit saved (freed on the backward thread) */
+    size_t no;
 } uundo;
 
 /* the range flags a replay re-emits ([M] in docs/sources.md): full recompute
@@ -1106,6 +1149,13 @@ uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_
          * the next one's first): the replay runs it too */
         int mine = a->inst == k || own_pre(a, p, pre_e) ||
                    (pre_e && a->inst < 0 && a->phase == AM_PH_forward);
+        if (mine && a->fbwd && !a->bwd && a->f_pos != ADV_NONE && p >= pre_e) {
+            if (!x->o && !(x->o = malloc((e - b) * sizeof *x->o))) {
+                free(x->f);
+                return -1;
+            }
+            x->o[x->no++] = (uint32_t)v - 1;
+        }
         if (!mine || a->bwd || a->fbwd || a->f_pos == ADV_NONE)
             continue;
         /* before the group's first Megatron range: matched after its Megatron
@@ -1116,6 +1166,7 @@ uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_
     }
     if (!x->nf) {
         free(x->f);
+        free(x->o);
         return 0;
     }
     (*n)++;
@@ -1254,6 +1305,7 @@ typedef struct undo_st {
     size_t nxr, capxr;
     uint32_t *newpos;         /* t's op position -> the rewritten stream's (nops + 1) */
     int by_size;              /* selective units matched without their layer's window */
+    int missing;              /* units the setting implies that the trace's layers lack */
 } undo_st;
 
 /* The units of full recompute: per instance, its layers in groups of full_n
@@ -1325,6 +1377,7 @@ undo_units_selective(undo_st *st, const adv_setting *s)
                 x->nf = w;
                 if (!w) {
                     free(x->f);
+                    free(x->o);
                     st->nu--;
                 }
             }
@@ -1475,18 +1528,70 @@ undo_inst_cursor(const undo_st *st, int32_t inst, uint32_t *inst_bs)
     return lo;
 }
 
-/* The first unused run of backward allocations whose block sizes (bytes) and
- * range paths (the Megatron ranges the replay re-emits, x->ctxmask) repeat
- * unit x's forward ones after its pre part (a full group's own Megatron-range
- * part), searched from cursor (the instance's backward: its microbatch), then
- * from the first backward allocation after the unit's forward region ends
- * (x->key: its region end or discard point; a replay never precedes its
- * forward): its index in bal, (size_t)-1 none. */
+/* 1 when backward allocation y (unused) is the replay's copy of one of unit
+ * x's outputs: the same block and range path as an output's forward
+ * allocation. */
+static int
+undo_is_output(const undo_st *st, const uundo *x, uint32_t y)
+{
+    const adv_trace *t = st->t;
+    for (size_t k = 0; k < x->no; k++)
+        if (x->o[k] != ADV_NONE && same_block(t->a[y].size, t->a[x->o[k]].size) &&
+            (t->a[y].ctx & x->ctxmask) == (t->a[x->o[k]].ctx & x->ctxmask))
+            return 1;
+    return 0;
+}
+
+/* Unit x's replay tried at bal[q]: each of its forward allocations after the
+ * pre part is the next backward allocation, unused, of the same block size
+ * (bytes) and range path (the Megatron ranges the replay re-emits,
+ * x->ctxmask). The replay re-makes the region's outputs too (the forward's
+ * copies, saved by a consumer outside the unit, are freed on the backward
+ * thread and so are not in x->f), and they may come between those
+ * allocations, at most x->no of them: a layer's bias-dropout-add makes its
+ * output before the dropout mask it saves (Megatron's default hidden dropout
+ * 0.1; megasim's order). Returns the number of backward allocations the
+ * replay spans (0: no replay at q); with idx, each forward allocation's
+ * index in bal and, in outs (at most x->no), the skipped outputs' indices
+ * ((size_t)-1 after the last). */
+static size_t
+undo_run_at(const undo_st *st, const uundo *x, size_t q, size_t *idx, size_t *outs)
+{
+    const adv_trace *t = st->t;
+    const uint32_t *fm = x->f + x->npre;
+    size_t nm = x->nf - x->npre, z = 0, p = q, skipped = 0;
+    while (z < nm && p < st->nbal) {
+        uint32_t y = st->bal[p];
+        if (st->used[y])
+            return 0;
+        if (same_block(t->a[y].size, t->a[fm[z]].size) &&
+            (t->a[y].ctx & x->ctxmask) == (t->a[fm[z]].ctx & x->ctxmask)) {
+            if (idx)
+                idx[z] = p;
+            z++;
+        } else if (z > 0 && skipped < x->no && undo_is_output(st, x, y)) {
+            if (outs)
+                outs[skipped] = p;
+            skipped++;
+        } else {
+            return 0;
+        }
+        p++;
+    }
+    if (outs && skipped < x->no)
+        outs[skipped] = (size_t)-1;
+    return z == nm ? p - q : 0;
+}
+
+/* The first unused replay of unit x after its pre part (a full group's own
+ * Megatron-range part; undo_run_at), searched from cursor (the instance's
+ * backward: its microbatch), then from the first backward allocation after
+ * the unit's forward region ends (x->key: its region end or discard point; a
+ * replay never precedes its forward): its index in bal, (size_t)-1 none. */
 static size_t
 undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
 {
     const adv_trace *t = st->t;
-    const uint32_t *fm = x->f + x->npre;
     size_t nm = x->nf - x->npre;
     size_t found = (size_t)-1;
     size_t after = 0, hi = st->nbal;
@@ -1515,12 +1620,8 @@ undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
         if (from < wlo)
             from = wlo;
         for (size_t q = from; q + nm <= whi; q++) {
-            size_t z = 0;
-            while (z < nm && !st->used[st->bal[q + z]] &&
-                   same_block(t->a[st->bal[q + z]].size, t->a[fm[z]].size) &&
-                   (t->a[st->bal[q + z]].ctx & x->ctxmask) == (t->a[fm[z]].ctx & x->ctxmask))
-                z++;
-            if (z == nm) {
+            size_t len = undo_run_at(st, x, q, NULL, NULL);
+            if (len && q + len <= whi) {
                 found = q;
                 break;
             }
@@ -1544,18 +1645,39 @@ undo_debug_unmatched(const adv_trace *t, const uundo *x)
     fprintf(stderr, ")\n");
 }
 
+/* The replay's copies of unit x's outputs, at bal indices outs (undo_run_at;
+ * (size_t)-1 ends the list): each is its output's twin (the same block, the
+ * first not yet taken), gone from the rewritten stream; the forward copy
+ * keeps its own free (its consumer's saved input). */
+static void
+undo_mark_outputs(undo_st *st, const uundo *x, const size_t *outs)
+{
+    const adv_trace *t = st->t;
+    for (size_t k = 0; k < x->no && outs[k] != (size_t)-1; k++) {
+        uint32_t y = st->bal[outs[k]];
+        for (size_t q = 0; q < x->no; q++)
+            if (x->o[q] != ADV_NONE && same_block(t->a[y].size, t->a[x->o[q]].size)) {
+                st->used[y] = 1;
+                st->twin[y] = x->o[q];
+                x->o[q] = ADV_NONE;
+                break;
+            }
+    }
+}
+
 /* Unit x's replay found at bal[found]: extends it back over the pre part
  * (the forward's last allocations before the group's first range are the
  * replay's allocations just before, within the instance's backward from
  * inst_bs), records it in x (ok, lo, hi) and marks each replay allocation as
- * its forward twin's, noting in ext the twins the replay keeps alive. Returns
- * the replay's first index in bal. */
+ * its forward twin's, noting in ext the twins the replay keeps alive; span
+ * and idx are undo_run_at's at found. Returns the replay's first index in
+ * bal. */
 static size_t
-undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs)
+undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs, size_t span,
+                const size_t *idx)
 {
     const adv_trace *t = st->t;
     const uint32_t *bal = st->bal;
-    size_t nm = x->nf - x->npre;
     size_t lo = found, z = x->npre;
     while (z > 0 && lo > 0 && !st->used[bal[lo - 1]] &&
            same_block(t->a[bal[lo - 1]].size, t->a[x->f[z - 1]].size) &&
@@ -1563,17 +1685,17 @@ undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs)
         lo--;
         z--;
     }
-    size_t nmatch = x->nf - z;
+    size_t nmatch = x->nf - z, npre = x->npre - z;
     x->ok = 1;
     x->lo = lo;
-    x->hi = found + nm;
+    x->hi = found + span;
     /* the replay's forward code ends before the next backward-thread
      * allocation that is not its own (its nested backward's first gradient,
      * or the next replay): a twin freed by then was a transient of the
      * forward code (freed at its scope's exit), one freed later was saved */
     uint32_t last_a = x->hi < st->nbal ? t->a[bal[x->hi]].a_pos : (uint32_t)t->nops;
     for (size_t w = 0; w < nmatch; w++) {
-        uint32_t y = bal[lo + w];
+        uint32_t y = bal[w < npre ? lo + w : idx[w - npre]];
         uint32_t fid = x->f[z + w];
         st->used[y] = 1;
         st->twin[y] = fid;
@@ -1647,7 +1769,14 @@ undo_match(undo_st *st, int *matched, int *units)
                 return -1; /* the replay the trace stops in */
             continue;
         }
-        size_t lo = undo_mark_twins(st, x, found, inst_bs);
+        size_t *idx = malloc((x->nf + x->no + 1) * sizeof *idx);
+        if (!idx)
+            return -1;
+        size_t *outs = idx + x->nf;
+        size_t span = undo_run_at(st, x, found, idx, outs);
+        size_t lo = undo_mark_twins(st, x, found, inst_bs, span, idx);
+        undo_mark_outputs(st, x, outs);
+        free(idx);
         (*matched)++;
         uint32_t at = t->a[st->bal[found]].a_pos;
         if (getenv("RECOMP_ADVISOR_DEBUG") && !x->full && !x->ctxmask)
@@ -1665,7 +1794,7 @@ undo_match(undo_st *st, int *matched, int *units)
             undo_extras(t, st->bal, st->nbal, st->used, st->twin, st->ext, x, prev, lo,
                         &st->xr, &st->nxr, &st->capxr) < 0)
             return -1;
-        size_t end = found + (x->nf - x->npre);
+        size_t end = found + span;
         if (end > cursor)
             cursor = end;
     }
@@ -1848,6 +1977,82 @@ undo_copy_meta(const undo_st *st, adv_trace *o)
     return 0;
 }
 
+/* Units per forward instance that full recompute with setting s implies on
+ * a chunk of lpc layers: ceil(lpc / n) groups (uniform), min(n, lpc) single
+ * layers (block); Megatron-Core's TransformerBlock._checkpointed_forward ([M]
+ * in docs/sources.md). */
+static int
+full_units_of(const adv_setting *s, int lpc)
+{
+    int n = s->full_n > 0 ? s->full_n : 1;
+    if (lpc <= 0)
+        return 0;
+    return s->full_method == 1 ? (lpc + n - 1) / n : (n < lpc ? n : lpc);
+}
+
+/* The units full recompute implies but the trace's layers lack (st->missing):
+ * per forward instance whose backward the trace reached, the groups of the
+ * layers per chunk (the configuration's when the job has one pipeline stage
+ * and no virtual chunks, else the most layers any instance of this rank
+ * shows: uneven stage layouts are not read from the configuration), less
+ * the units built from the layers found. A layer the trace does not show (its
+ * ranges missing or not recognised) is a unit the undo cannot match. */
+static void
+undo_expected_full(undo_st *st, const adv_cfg *cfg, const adv_setting *s)
+{
+    const adv_trace *t = st->t;
+    int lpc = 0;
+    for (size_t i = 0; i < t->nlayers;) {
+        size_t j = i;
+        while (j < t->nlayers && t->layers[j].inst == t->layers[i].inst)
+            j++;
+        if ((int)(j - i) > lpc)
+            lpc = (int)(j - i);
+        i = j;
+    }
+    if ((cfg->pp <= 1 && cfg->vpp <= 1) && adv_cfg_layers_per_chunk(cfg) > lpc)
+        lpc = adv_cfg_layers_per_chunk(cfg);
+    for (size_t k = 0; k < t->ninsts; k++) {
+        if (t->trunc && st->c.bwd_start[k] == ADV_NONE)
+            continue; /* its backward never ran: nothing to match */
+        int have = 0;
+        for (size_t q = 0; q < st->nu; q++)
+            have += st->u[q].inst == (int32_t)k;
+        int want = full_units_of(s, lpc);
+        if (want > have)
+            st->missing += want - have;
+    }
+}
+
+/* In a trace a fatal OOM cut in a backward phase, the instance whose
+ * backward ran last (the greatest backward start) was cut in its backward:
+ * its last units in replay order that found no replay were never replayed
+ * (or their replay was cut), so they are not expected; the count of such
+ * units. */
+static int
+undo_cut_tail(const undo_st *st)
+{
+    const adv_trace *t = st->t;
+    if (!t->trunc || !t->oom ||
+        (t->oom_phase != AM_PH_backward && t->oom_phase != AM_PH_backward_replay))
+        return 0;
+    int32_t last = -1;
+    for (size_t k = 0; k < t->ninsts; k++)
+        if (st->c.bwd_start[k] != ADV_NONE &&
+            (last < 0 || st->c.bwd_start[k] > st->c.bwd_start[last]))
+            last = (int32_t)k;
+    int n = 0;
+    for (size_t q = st->nu; q > 0; q--) {
+        const uundo *x = &st->u[q - 1];
+        if (x->inst != last)
+            continue;
+        if (x->ok)
+            break;
+        n++;
+    }
+    return n;
+}
+
 int
 adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matched,
                int *units)
@@ -1867,23 +2072,28 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     if ((s.full_method ? undo_units_full(&st, &s) : undo_units_selective(&st, &s)) < 0)
         goto out;
     undo_drop_kept(&st);
+    if (s.full_method)
+        undo_expected_full(&st, cfg, &s);
     if (st.nu > 1)
         am_sort(st.u, st.nu, sizeof *st.u, uu_cmp);
     undo_windows(&st);
-    *units = (int)st.nu;
+    *units = (int)st.nu + st.missing;
     /* their replays among the backward thread's allocations, then the trace
      * without them */
     if (undo_backward_allocs(&st) < 0 || undo_match(&st, matched, units) < 0 ||
         undo_rewrite_ops(&st, o) < 0)
         goto out;
+    *units -= undo_cut_tail(&st);
     undo_place_extras(&st, o);
     if (undo_copy_meta(&st, o) < 0)
         goto out;
     o->undo_by_size = st.by_size;
     rc = 0;
 out:
-    for (size_t k = 0; k < st.nu; k++)
+    for (size_t k = 0; k < st.nu; k++) {
         free(st.u[k].f);
+        free(st.u[k].o);
+    }
     free(st.u);
     free(st.twin);
     free(st.newpos);

@@ -899,21 +899,34 @@ close_instances(adv_trace *t)
  * cuBLAS workspace, a lazily made buffer, a leak. Recompute does not remove
  * it (a checkpointed forward under no_grad still makes it), and its bytes say
  * nothing about a microbatch's shape. An instance cut by the trace's end (an
- * OOM before its backward) marks nothing. */
+ * OOM before its backward) marks nothing, and neither does the one a fatal
+ * OOM cut in its backward (the instance whose backward freed last): its
+ * backward never completed, so what it still holds is activations the
+ * backward had not reached yet (bigcode 1B at 8192 tokens cut in iteration
+ * 1's backward: 5.75 GiB of them taken for state, kept by every candidate). */
 static void
 mark_forward_state(adv_trace *t)
 {
     uint8_t *seen = calloc(t->ninsts ? t->ninsts : 1, 1);
     if (!seen)
         return; /* unmarked: every never-freed tensor stays an activation, as before */
-    uint32_t last_alloc = 0;
+    uint32_t last_alloc = 0, last_bf = 0;
+    int32_t cut = -1;
     for (size_t q = 0; q < t->na; q++) {
         const adv_alloc *x = &t->a[q];
-        if (x->inst >= 0 && (size_t)x->inst < t->ninsts && x->fbwd && x->f_pos != ADV_NONE)
+        if (x->inst >= 0 && (size_t)x->inst < t->ninsts && x->fbwd && x->f_pos != ADV_NONE) {
             seen[x->inst] = 1;
+            if (x->f_pos >= last_bf) {
+                last_bf = x->f_pos;
+                cut = x->inst;
+            }
+        }
         if (x->a_pos > last_alloc)
             last_alloc = x->a_pos;
     }
+    if (t->trunc && t->oom && cut >= 0 &&
+        (t->oom_phase == AM_PH_backward || t->oom_phase == AM_PH_backward_replay))
+        seen[cut] = 0;
     for (size_t q = 0; q < t->na; q++) {
         adv_alloc *x = &t->a[q];
         x->state = x->inst >= 0 && (size_t)x->inst < t->ninsts && seen[x->inst] && !x->bwd &&

@@ -563,6 +563,9 @@ typedef struct run_state {
     const adv_cfg *mcfg;      /* adv_run_merge: the parts' configuration */
     adv_rank_part *sparts;    /* adv_run_summarize: the parts to fill; else NULL */
     size_t ntriage;           /* findings triage added (the per-rank ones) */
+    int undo_matched, undo_units; /* recompute on: replay units matched / implied (all ranks) */
+    int undo_short;           /* undo_matched < undo_units: the trace without recompute,
+                               * and every setting but the current one, unknown */
     char *err;
     size_t errlen;
 } run_state;
@@ -863,6 +866,21 @@ run_undo_active(run_state *st)
     }
     adv_cand tmp;
     name_setting(&st->active, &tmp);
+    st->undo_matched = matched;
+    st->undo_units = units;
+    st->undo_short = matched < units;
+    if (st->undo_short) {
+        st->ref_max = st->base_max;
+        snprintf(v->level_note, sizeof v->level_note,
+                 "recompute is already on (%s, %s replayed on the backward thread), but only "
+                 "%d of the %d replay units the setting implies (layers x microbatches x "
+                 "chunks recomputed, on all ranks) were matched to their forward regions: the "
+                 "trace without recompute is UNKNOWN, so no other setting is predicted (no "
+                 "removal, no cheaper or narrower setting, no label judged ineffective); only "
+                 "the current setting, measured, is judged",
+                 tmp.name, GB(st->tr ? st->tr[0].replay_bytes : 0), matched, units);
+        return 0;
+    }
     snprintf(v->level_note, sizeof v->level_note,
              "recompute is already on (%s, %s replayed on the backward thread): its replays "
              "were matched to the forward regions (%d of %d units on all ranks) and undone "
@@ -1000,6 +1018,8 @@ run_sweep_candidates(run_state *st)
     unsigned have = adv_model_labels(st->cfg);
     if (st->t0) {
         try_setting(v, &ec, &st->active);
+        if (st->undo_short)
+            return; /* undo unknown: only the measured setting is known */
         try_setting(v, &ec, &(adv_setting){0});
     }
     int singles[ADV_NLABELS], ns = 0;
@@ -1272,6 +1292,36 @@ choose_candidate(run_state *st, const adv_cand *curc)
                 c->reason);
 }
 
+/* The verdict when recompute is on and its undo is incomplete (undo_short)
+ * and the current setting does not fit: no other setting was predicted, so
+ * neither a recompute fix nor "recompute cannot help" can be claimed (a cause
+ * that yields to a fitting recompute setting, prim, stays a finding). Says
+ * what could not be matched and what is known: the current setting's
+ * measured peak against the budget. */
+static void
+undo_unknown_verdict(run_state *st, const adv_finding *prim)
+{
+    adv_verdict *v = st->v;
+    const adv_cand *curc = find_cand(v, &st->active);
+    snprintf(v->code, sizeof v->code, "n/a");
+    snprintf(v->why, sizeof v->why,
+             "UNKNOWN: recompute is on (%s) but only %d of the %d replay units it implies were "
+             "matched to their forward regions (%d unmatched), so the job without it and every "
+             "other setting are unknown. Known: the current setting, measured, peaks at %s "
+             "(%s)%s%s%s",
+             curc ? curc->name : "the recorded setting", st->undo_matched, st->undo_units,
+             st->undo_units - st->undo_matched, GB(st->base_max),
+             curc ? curc->reason : "over the budget", prim ? "; finding " : "",
+             prim ? prim->code : "", prim ? " stays a finding: whether recompute could offset "
+                                            "it is unknown" : "");
+    snprintf(v->change, sizeof v->change,
+             "none (unknown: the recompute replays could not all be matched; rerun with "
+             "--profile --nvtx-ranges covering the steps, or without recompute for one "
+             "iteration, and re-analyse)");
+    snprintf(v->config_diff, sizeof v->config_diff, "%s", v->change);
+    v->chosen = -1;
+}
+
 /* Step 6: the verdict: a primary triage finding, else the valid fitting
  * candidate of least replay cost (a setting holding an ineffective label
  * only when nothing else fits), else OK:FITS when the job fits as it is,
@@ -1304,6 +1354,12 @@ run_choose(run_state *st)
     if (prim && st->pick >= 0 && prim->ranked &&
         (strcmp(prim->subtype, "state_growth") == 0 || strcmp(prim->code, "X:LOGITS") == 0))
         prim = NULL;
+    if (st->undo_short && !st->base_fits &&
+        (!prim || strcmp(prim->subtype, "state_growth") == 0 ||
+         strcmp(prim->code, "X:LOGITS") == 0)) {
+        undo_unknown_verdict(st, prim);
+        return;
+    }
     if (prim) {
         snprintf(v->code, sizeof v->code, "%s", prim->code);
         snprintf(v->why, sizeof v->why, "%s (rank %d)", prim->evidence, prim->rank);
@@ -1331,6 +1387,11 @@ run_choose(run_state *st)
                      "; the current setting %s is the cheapest that fits", curc->name);
             snprintf(v->change, sizeof v->change, "none (keep %s)", curc->name);
         }
+        if (st->undo_short)
+            why_add(v, "UNKNOWN whether a cheaper setting (or none) also fits: only %d of the "
+                       "%d replay units the current setting implies were matched to their "
+                       "forward regions, so the job without it was not predicted",
+                    st->undo_matched, st->undo_units);
     } else if (st->pick >= 0) {
         choose_candidate(st, curc);
     } else if (v->ncands) {

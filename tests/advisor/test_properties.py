@@ -70,6 +70,11 @@ violations):
      lever's bytes (null when unknown); X: bytes are at most the rank's peak
      and were live at it; the primary is the finding docs/advisor.md's rule
      picks by those bytes.
+  20. fewer replay units matched than the recompute setting implies: nothing
+     that depends on the undo is said (no removal, no cheaper setting, no
+     ineffective/insufficient finding); the current setting alone is judged.
+  21. full[uniform,1] is never predicted above a selective setting (2%), and
+     no optimizer-state or logits verdict stands while a recompute setting fits.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -133,6 +138,23 @@ MOONLIGHT = ["--sim-preset", "moonlight-16b", "--sim-world-size", "8", "--global
              "--use-distributed-optimizer", "--sim-only-ranks", "0", "--train-iters", "3"]
 BF16_MOMENTS = ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16",
                 "--exp-avg-sq-dtype", "bf16"]
+# issue 14 WRONG 1: Llama-3-8B-like, 4 layers, Megatron's default hidden dropout
+HDROP = ["--sim-preset", "llama3-8b", "--num-layers", "4", "--seq-length", "2048",
+         "--sim-world-size", "1", "--global-batch-size", "2", "--hidden-dropout", "0.1"]
+GRADWS = ["--sim-grad-workspace-mib", "64"]
+# issue 14 WRONG 2, a public report replayed (bigcode-project/Megatron-LM PR 41:
+# a 1B MQA model, unfused attention at 8192 tokens on a 40 GB A100; Megatron's
+# default dropout): cut by an OOM in iteration 1's backward, after the first
+# optimizer step, the cut instance's activations not yet reached by the
+# backward were taken for forward state and its regions replayed at the cut,
+# so every added recompute was priced at or above the measured peak
+# (full[uniform,1] 42.09 GiB over 40.99; megasim runs it at 31.61) and the
+# verdict blamed X:OPTIMIZER_STATE
+BIGCODE = ["--num-layers", "24", "--hidden-size", "2048", "--ffn-hidden-size", "8192",
+           "--num-attention-heads", "16", "--group-query-attention", "--num-query-groups", "1",
+           "--max-position-embeddings", "32768", "--vocab-size", "49152", "--bf16",
+           "--micro-batch-size", "1", "--global-batch-size", "2", "--sim-world-size", "1",
+           "--transformer-impl", "local", "--seq-length", "8192"]
 SCENARIOS = [
     # the README's main job, and the same job capped at 768 KiB of trace
     sc("main", MAIN),
@@ -314,6 +336,30 @@ SCENARIOS = [
     # bound is added, and full[block,8] at 12.69 GiB (predicted 12.69 GiB)
     sc("hybrid Mamba/attention OOM", ta.flagsets.HYBRID_JOB, ta.flagsets.HYBRID_JOB_CAP,
        expect=("R:FULL[block,8]", "least replay cost"), within=0.02),
+    # issue 14 WRONG 1 (a public report replayed: Phi-3-like, Megatron's default
+    # dropout 0.1): with hidden dropout each bias-dropout-add saves a mask and a
+    # full-recompute replay makes the layer's output before it; the undo matched
+    # 0 of 24 units, took the measured full-recompute peak for no recompute and
+    # said OK:FITS "remove recompute" for a job over its budget without it
+    sc("hidden dropout, full[uniform,1] on at 37.3 GiB", HDROP + ta.FULL1, 37.3,
+       expect=("OK:FITS", "the current setting full[uniform,1] is the cheapest that fits")),
+    # replays that allocate what their no_grad forward did not (a kernel path
+    # taken only under grad): the undo cannot match them, so nothing that
+    # depends on it is said; the current setting alone is judged
+    # issue 14 WRONG 2 (BIGCODE below): the report's run, cut in iteration 1's
+    # backward at 40 GiB: recompute fits (megasim: full 31.61 GiB, selective
+    # core_attn+mlp 35.9), not X:OPTIMIZER_STATE
+    sc("bigcode 1B s8192 core_attn on at 40 GiB", BIGCODE +
+       ["--recompute-granularity", "selective", "--recompute-modules", "core_attn"], 40,
+       expect=("R:FULL[block,23]", "least replay cost"),
+       known_gaps={"4": "the rerun with full[block,23] (31.58 GiB, predicted 30.83: unfused "
+                        "attention's replay is 2.4% above the model on this job, cut or "
+                        "complete) recommends the cheaper selective[core_attn,mlp], which the "
+                        "cut run priced over the budget by its cache term (a lower bound there)"}),
+    sc("grad-only workspace, full[uniform,1] on", HDROP + ta.FULL1 + GRADWS,
+       expect=("OK:FITS", "UNKNOWN whether a cheaper setting")),
+    sc("grad-only workspace, full[uniform,1] on, OOM in iteration 1", HDROP + ta.FULL1 + GRADWS,
+       34, expect=("n/a", "UNKNOWN: recompute is on")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -815,6 +861,76 @@ def inv16_cache_history(c):
     return bad
 
 
+UNITS = re.compile(r"(\d+) of (?:the )?(\d+) (?:replay )?units")
+
+
+def inv20_undo_unknown(c):
+    """issue 14 WRONG 1: recompute on and fewer of its replay units matched
+    than the setting implies: the trace without recompute is unknown, so no
+    removal and no other setting is recommended, predicted or judged (no
+    R:INEFFECTIVE finding, no R:INSUFFICIENT, no 'recompute cannot help' from
+    a cause that yields to a fitting recompute setting); the verdict says how
+    many units were not matched"""
+    m = UNITS.search(c.v.get("note", ""))
+    if not m or int(m.group(1)) >= int(m.group(2)):
+        return []
+    bad = []
+    code, change, why = c.v.get("code", ""), c.v.get("change", ""), c.v.get("why", "")
+    if code.startswith("R:"):
+        bad.append("recommends %s from an unknown undo" % code)
+    if "remove" in change or "no recompute" in change:
+        bad.append("the change removes recompute: %s" % change)
+    names = [k["setting"] for k in c.v.get("candidates", [])]
+    if len(names) > 1:
+        bad.append("settings other than the current one predicted: %s" % names)
+    for f in c.v.get("findings", []):
+        if f.get("code", "").startswith("R:INEFFECTIVE"):
+            bad.append("%s judged from an unknown undo" % f["code"])
+    if code.startswith("X:") and any(f.get("code") == code and
+                                     f.get("subtype") == "state_growth"
+                                     for f in c.v.get("findings", [])):
+        bad.append("%s (recompute can only offset) from an unknown undo" % code)
+    if "UNKNOWN" not in why:
+        bad.append("the why does not say the undo is unknown: %s" % why[:300])
+    return bad
+
+
+def inv21_monotone(c):
+    """issue 14 WRONG 2: full[uniform,1] checkpoints every layer on its own: between
+    forward and backward it keeps only each layer's input, and its backward
+    materialises one layer at a time, so its predicted tensor peak is at most any
+    selective setting's (which keeps every layer's other activations and replays a
+    part of each), within the predictions' 2% bound, on every rank, unless the
+    recorded replays did more than their forward (R02's user module allocates 7
+    GiB only when replayed: there full recompute is worse, measured). Before, a trace
+    cut in a backward after the first step priced full[uniform,1] above the
+    measured selective[core_attn] (42.09 against 40.99 GiB). And a cause that
+    yields to a fitting recompute setting (state_growth: 'recompute can only offset
+    them'; X:LOGITS) is the verdict only when no valid recompute candidate fits"""
+    cands = {k["setting"]: k for k in c.v.get("candidates", [])}
+    bad = []
+    full = cands.get("full[uniform,1]")
+    if "did more than their forward" in c.v.get("note", ""):
+        full = None
+    for name, k in cands.items():
+        if not full or not name.startswith("selective["):
+            continue
+        for rank, p in (full.get("predicted_peak_bytes") or {}).items():
+            q = (k.get("predicted_peak_bytes") or {}).get(rank)
+            if q and p > q * 1.02:
+                bad.append("rank %s: full[uniform,1] %.2f GiB above %s %.2f GiB" %
+                           (rank, p / GIB, name, q / GIB))
+    code = c.v.get("code", "")
+    yields = any(f.get("code") == code and (f.get("subtype") == "state_growth" or
+                                            code == "X:LOGITS")
+                 for f in c.v.get("findings", []))
+    fitting = [n for n, k in cands.items() if k.get("valid") and n != "none" and
+               k.get("effect") in ("fits", "marginal")]
+    if yields and fitting:
+        bad.append("%s is the verdict although %s fit" % (code, fitting))
+    return bad
+
+
 def inv17_moe_imbalance(c):
     """X:MOE_IMBALANCE (issue 21) agrees with the trace and claims nothing
     recompute does not do: each rank whose MoE dispatch note says it received
@@ -1046,7 +1162,11 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("18 no advice the configuration makes invalid (mlp with biased linears)",
                inv18_bias_mlp),
               ("19 several causes: the bytes decide the primary, each fix names its bytes",
-               inv19_bytes_decide)]
+               inv19_bytes_decide),
+              ("20 fewer replay units matched than implied: nothing from the undo",
+               inv20_undo_unknown),
+              ("21 full[uniform,1] never above a selective setting; no state verdict "
+               "over a fitting recompute", inv21_monotone)]
 
 
 def diagnosis_run(v):
@@ -1210,6 +1330,11 @@ def inputs():
 # The small MoE / MLA+MoE models with those labels on show the same class
 # (before the fix: moe +9%, full[uniform,1] +15% off the complete trace's).
 OOM_CUT_EXTRA = [
+    sc("bigcode 1B s8192 core_attn on", BIGCODE + ["--recompute-granularity", "selective",
+                                                  "--recompute-modules", "core_attn"]),
+    sc("bigcode 1B s8192 mlp on", BIGCODE + ["--recompute-granularity", "selective",
+                                            "--recompute-modules", "mlp"]),
+    sc("bigcode 1B s8192 full[uniform,1] on", BIGCODE + ta.FULL1),
     sc("MoE moe_act+layernorm on", tm.MOE + ["--recompute-granularity", "selective",
                                             "--recompute-modules", "moe_act", "layernorm"]),
     sc("MLA+MoE moe_act+layernorm+mla_up_proj on",

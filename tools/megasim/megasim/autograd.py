@@ -186,6 +186,7 @@ class CheckpointWithoutOutput:
 
 
 RETAIN_REPLAY = [False]
+GRAD_WORKSPACE = [0]   # fault --sim-grad-workspace-mib: bytes, made only under grad
 
 
 class AutogradEngine:

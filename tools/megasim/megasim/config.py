@@ -240,6 +240,11 @@ def build_parser():
                         "step)")
     g.add_argument("--sim-retain-replay", action="store_true",
                    help="fault: tensors created by recompute replays stay alive into the next iteration")
+    g.add_argument("--sim-grad-workspace-mib", type=float, default=0.0,
+                   help="fault: each layer's attention makes and frees an X MiB workspace "
+                        "only when grad mode is on (a kernel path that runs only when a "
+                        "backward will follow), so a full-recompute replay allocates what "
+                        "its no_grad forward did not")
     g.add_argument("--sim-leak-mib", type=float, default=0.0,
                    help="fault: every iteration a logging hook keeps X MiB of the first "
                         "microbatch's activations alive for good (retention that grows)")

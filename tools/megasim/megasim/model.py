@@ -1023,6 +1023,8 @@ class TransformerLayer:
             return hidden_states
         with nvtx_range(TL + "_forward_attention.self_attention"):
             attention_output = self.self_attention.forward(input_layernorm_output)
+            if ag.GRAD_WORKSPACE[0] and ag.ST.grad:
+                Tensor(ag.GRAD_WORKSPACE[0], "grad_only_workspace")   # made and freed
         if self.recompute_input_layernorm:
             self.input_layernorm_checkpoint.discard_output_and_register_recompute(attention_output)
         del input_layernorm_output

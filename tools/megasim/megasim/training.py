@@ -186,6 +186,7 @@ class Rank:
             colocated_engine_check()
         dev.set_device(self.local_rank)
         ag.RETAIN_REPLAY[0] = a.sim_retain_replay
+        ag.GRAD_WORKSPACE[0] = int(a.sim_grad_workspace_mib * (1 << 20))
         dev.init_allocator()
         if a.sim_colocated_pool_gib:
             # fault: the colocated engine loads its weights and KV cache into its pool
