@@ -1,9 +1,10 @@
 /* trace_reader.c: validating, streaming reader of recompshim traces (v1).
  *
  * open:  map the file read-only -> check the file header -> check every
- *        published chunk header (and checksum when sealed) -> walk every
- *        record of every chunk once, validating it and collecting the
- *        definitions (strings, domains, threads, modules, meta).
+ *        published chunk header -> walk every record of every chunk once,
+ *        validating it, folding it into the chunk's checksum when sealed
+ *        (checked first, before the walk, when salvaging) and collecting
+ *        the definitions (strings, domains, threads, modules, meta).
  * iter:  one stream per thread (its chunks in index order); a binary heap
  *        keyed by (t_ns, chunk index, position) merges them.
  *
@@ -900,10 +901,57 @@ check_header(rs_reader *r)
     return check_header_checksum(r);
 }
 
-/* Check chunk k's header; 1 = valid chunk stored in *c, 0 = unclaimed
- * (magic 0) chunk to skip, -1 = error. */
+/* rs_checksum (trace_format.h: FNV-1a over 8-byte little-endian words,
+ * then the tail bytes) continued from state h over len more bytes.
+ * Folding a buffer piece by piece gives rs_checksum of the whole when every
+ * piece but the last is a multiple of 8 bytes long (records are). */
+static inline uint64_t
+sum_more(uint64_t h, const unsigned char *p, uint32_t len)
+{
+    uint32_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h ^= w;
+        h *= 0x100000001b3ull;
+    }
+    for (; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+#define RD_SUM_INIT 0xcbf29ce484222325ull /* rs_checksum's initial state */
+
+/* Compare chunk k's (at file offset off) stored checksum with the one
+ * computed over its first len payload bytes. 0 equal, -1 with r->err set. */
 static int
-check_chunk(rs_reader *r, uint32_t k, rd_chunk *c)
+check_sum(rs_reader *r, uint32_t k, uint64_t off, uint64_t stored, uint64_t computed,
+          uint32_t len)
+{
+    if (computed == stored)
+        return 0;
+    set_err(r, off, "chunk %" PRIu32 ": checksum mismatch: stored 0x%016" PRIx64
+                    ", computed 0x%016" PRIx64 " over %" PRIu32 " bytes",
+            k, stored, computed, len);
+    return -1;
+}
+
+/* A sealed chunk's checksum, for scan_chunk to verify in its record walk. */
+typedef struct rd_seal {
+    uint64_t sum;  /* stored */
+    uint32_t len;  /* bytes covered, from the payload's start (<= used) */
+    int sealed;    /* 0: unsealed chunk, nothing to verify */
+} rd_seal;
+
+/* Check chunk k's header; 1 = valid chunk stored in *c, 0 = unclaimed
+ * (magic 0) chunk to skip, -1 = error. A sealed chunk's checksum is
+ * verified here, unless `seal` is not NULL: then it is stored there (len 0
+ * for an unsealed chunk) and scan_chunk verifies it in the same pass that
+ * validates the records, so each byte is read once (issue 19). */
+static int
+check_chunk(rs_reader *r, uint32_t k, rd_chunk *c, rd_seal *seal)
 {
     const rs_file_header *fh = &r->hdr;
     uint64_t off = (uint64_t)fh->header_size + (uint64_t)k * fh->chunk_size;
@@ -947,13 +995,17 @@ check_chunk(rs_reader *r, uint32_t k, rd_chunk *c)
                     ch.checksum_len, ch.used);
             return -1;
         }
-        uint64_t sum = rs_checksum(r->base + off + sizeof ch, ch.checksum_len);
-        if (sum != ch.checksum) {
-            set_err(r, off, "chunk %" PRIu32 ": checksum mismatch: stored 0x%016" PRIx64
-                            ", computed 0x%016" PRIx64 " over %" PRIu32 " bytes",
-                    k, ch.checksum, sum, ch.checksum_len);
+        if (seal) {
+            seal->sum = ch.checksum;
+            seal->len = ch.checksum_len;
+            seal->sealed = 1;
+        } else if (check_sum(r, k, off, ch.checksum,
+                             rs_checksum(r->base + off + sizeof ch, ch.checksum_len),
+                             ch.checksum_len)) {
             return -1;
         }
+    } else if (seal) {
+        seal->sealed = 0;
     }
     c->offset = off;
     c->index = k;
@@ -964,22 +1016,46 @@ check_chunk(rs_reader *r, uint32_t k, rd_chunk *c)
     return 1;
 }
 
-/* Walk all records of chunk c, validating and collecting definitions. */
+/* Walk all records of chunk c, validating and collecting definitions.
+ * With `seal` (a sealed chunk whose checksum check_chunk left to this
+ * walk) the checksum is folded over each record as it is validated. The
+ * damage reported is the same as checking the checksum first: a mismatch
+ * wins over a record error or running out of memory in the same chunk. The
+ * walk only stops early at a failure, which fails the open (callers pass a
+ * seal only when not salvaging), so the definitions it collected from a
+ * chunk with a bad checksum are never used. 0, or -1 with r->err set. */
 static int
-scan_chunk(rs_reader *r, const rd_chunk *c, uint32_t record_count)
+scan_chunk(rs_reader *r, const rd_chunk *c, uint32_t record_count, const rd_seal *seal)
 {
+    const unsigned char *payload = r->base + c->offset + sizeof(rs_chunk_header);
+    uint32_t lim = seal ? seal->len : 0, summed = 0;
+    uint64_t sum = RD_SUM_INIT;
     uint32_t pos = 0, idx = 0;
+    int bad = 0;
     while (pos < c->used) {
         const rs_record_header *h;
-        if (check_record(r, c, pos, idx, &h))
-            return -1;
+        if (check_record(r, c, pos, idx, &h)) {
+            bad = 1;
+            break;
+        }
         if (collect(r, h, c->offset + sizeof(rs_chunk_header) + pos)) {
             set_err(r, c->offset, "out of memory collecting definitions");
-            return -1;
+            bad = 1;
+            break;
+        }
+        if (pos < lim) {
+            uint32_t n = lim - pos < h->size ? lim - pos : h->size;
+            sum = sum_more(sum, payload + pos, n);
+            summed = pos + n;
         }
         pos += h->size;
         idx++;
     }
+    if (seal && check_sum(r, c->index, c->offset, seal->sum,
+                         sum_more(sum, payload + summed, lim - summed), lim))
+        return -1;
+    if (bad)
+        return -1;
     r->nrecords += idx;
     if ((r->hdr.flags & RS_HDR_CLOSED) && idx != record_count)
         add_warning(r, "offset %" PRIu64 ": chunk %" PRIu32 " says %" PRIu32
@@ -1035,7 +1111,10 @@ load(rs_reader *r)
     uint64_t first_unclaimed = 0;
     for (uint32_t k = 0; k < h->chunks_published; k++) {
         rd_chunk c;
-        int rc = check_chunk(r, k, &c);
+        rd_seal seal = {0, 0, 0};
+        /* Salvaging skips a chunk with a bad checksum before collecting
+         * anything from it: the checksum is then checked first. */
+        int rc = check_chunk(r, k, &c, r->salvage ? NULL : &seal);
         if (rc == 0) {
             if (!unclaimed++)
                 first_unclaimed = (uint64_t)h->header_size + (uint64_t)k * h->chunk_size;
@@ -1046,7 +1125,7 @@ load(rs_reader *r)
             memcpy(&record_count, r->base + c.offset + offsetof(rs_chunk_header, record_count),
                    4);
             uint64_t before = r->nrecords;
-            rc = scan_chunk(r, &c, record_count) ? -1 : 1;
+            rc = scan_chunk(r, &c, record_count, seal.sealed ? &seal : NULL) ? -1 : 1;
             if (rc > 0 && !(c.flags & RS_CHUNK_SEALED)) {
                 r->unsealed_chunks++;
                 r->unsealed_records += r->nrecords - before;

@@ -608,3 +608,79 @@ Test(corrupt, pystack_frame_zero)
     expect_corrupt(&p.b, p.b.len, p.stack2 + offsetof(rs_rec_pystack, frame),
                    "record 4 (PYSTACK): frame id 0");
 }
+
+/* #19: the open folds a sealed chunk's checksum into the walk that
+ * validates its records. Damage that is also a record error, not re-sealed,
+ * is still reported as the checksum mismatch at the chunk's offset, as when
+ * the checksum was checked before the walk: whether the walk stops at the
+ * damaged record (size 0) or at a later field check (unknown api code). */
+Test(corrupt, checksum_mismatch_wins_over_record_error)
+{
+    base b = build_base();
+    set16(&b, b.meminfo + offsetof(rs_record_header, size), 0);
+    expect_corrupt(&b, b.len, chunk_off(&b, 0), "chunk 0: checksum mismatch");
+    b = build_base();
+    set16(&b, b.alloc + offsetof(rs_rec_alloc, api), 0x7777);
+    expect_corrupt(&b, b.len, chunk_off(&b, 0), "chunk 0: checksum mismatch");
+    /* re-sealed, the same damage is the record error */
+    b = build_base();
+    set16(&b, b.alloc + offsetof(rs_rec_alloc, api), 0x7777);
+    reseal(&b);
+    expect_corrupt(&b, b.len, b.alloc + offsetof(rs_rec_alloc, api), "unknown api code");
+}
+
+/* Set chunk 0's checksum_len to `len` payload bytes and its checksum to
+ * rs_checksum over them (a writer that sealed part of what it wrote). */
+static void
+seal_first(base *b, uint32_t len)
+{
+    rs_chunk_header *ch = tb_chunk_header(b->t, 0);
+    ch->checksum_len = len;
+    ch->checksum = rs_checksum(at(b, chunk_off(b, 0) + sizeof *ch), len);
+}
+
+static void
+expect_opens(base *b)
+{
+    char err[640];
+    rs_reader *r = NULL;
+    int rc = rs_reader_open_mem(b->t->buf, b->len, "ok.trace", &r, err, sizeof err);
+    cr_assert_eq(rc, RS_READ_OK, "%s", err);
+    rs_reader_close(r);
+}
+
+/* #19: a checksum that covers part of the used bytes, ending inside a
+ * record (12 bytes into the ALLOC) or at a record's end, is computed over
+ * exactly those bytes by the folded walk: the trace opens, a change past
+ * checksum_len goes unnoticed by the checksum (the record is still valid),
+ * a change before it is a mismatch over that many bytes. */
+Test(corrupt, partial_checksum_folded_exactly)
+{
+    for (int end_in_record = 0; end_in_record < 2; end_in_record++) {
+        base b = build_base();
+        uint64_t payload = chunk_off(&b, 0) + sizeof(rs_chunk_header);
+        uint32_t len = (uint32_t)(end_in_record ? b.alloc - payload + 12 : b.meminfo - payload);
+        seal_first(&b, len);
+        expect_opens(&b);
+        at(&b, b.free_ + offsetof(rs_rec_free, ptr))[0] ^= 0x10; /* past len */
+        expect_opens(&b);
+        at(&b, b.alloc + 8)[0] ^= 0x01; /* t_ns, inside len */
+        char want[96];
+        snprintf(want, sizeof want, "chunk 0: checksum mismatch: stored 0x%016" PRIx64
+                                    ", computed 0x%016" PRIx64 " over %" PRIu32 " bytes",
+                 tb_chunk_header(b.t, 0)->checksum,
+                 rs_checksum(at(&b, payload), len), len);
+        expect_corrupt(&b, b.len, chunk_off(&b, 0), want);
+    }
+}
+
+/* #19: a sealed chunk whose checksum covers no bytes still has its stored
+ * checksum compared (with FNV-1a's initial state). */
+Test(corrupt, empty_checksum_compared)
+{
+    base b = build_base();
+    seal_first(&b, 0);
+    expect_opens(&b);
+    tb_chunk_header(b.t, 0)->checksum ^= 1;
+    expect_corrupt(&b, b.len, chunk_off(&b, 0), "checksum mismatch");
+}
