@@ -2,6 +2,13 @@
 """fake-gpu inventory: what a PyTorch CUDA wheel needs from the CUDA libraries.
 
 Usage: inventory.py [--md FILE] [--tsv FILE] [--cuda-lib DIR] TORCH_DIR
+       inventory.py --objects [--preloaded SONAME ...] [--md ...] [--tsv ...] DIR
+
+With --objects, DIR is any installed package (Transformer Engine's, issue 16):
+every ELF shared object under it, recursively, is listed, and each
+--preloaded SONAME counts as needed by every object (a library the package's
+Python loader opens RTLD_GLOBAL before them: TE's libnvrtc.so.13, whose
+symbols its core library leaves undefined without a DT_NEEDED).
 
 TORCH_DIR is an installed wheel's `torch` package directory (the one holding
 `lib/` and `_C*.so`). For every ELF library of the wheel it lists, from
@@ -188,9 +195,27 @@ def strings_of(path):
     return sonames, driver
 
 
-def collect(torch_dir, cuda_lib):
-    """The inventory: per object its needs, and per CUDA library its symbols."""
-    objs = wheel_objects(torch_dir)
+def package_objects(top):
+    """Sorted paths of every ELF shared object (*.so, *.so.N) under TOP, recursively."""
+    if not os.path.isdir(top):
+        sys.exit(f'inventory: {top}: not a directory')
+    objs = []
+    for d, _, files in os.walk(top):
+        objs += [os.path.join(d, f) for f in files if re.search(r'\.so(\.\d+)*$', f)]
+    with_elf = []
+    for o in objs:
+        with open(o, 'rb') as fh:
+            if fh.read(4) == b'\x7fELF':
+                with_elf.append(o)
+    return sorted(with_elf)
+
+
+def collect(torch_dir, cuda_lib, objects=False, preloaded=()):
+    """The inventory: per object its needs, and per CUDA library its symbols.
+
+    objects: TORCH_DIR is any package (package_objects); preloaded: sonames
+    counted as needed by every object (see the module docstring)."""
+    objs = package_objects(torch_dir) if objects else wheel_objects(torch_dir)
     per_obj, symbols, dl = {}, collections.defaultdict(dict), collections.defaultdict(set)
     entry = collections.defaultdict(set)
     all_cuda = set()
@@ -198,6 +223,7 @@ def collect(torch_dir, cuda_lib):
         needed, _, runpath = dynamic(o)
         vneeds = version_needs(o)
         cuda_needed = [n for n in needed if CUDA_FAMILY.match(n)]
+        cuda_needed += [n for n in preloaded if n not in cuda_needed]
         all_cuda.update(cuda_needed)
         per_obj[o] = (needed, runpath, vneeds, cuda_needed)
         sonames, driver = strings_of(o)
@@ -285,8 +311,10 @@ def main():
     ap.add_argument('--tsv')
     ap.add_argument('--cuda-lib', default=os.environ.get('CUDA_LIB', '/usr/local/cuda/lib64'))
     ap.add_argument('--title', default='')
+    ap.add_argument('--objects', action='store_true')
+    ap.add_argument('--preloaded', action='append', default=[])
     a = ap.parse_args()
-    inv = collect(a.torch_dir, a.cuda_lib)
+    inv = collect(a.torch_dir, a.cuda_lib, a.objects, a.preloaded)
     header = a.title.replace('\\n', '\n') if a.title else '# Fake GPU inventory\n\n'
     if a.md:
         with open(a.md, 'w') as fh:

@@ -57,9 +57,9 @@ def flag_parser():
     a("--attention-dropout", type=float, default=0.1)
     a("--hidden-dropout", type=float, default=0.1)
     a("--qk-layernorm", action="store_true")
-    # Megatron-LM's default is transformer_engine; Transformer Engine is not
-    # loaded on the fake GPU, so only the local spec runs (run.sh records
-    # --transformer-impl local on the command line when it is not given).
+    # Megatron-LM's default is transformer_engine; run.sh records
+    # --transformer-impl local on the command line when it is not given, and
+    # installs Transformer Engine (install-te.sh) when it is transformer_engine.
     a("--transformer-impl", choices=["local", "transformer_engine"], default="transformer_engine")
     # MoE (local SequentialMLP experts; capacity factor + padding, see docs)
     a("--num-experts", type=int)
@@ -116,9 +116,9 @@ def parse_flags(argv):
     if unknown:
         p.error("unsupported flag(s): %s (tools/mcore_job/driver.py supports only the flags "
                 "in its --help; nothing is ignored)" % " ".join(bad or unknown))
-    if args.transformer_impl != "local":
-        p.error("--transformer-impl %s: only --transformer-impl local is supported (Transformer "
-                "Engine does not load on the fake GPU)" % args.transformer_impl)
+    if args.transformer_impl == "transformer_engine" and os.environ.get("MCORE_TE") != "1":
+        p.error("--transformer-impl transformer_engine: Transformer Engine is not installed "
+                "(tools/mcore_job/run.sh installs it for this flag: tools/mcore_job/install-te.sh)")
     if args.multi_latent_attention:
         p.error("--multi-latent-attention: megatron-core 0.19.2's MLASelfAttention "
                 "(transformer/multi_latent_attention.py) builds its core attention with "
@@ -185,15 +185,27 @@ def transformer_config(args, world):
     return TransformerConfig(**{k: v for k, v in kw.items() if v is not None})
 
 
+def layer_spec(args):
+    """The layer spec of --transformer-impl: Megatron-Core's local spec, or its
+    Transformer Engine spec (TE's modules: fused norm + linear, TE's attention,
+    which on the fake GPU is TE's unfused backend: run.sh sets NVTE_FLASH_ATTN=0
+    and NVTE_FUSED_ATTN=0, since flash-attn is not installed and cuDNN is a
+    load-only stub)."""
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+    if args.transformer_impl == "transformer_engine":
+        return specs.get_gpt_layer_with_transformer_engine_spec(
+            num_experts=args.num_experts, qk_layernorm=args.qk_layernorm)
+    return specs.get_gpt_layer_local_spec(num_experts=args.num_experts,
+                                          qk_layernorm=args.qk_layernorm,
+                                          normalization=args.normalization)
+
+
 def build_model(args, config):
     """The GPTModel chunks of this rank (one per virtual stage), on the GPU."""
     import torch
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    spec = get_gpt_layer_local_spec(num_experts=args.num_experts,
-                                    qk_layernorm=args.qk_layernorm,
-                                    normalization=args.normalization)
+    spec = layer_spec(args)
     vocab = -(-args.vocab_size // (args.make_vocab_size_divisible_by *
                                    args.tensor_model_parallel_size)) * \
         args.make_vocab_size_divisible_by * args.tensor_model_parallel_size

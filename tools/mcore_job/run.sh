@@ -41,7 +41,27 @@ export LD_LIBRARY_PATH="$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$site" PYTHONWARNINGS="${PYTHONWARNINGS:-ignore}" PYTHONFAULTHANDLER=1
 export TORCHINDUCTOR_CACHE_DIR="$out/.inductor" TRITON_CACHE_DIR="$out/.triton"
 impl=(--transformer-impl local)
-for a in "$@"; do case "$a" in --transformer-impl|--transformer-impl=*) impl=() ;; esac; done
+te=0 prev=
+for a in "$@"; do
+    case "$a" in --transformer-impl|--transformer-impl=*) impl=() ;; esac
+    case "$prev $a" in "--transformer-impl transformer_engine"|*" --transformer-impl=transformer_engine") te=1 ;; esac
+    prev="$a"
+done
+# Transformer Engine's spec (issue 16): TE 2.12.0 and its PyTorch extension,
+# built once into build/te-cache (install-te.sh); its attention runs TE's
+# unfused backend (flash-attn is not installed, cuDNN is a load-only stub).
+if [ $te = 1 ]; then
+    te_site="$("$root/tools/mcore_job/install-te.sh" "${RECOMPSHIM_TE_CACHE:-$bdir/te-cache}" "$site")" || exit $?
+    export PYTHONPATH="$te_site:$site" MCORE_TE=1 NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0
+    # TE's loader opens cuDNN, NVRTC and cuRAND by path, from <LIB>_HOME, else
+    # CUDA_HOME, else /usr/local/cuda (never LD_LIBRARY_PATH): point it at a
+    # directory holding only the fake GPU's (fake_gpu/ also holds meson's
+    # object directories, which its glob would pick).
+    home="$out/.te-cuda-home"
+    rm -rf "$home" && mkdir -p "$home/lib" || exit 2
+    for l in libcudnn.so.9 libnvrtc.so.13 libcurand.so.10; do ln -s "$fake/$l" "$home/lib/$l"; done
+    export CUDNN_HOME="$home" NVRTC_HOME="$home" CURAND_HOME="$home"
+fi
 "$py" "$root/tools/mcore_job/driver.py" --mcore-check-flags "${impl[@]}" "$@" || exit 2
 port=$(( 20000 + $$ % 20000 ))
 RECOMPSHIM_OUT="$out/traces" LD_PRELOAD="${RS_SANITIZER_RUNTIME:+$RS_SANITIZER_RUNTIME }$shim" \

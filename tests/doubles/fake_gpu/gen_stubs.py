@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """gen_stubs.py: generated stubs of the fake GPU, from the inventory.
 
-Usage: gen_stubs.py INVENTORY_TSV SONAME OUT_C OUT_MAP [--weak] [--export GLOB ...]
-                    [--accept REGEX]
+Usage: gen_stubs.py INVENTORY_TSV [INVENTORY_TSV ...] SONAME OUT_C OUT_MAP [--weak]
+                    [--export GLOB ...] [--accept REGEX]
+
+Several inventories are merged (PyTorch's, then Transformer Engine's,
+te-inventory.tsv: issue 16); a symbol listed twice is generated once.
 
 For the library SONAME (e.g. libcusparse.so.12) writes:
 
@@ -135,10 +138,15 @@ def main(argv):
     accepts = [argv[i + 1] for i, a in enumerate(argv) if a == '--accept' and i + 1 < len(argv)]
     args = [a for a in args if a not in exports and a not in accepts]
     accept = re.compile('|'.join(f'(?:{a})' for a in accepts)) if accepts else None
-    if len(args) != 4:
+    if len(args) < 4:
         sys.exit(__doc__.split('\n\n')[1])
-    tsv, soname, out_c, out_map = args
-    syms = read_inventory(tsv, soname)
+    *tsvs, soname, out_c, out_map = args
+    syms, seen = [], set()
+    for tsv in tsvs:
+        for name, ver in read_inventory(tsv, soname):
+            if name not in seen:
+                seen.add(name)
+                syms.append((name, ver))
     with open(out_c, 'w') as fh:
         write_c(fh, soname, syms, weak, accept)
     with open(out_map, 'w') as fh:
