@@ -21,7 +21,14 @@ fi
 ninja -C "$b" || { echo "0 passed, 1 failed"; exit 1; }
 rt="$(${CC:-cc} -print-file-name=libasan.so)"
 export RS_SANITIZER_RUNTIME="$rt"
-export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0"
+# intercept_tls_get_addr=0: LeakSanitizer's tracer (gcc 12's libasan on this
+# glibc) records a bogus dynamic-TLS range (DTLS at 0x290) in a megasim job
+# under the shim and dies of SIGSEGV scanning it ("Tracer caught signal 11",
+# "LeakSanitizer has encountered a fatal error", exit 1: the MLA+MoE rerun
+# with selective[mla_up_proj,moe] of advisor-properties, every time); without
+# the shim, or with the option, the job runs clean. Leak checking stays on;
+# only pointers held solely in dynamic TLS go unscanned.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:intercept_tls_get_addr=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0"
 # Not here: the real-PyTorch tiers (fakegpu, mcore), and the suites whose subject is
