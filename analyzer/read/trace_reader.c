@@ -901,29 +901,6 @@ check_header(rs_reader *r)
     return check_header_checksum(r);
 }
 
-/* rs_checksum (trace_format.h: FNV-1a over 8-byte little-endian words,
- * then the tail bytes) continued from state h over len more bytes.
- * Folding a buffer piece by piece gives rs_checksum of the whole when every
- * piece but the last is a multiple of 8 bytes long (records are). */
-static inline uint64_t
-sum_more(uint64_t h, const unsigned char *p, uint32_t len)
-{
-    uint32_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h ^= w;
-        h *= 0x100000001b3ull;
-    }
-    for (; i < len; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-#define RD_SUM_INIT 0xcbf29ce484222325ull /* rs_checksum's initial state */
-
 /* Compare chunk k's (at file offset off) stored checksum with the one
  * computed over its first len payload bytes. 0 equal, -1 with r->err set. */
 static int
@@ -1029,7 +1006,7 @@ scan_chunk(rs_reader *r, const rd_chunk *c, uint32_t record_count, const rd_seal
 {
     const unsigned char *payload = r->base + c->offset + sizeof(rs_chunk_header);
     uint32_t lim = seal ? seal->len : 0, summed = 0;
-    uint64_t sum = RD_SUM_INIT;
+    uint64_t sum = RS_CHECKSUM_INIT;
     uint32_t pos = 0, idx = 0;
     int bad = 0;
     while (pos < c->used) {
@@ -1045,14 +1022,14 @@ scan_chunk(rs_reader *r, const rd_chunk *c, uint32_t record_count, const rd_seal
         }
         if (pos < lim) {
             uint32_t n = lim - pos < h->size ? lim - pos : h->size;
-            sum = sum_more(sum, payload + pos, n);
+            sum = rs_checksum_more(sum, payload + pos, n);
             summed = pos + n;
         }
         pos += h->size;
         idx++;
     }
     if (seal && check_sum(r, c->index, c->offset, seal->sum,
-                         sum_more(sum, payload + summed, lim - summed), lim))
+                         rs_checksum_more(sum, payload + summed, lim - summed), lim))
         return -1;
     if (bad)
         return -1;

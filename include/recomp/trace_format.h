@@ -528,11 +528,15 @@ _Static_assert(sizeof(rs_rec_pystack) == 32, "pystack");
  * (then any tail bytes one at a time), so it runs at a word per multiply.
  * Offset basis and prime from the FNV reference (Fowler, Noll, Vo;
  * http://www.isthe.com/chongo/tech/comp/fnv/). Also the shim's string hash. */
+#define RS_CHECKSUM_INIT 0xcbf29ce484222325ull /* FNV-1a 64's offset basis */
+
+/* rs_checksum continued from state h over len more bytes at data: folding
+ * a buffer piece by piece gives rs_checksum of the whole when every piece
+ * but the last is a multiple of 8 bytes long (records are). */
 static inline uint64_t
-rs_checksum(const void *data, uint64_t len)
+rs_checksum_more(uint64_t h, const void *data, uint64_t len)
 {
     const unsigned char *p = (const unsigned char *)data;
-    uint64_t h = 0xcbf29ce484222325ull;
     uint64_t i = 0;
     for (; i + 8 <= len; i += 8) {
         uint64_t w;
@@ -545,6 +549,12 @@ rs_checksum(const void *data, uint64_t len)
         h *= 0x100000001b3ull;
     }
     return h;
+}
+
+static inline uint64_t
+rs_checksum(const void *data, uint64_t len)
+{
+    return rs_checksum_more(RS_CHECKSUM_INIT, data, len);
 }
 
 /* The header checksum (format 1.2): rs_checksum over the whole
