@@ -152,6 +152,51 @@ job_start(const adv_trace *t, int32_t k, uint32_t p)
     return p;
 }
 
+/* Where instance k's backward job starts when nothing it made in its layers
+ * lives into backward (a full-recompute group spanning all its layers: one
+ * layer per model chunk under the interleaved schedule; ADV_NONE unknown):
+ * at the first backward free of its input, the main thread's allocations
+ * outside any instance between the later of the previous instance's end and
+ * the last backward-thread op before it, and its first layer's code (pre_b:
+ * the embedding output or the p2p-received hidden states the checkpoint
+ * saves, the batch's tensors the loss keeps), freed on the backward thread
+ * after its forward. Without this the interleaved schedule's replays were
+ * taken in forward order: the first chunk's instance took the last chunk's
+ * replay, which runs first (dense-vpp, full[block,1]: every undone
+ * prediction on the last stage 5-7% high). */
+static uint32_t
+input_job(const adv_trace *t, size_t k)
+{
+    uint32_t b = t->insts[k].begin, lo = k ? t->insts[k - 1].end : 0;
+    for (size_t i = 0; i < t->nlayers; i++)
+        if (t->layers[i].inst == (int32_t)k) {
+            if (t->layers[i].pre_b < b)
+                b = t->layers[i].pre_b;
+            break;
+        }
+    uint32_t p = b;
+    while (p > lo) {
+        int32_t v = t->ops[p - 1];
+        const adv_alloc *x = &t->a[(v > 0 ? v : -v) - 1];
+        if (v > 0 ? x->bwd : x->fbwd)
+            break;
+        p--;
+    }
+    uint32_t first = ADV_NONE;
+    for (; p < b; p++) {
+        int32_t v = t->ops[p];
+        if (v <= 0)
+            continue;
+        const adv_alloc *x = &t->a[v - 1];
+        if (x->inst >= 0 || x->bwd || !x->fbwd || x->f_pos == ADV_NONE ||
+            x->f_pos < t->insts[k].end)
+            continue;
+        if (x->f_pos < first)
+            first = x->f_pos;
+    }
+    return job_start(t, (int32_t)k, first);
+}
+
 /* c->unreached (see cf) in a truncated trace: the main thread's forward
  * allocations of an instance whose backward started, not forward state,
  * never freed. 0, -1 out of memory. */
@@ -244,6 +289,8 @@ prep(cf *c)
             c->sv_f[k][j] = mx; /* suffix max */
         }
         c->bwd_start[k] = job_start(t, (int32_t)k, mn); /* start of its backward job */
+        if (c->bwd_start[k] == ADV_NONE)
+            c->bwd_start[k] = input_job(t, k);
     }
     return prep_unreached(c);
 }
@@ -1304,6 +1351,7 @@ typedef struct undo_st {
     adv_extra *xr;            /* the replays' extras */
     size_t nxr, capxr;
     uint32_t *newpos;         /* t's op position -> the rewritten stream's (nops + 1) */
+    uint32_t last_alloc;      /* op position of the trace's last allocation */
     int by_size;              /* selective units matched without their layer's window */
     int missing;              /* units the setting implies that the trace's layers lack */
 } undo_st;
@@ -1464,7 +1512,10 @@ undo_windows(undo_st *st)
 /* A tensor of a unit's region that the main thread frees only after its
  * instance's backward began (a buffer the first forward creates and keeps to
  * the end of the run) is no forward transient: the replay does not make it
- * again, so it leaves the unit (discard-style units keep theirs). */
+ * again, so it leaves the unit (discard-style units keep theirs). So does
+ * forward state (adv_alloc.state) when the instance's backward start is not
+ * known (full recompute with one layer per model chunk: the instance saves
+ * nothing of its own, so no backward free of it marks that start). */
 static void
 undo_drop_kept(undo_st *st)
 {
@@ -1474,7 +1525,8 @@ undo_drop_kept(undo_st *st)
         uint32_t bs = (size_t)x->inst < t->ninsts ? st->c.bwd_start[x->inst] : ADV_NONE;
         size_t w = 0, npre = x->npre;
         for (size_t q = 0; q < x->nf; q++) {
-            if (bs != ADV_NONE && t->a[x->f[q]].f_pos >= bs && !x->discard) {
+            const adv_alloc *a = &t->a[x->f[q]];
+            if (((bs != ADV_NONE && a->f_pos >= bs) || a->state) && !x->discard) {
                 if (q < x->npre)
                     npre--;
                 continue;
@@ -1500,10 +1552,32 @@ undo_backward_allocs(undo_st *st)
     if (!st->bal || !st->twin || !st->used || !st->ext)
         return -1;
     memset(st->twin, 0xff, (t->na ? t->na : 1) * sizeof *st->twin);
-    for (size_t p = 0; p < t->nops; p++)
+    for (size_t p = 0; p < t->nops; p++) {
         if (t->ops[p] > 0 && t->a[t->ops[p] - 1].bwd)
             st->bal[st->nbal++] = (uint32_t)t->ops[p] - 1;
+        if (t->ops[p] > 0)
+            st->last_alloc = (uint32_t)p;
+    }
     return 0;
+}
+
+/* 1 when backward-thread allocation y is state the backward thread keeps,
+ * not a replay's tensor: made in an iteration the trace saw complete and
+ * never freed, or freed only at teardown (on the main thread, after every
+ * allocation): the cuBLAS workspace of the autograd thread's stream, made by
+ * the first GEMM that runs there (real Megatron-Core's first replay in a
+ * run, 32 MiB between two of its forward twins). It has no forward twin and
+ * is made with or without recompute, so a replay's sequence passes over it
+ * and it stays in the undone trace. Before this rule that replay matched no
+ * unit, and under the interleaved schedule the units after it took each
+ * other's replays, the last one none (llama-vpp, full[uniform,1]: 46-47 of
+ * 48 units). */
+static int
+undo_bwd_state(const undo_st *st, uint32_t y)
+{
+    const adv_alloc *a = &st->t->a[y];
+    return a->bwd && a->iteration >= 0 && a->iteration <= st->t->last_complete_iter &&
+           (a->f_pos == ADV_NONE || (!a->fbwd && a->f_pos > st->last_alloc));
 }
 
 /* Where instance inst's backward job starts (its backward start, else the
@@ -1550,10 +1624,11 @@ undo_is_output(const undo_st *st, const uundo *x, uint32_t y)
  * thread and so are not in x->f), and they may come between those
  * allocations, at most x->no of them: a layer's bias-dropout-add makes its
  * output before the dropout mask it saves (Megatron's default hidden dropout
- * 0.1; megasim's order). Returns the number of backward allocations the
- * replay spans (0: no replay at q); with idx, each forward allocation's
- * index in bal and, in outs (at most x->no), the skipped outputs' indices
- * ((size_t)-1 after the last). */
+ * 0.1; megasim's order). Backward-thread state between them that is no
+ * twin (undo_bwd_state) is passed over. Returns the number of backward
+ * allocations the replay spans (0: no replay at q); with idx, each forward
+ * allocation's index in bal and, in outs (at most x->no), the skipped
+ * outputs' indices ((size_t)-1 after the last). */
 static size_t
 undo_run_at(const undo_st *st, const uundo *x, size_t q, size_t *idx, size_t *outs)
 {
@@ -1573,7 +1648,7 @@ undo_run_at(const undo_st *st, const uundo *x, size_t q, size_t *idx, size_t *ou
             if (outs)
                 outs[skipped] = p;
             skipped++;
-        } else {
+        } else if (z == 0 || !undo_bwd_state(st, y)) {
             return 0;
         }
         p++;
@@ -1587,7 +1662,11 @@ undo_run_at(const undo_st *st, const uundo *x, size_t q, size_t *idx, size_t *ou
  * Megatron-range part; undo_run_at), searched from cursor (the instance's
  * backward: its microbatch), then from the first backward allocation after
  * the unit's forward region ends (x->key: its region end or discard point; a
- * replay never precedes its forward): its index in bal, (size_t)-1 none. */
+ * replay never precedes its forward), and only in its instance's iteration
+ * (every microbatch's backward ends before the step's optimizer: a unit that
+ * missed its own replay took the next iteration's before, and the miss
+ * moved on to the trace's last instance): its index in bal, (size_t)-1
+ * none. */
 static size_t
 undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
 {
@@ -1604,6 +1683,7 @@ undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
     }
     if (cursor < after)
         cursor = after;
+    int32_t it = (size_t)x->inst < t->ninsts ? t->insts[x->inst].iteration : -1;
     /* a unit placed in its layer's backward (undo_windows) is searched there
      * only; RECOMP_ADVISOR_SIZE_ONLY (a diagnostic: the matching before issue 14
      * item 11) searches by size and position alone */
@@ -1620,6 +1700,8 @@ undo_find_run(const undo_st *st, const uundo *x, size_t cursor)
         if (from < wlo)
             from = wlo;
         for (size_t q = from; q + nm <= whi; q++) {
+            if (it >= 0 && t->a[st->bal[q]].iteration > it)
+                break;
             size_t len = undo_run_at(st, x, q, NULL, NULL);
             if (len && q + len <= whi) {
                 found = q;
@@ -1737,13 +1819,14 @@ undo_cut_keep(undo_st *st, const uundo *x)
     return 1;
 }
 
-/* Matches each unit (in replay order) to its replay among the backward
+/* Matches each unit (in replay order) of the instances whose backward job
+ * start is known (known 1) or not (known 0) to its replay among the backward
  * thread's allocations, counting the matched ones in *matched (units of an
  * instance whose backward the trace never reached leave *units), and collects
  * the full groups' replays' own extra work (undo_extras). 0, -1 out of
  * memory. */
 static int
-undo_match(undo_st *st, int *matched, int *units)
+undo_match_pass(undo_st *st, int known, int *matched, int *units)
 {
     const adv_trace *t = st->t;
     size_t cursor = 0;
@@ -1752,6 +1835,8 @@ undo_match(undo_st *st, int *matched, int *units)
     for (size_t k = 0; k < st->nu; k++) {
         uundo *x = &st->u[k];
         const uundo *prev = k > 0 ? &st->u[k - 1] : NULL;
+        if (((size_t)x->inst < t->ninsts && st->c.bwd_start[x->inst] != ADV_NONE) != known)
+            continue;
         if (x->inst != cur_inst) {
             cur_inst = x->inst;
             cursor = undo_inst_cursor(st, x->inst, &inst_bs);
@@ -1799,6 +1884,22 @@ undo_match(undo_st *st, int *matched, int *units)
             cursor = end;
     }
     return 0;
+}
+
+/* undo_match_pass over the units of instances whose backward job start is
+ * known first (each searched from its own job), then the others (searched
+ * from their forward's end, in forward order, among the replays left). The
+ * interleaved schedule runs the model chunks' backward in another order than
+ * their forward; within one chunk the microbatches keep their order, so once
+ * the chunks with a known job have their replays, forward order assigns the
+ * rest (real Megatron-Core frees a p2p-received input on the main thread:
+ * the first stage's second chunk has no known job). 0, -1 out of memory. */
+static int
+undo_match(undo_st *st, int *matched, int *units)
+{
+    if (undo_match_pass(st, 1, matched, units) < 0)
+        return -1;
+    return undo_match_pass(st, 0, matched, units);
 }
 
 /* The rewritten op stream in o (o->a, o->ops, o->nops) and st->newpos: a
@@ -1990,15 +2091,12 @@ full_units_of(const adv_setting *s, int lpc)
     return s->full_method == 1 ? (lpc + n - 1) / n : (n < lpc ? n : lpc);
 }
 
-/* The units full recompute implies but the trace's layers lack (st->missing):
- * per forward instance whose backward the trace reached, the groups of the
- * layers per chunk (the configuration's when the job has one pipeline stage
- * and no virtual chunks, else the most layers any instance of this rank
- * shows: uneven stage layouts are not read from the configuration), less
- * the units built from the layers found. A layer the trace does not show (its
- * ranges missing or not recognised) is a unit the undo cannot match. */
-static void
-undo_expected_full(undo_st *st, const adv_cfg *cfg, const adv_setting *s)
+/* The layers per chunk full recompute's groups are counted over: the
+ * configuration's when the job has one pipeline stage and no virtual chunks,
+ * else the most layers any instance of this rank shows (uneven stage layouts
+ * are not read from the configuration). */
+static int
+undo_full_lpc(const undo_st *st, const adv_cfg *cfg)
 {
     const adv_trace *t = st->t;
     int lpc = 0;
@@ -2012,15 +2110,67 @@ undo_expected_full(undo_st *st, const adv_cfg *cfg, const adv_setting *s)
     }
     if ((cfg->pp <= 1 && cfg->vpp <= 1) && adv_cfg_layers_per_chunk(cfg) > lpc)
         lpc = adv_cfg_layers_per_chunk(cfg);
+    return lpc;
+}
+
+/* Forward instances per iteration on one rank that the configuration implies:
+ * microbatches (global batch / (micro batch x data-parallel size)) times
+ * model chunks; 0 when the configuration does not say. */
+static int
+cfg_insts_per_iter(const adv_cfg *cfg)
+{
+    long per = (long)(cfg->mbs > 0 ? cfg->mbs : 1) * (cfg->dp > 0 ? cfg->dp : 1);
+    if (cfg->gbs <= 0 || cfg->gbs % per)
+        return 0;
+    return (int)(cfg->gbs / per) * (cfg->vpp > 1 ? cfg->vpp : 1);
+}
+
+/* Issue 14: the units the setting implies that the trace lacks (st->missing),
+ * from the job's configuration where it has one. Per instance (microbatch x
+ * chunk) whose backward the trace reached, full recompute implies the groups
+ * of its chunk's layers (undo_full_lpc; a layer the trace does not show is a
+ * unit the undo cannot match). Per complete iteration the trace recorded
+ * (from its first to the last whose optimizer step it saw), the
+ * configuration implies microbatches x chunks instances; each one the
+ * trace's forward does not show (its layer ranges outside the NVTX profile
+ * window, not recorded or not recognised) implies the units of the sparest
+ * instance that it does show (full: the chunk's groups). Before, selective
+ * units were counted from the recorded forward only: with the profile window
+ * from step 1 and no Python frames, megasim's selective[mlp] run matched
+ * "32 of 32 units" while iteration 0's 16 replays stayed in the trace without
+ * recompute, as if complete. */
+static void
+undo_expected(undo_st *st, const adv_cfg *cfg, const adv_setting *s)
+{
+    const adv_trace *t = st->t;
+    int lpc = undo_full_lpc(st, cfg), want = 0;
+    if (s->full_method)
+        want = full_units_of(s, lpc);
+    int sparest = -1;
     for (size_t k = 0; k < t->ninsts; k++) {
-        if (t->trunc && st->c.bwd_start[k] == ADV_NONE)
-            continue; /* its backward never ran: nothing to match */
         int have = 0;
         for (size_t q = 0; q < st->nu; q++)
             have += st->u[q].inst == (int32_t)k;
-        int want = full_units_of(s, lpc);
+        if (sparest < 0 || have < sparest)
+            sparest = have;
+        if (!s->full_method || (t->trunc && st->c.bwd_start[k] == ADV_NONE))
+            continue; /* its backward never ran: nothing to match */
         if (want > have)
             st->missing += want - have;
+    }
+    int per_iter = cfg_insts_per_iter(cfg), first = -1;
+    int upi = s->full_method ? want : sparest;
+    if (!per_iter || upi <= 0 || t->last_complete_iter < 0)
+        return;
+    for (size_t i = 0; i < t->na; i++)
+        if (t->a[i].iteration >= 0 && (first < 0 || t->a[i].iteration < first))
+            first = t->a[i].iteration;
+    for (int it = first < 0 ? 0 : first; it <= t->last_complete_iter; it++) {
+        int seen = 0;
+        for (size_t k = 0; k < t->ninsts; k++)
+            seen += t->insts[k].iteration == it;
+        if (seen < per_iter)
+            st->missing += (per_iter - seen) * upi;
     }
 }
 
@@ -2072,8 +2222,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     if ((s.full_method ? undo_units_full(&st, &s) : undo_units_selective(&st, &s)) < 0)
         goto out;
     undo_drop_kept(&st);
-    if (s.full_method)
-        undo_expected_full(&st, cfg, &s);
+    undo_expected(&st, cfg, &s);
     if (st.nu > 1)
         am_sort(st.u, st.nu, sizeof *st.u, uu_cmp);
     undo_windows(&st);

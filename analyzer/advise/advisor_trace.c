@@ -891,7 +891,15 @@ close_instances(adv_trace *t)
  * forward instance, outside any CUDA-graph capture, that is never freed in
  * the trace, or only at teardown (by the main thread, after every
  * allocation), although the trace saw that instance's backward free what it
- * had saved (an allocation of the instance freed on the backward thread). A
+ * had saved (an allocation of the instance freed on the backward thread), or
+ * the instance belongs to an iteration whose optimizer step the trace saw
+ * finish (t->last_complete_iter: the step runs after every microbatch's
+ * backward). The second is the only evidence when the instance saved nothing
+ * of its own: full recompute with one layer per model chunk (the interleaved
+ * schedule) saves only the checkpoint's input, made before the instance's
+ * first layer, and sends the output to the next stage, freed in forward; TE's
+ * cuBLAS workspace, made in the first chunk's first forward, was then taken
+ * for an activation that recompute makes again (dense-vpp, full[block,1]). A
  * tensor saved for backward dies with its autograd node; one that outlives
  * its instance's completed backward is held by a module or a hook:
  * Transformer Engine's FP8 weight copies and scaling state (made at the first
@@ -924,6 +932,9 @@ mark_forward_state(adv_trace *t)
         if (x->a_pos > last_alloc)
             last_alloc = x->a_pos;
     }
+    for (size_t k = 0; k < t->ninsts; k++)
+        if (t->insts[k].iteration >= 0 && t->insts[k].iteration <= t->last_complete_iter)
+            seen[k] = 1;
     if (t->trunc && t->oom && cut >= 0 &&
         (t->oom_phase == AM_PH_backward || t->oom_phase == AM_PH_backward_replay))
         seen[cut] = 0;

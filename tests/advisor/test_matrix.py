@@ -63,20 +63,6 @@ FULL = {"full[block,1]": ["--recompute-granularity", "full", "--recompute-method
 # known gaps, reported as TAP TODO (meson flags an unexpected pass: then drop
 # the entry): (model, run, predicted setting) -> why
 KNOWN = {}
-# the interleaved schedule (dense-vpp) from a run with full recompute on: the
-# first model chunk's first forward of each rank (iteration 0) finds no replay
-# among the backward allocations (46 of 48 units matched), and undoing the
-# other units leaves rank 1 +5% (mlp) to +7% (the other full method) high;
-# not investigated yet (the prediction from runs without full recompute is
-# within 2%)
-VPP_UNDO_GAP = ("undoing full recompute under the interleaved schedule: the first chunk's "
-                "first forward finds no replay (46 of 48 units), predictions from that run "
-                "+5% to +7% on rank 1; not investigated yet")
-for _src in ("full[block,1]", "full[uniform,1]"):
-    KNOWN[("dense-vpp", _src, "matched")] = VPP_UNDO_GAP
-    for _dst in ("selective[mlp]", "full[block,1]", "full[uniform,1]"):
-        if _dst != _src:
-            KNOWN[("dense-vpp", _src, _dst)] = VPP_UNDO_GAP
 # reserved bytes (the allocator cache model along each candidate's own timeline,
 # advisor_cache.c) per model
 KNOWN_RESERVED = {}
@@ -91,7 +77,12 @@ MODELS = {
     # stage, 3 iterations): each model chunk's replay must sit at its own
     # backward, not at the next chunk's p2p-received input (freed by that
     # chunk's earlier backward): full and mlp were over-predicted by 6-10%
-    # here, full by 21% on real Megatron-Core (tests/mcore/test_mcore_vpp.py)
+    # here, full by 21% on real Megatron-Core (tests/mcore/test_mcore_vpp.py).
+    # From a run with full recompute on, each model chunk's instance saves
+    # nothing of its own (one layer per chunk), so its backward job is found
+    # from its input's backward free: replays were taken in forward order
+    # before (the first chunk's took the last chunk's replay, which the
+    # schedule runs first), 46 of 48 units matched, the rest 5-7% high
     "dense-vpp": (DENSE + ["--num-layers-per-virtual-pipeline-stage", "1", "--train-iters", "3"],
                   ["core_attn", "layernorm", "mlp"]),
     # issue 14 WRONG 1: Megatron's default dropout (0.1 hidden and attention):

@@ -75,6 +75,10 @@ violations):
      ineffective/insufficient finding); the current setting alone is judged.
   21. full[uniform,1] is never predicted above a selective setting (2%), and
      no optimizer-state or logits verdict stands while a recompute setting fits.
+  22. the replay units a recorded recompute setting implies ("N of M units")
+     are counted from the configuration (layers per chunk x microbatches x
+     chunks x labels, per complete iteration), not from the layers the forward
+     recorded: M is at least what the flags imply.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -359,6 +363,17 @@ SCENARIOS = [
        expect=("OK:FITS", "UNKNOWN whether a cheaper setting")),
     sc("grad-only workspace, full[uniform,1] on, OOM in iteration 1", HDROP + ta.FULL1 + GRADWS,
        34, expect=("n/a", "UNKNOWN: recompute is on")),
+    # issue 14 (units from the configuration): the NVTX profile window opens at
+    # step 1 and no Python frames are recorded, so iteration 0's forward shows
+    # no layer and its 16 mlp replays stay in the trace without recompute; the
+    # units were counted from the recorded forward, "32 of 32 units", as if
+    # the undo were complete
+    sc("selective[mlp] on, profile window from step 1, no Python frames",
+       tm.DENSE + ["--train-iters", "3", "--profile", "--nvtx-ranges", "--profile-step-start",
+                   "1", "--profile-step-end", "9", "--recompute-granularity", "selective",
+                   "--recompute-modules", "mlp"],
+       env={"RECOMPSHIM_PYSTACK": "0"},
+       expect=("OK:FITS", "UNKNOWN whether a cheaper setting")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -930,6 +945,102 @@ def inv21_monotone(c):
     return bad
 
 
+def flag_value(flags, name, default=None):
+    """the last value of a megasim/Megatron flag (argparse: the last one wins)"""
+    val = default
+    for i, f in enumerate(flags[:-1]):
+        if f == name:
+            val = flags[i + 1]
+    return val
+
+
+def units_per_instance(flags):
+    """the replay units one forward instance (microbatch x model chunk) of the
+    recorded recompute setting implies at least, from the flags: full, the
+    chunk's layer groups (Megatron-Core's _checkpointed_forward: uniform
+    ceil(L/n), block min(n, L)); selective, one per layer for core_attn (every
+    layer has attention but a hybrid's) and for mlp on a model without experts
+    (the other labels: 0, a lower bound); None when the layers per chunk are not
+    even (uneven stage layouts) or recompute is off"""
+    gran = flag_value(flags, "--recompute-granularity")
+    layers = int(flag_value(flags, "--num-layers", "0"))
+    pp = int(flag_value(flags, "--pipeline-model-parallel-size", "1"))
+    lvs = flag_value(flags, "--num-layers-per-virtual-pipeline-stage")
+    if not gran or not layers or layers % pp or "--decoder-first-pipeline-num-layers" in flags \
+            or "--decoder-last-pipeline-num-layers" in flags \
+            or "--pipeline-model-parallel-layout" in flags:
+        return None
+    lpc = int(lvs) if lvs else layers // pp
+    if gran == "full":
+        n = int(flag_value(flags, "--recompute-num-layers", "1"))
+        method = flag_value(flags, "--recompute-method", "uniform")
+        return -(-lpc // n) if method == "uniform" else min(n, lpc)
+    i = flags.index("--recompute-modules") if "--recompute-modules" in flags else -1
+    mods = []
+    while i >= 0 and i + 1 < len(flags) and not flags[i + 1].startswith("--"):
+        mods.append(flags[i + 1])
+        i += 1
+    mods = mods or ["core_attn"]
+    hybrid = "--hybrid-layer-pattern" in flags or "--hybrid-override-pattern" in flags
+    per_layer = ("core_attn" in mods and not hybrid) + \
+        ("mlp" in mods and "--num-experts" not in flags)
+    return per_layer * lpc
+
+
+def instances_per_iteration(flags):
+    """forward instances per iteration on one rank: global batch / (micro
+    batch x data-parallel size) microbatches, times the model chunks; None when
+    the flags do not say"""
+    gbs = flag_value(flags, "--global-batch-size")
+    if gbs is None:
+        return None
+    mbs = int(flag_value(flags, "--micro-batch-size", "1"))
+    world = int(flag_value(flags, "--sim-world-size", "1"))
+    mp = 1
+    for f in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+              "--context-parallel-size"):
+        mp *= int(flag_value(flags, f, "1"))
+    if world % mp or int(gbs) % (mbs * (world // mp)):
+        return None
+    layers = int(flag_value(flags, "--num-layers", "0"))
+    lvs = flag_value(flags, "--num-layers-per-virtual-pipeline-stage")
+    pp = int(flag_value(flags, "--pipeline-model-parallel-size", "1"))
+    chunks = layers // pp // int(lvs) if lvs and layers else 1
+    return int(gbs) // (mbs * (world // mp)) * chunks
+
+
+def complete_iterations(rank):
+    """the iterations of a rank's report whose optimizer step ran"""
+    return sum(1 for it in rank.get("iterations") or []
+               if any(p.get("phase") in ("optimizer", "optimizer_state_init")
+                      for p in it.get("phases") or []))
+
+
+def inv22_units_from_config(c):
+    """issue 14 (units from the configuration): the replay units a recorded
+    recompute setting implies ("N of M units") are counted from the job's
+    configuration (layers per chunk x microbatches x chunks x labels, per
+    complete iteration the trace recorded), not from the layers the forward
+    happened to record: a forward with fewer layer ranges (a profile window
+    that opens late, no Python frames, a capped trace) must not make the undo
+    look complete. M is at least what the flags imply on every rank megasim
+    ran (a lower bound: labels whose units depend on the model's norms and
+    experts count 0)"""
+    m = UNITS.search(c.v.get("note", ""))
+    if not m or not c.scenario:
+        return []
+    flags = c.scenario["flags"]
+    upi, ipi = units_per_instance(flags), instances_per_iteration(flags)
+    if not upi or not ipi:
+        return []
+    want = sum(complete_iterations(r) for r in c.doc.get("ranks", [])) * ipi * upi
+    if int(m.group(2)) < want:
+        return ["%s of %s units counted, the configuration implies at least %d (%d per "
+                "instance, %d instances per iteration)" % (m.group(1), m.group(2), want, upi,
+                                                          ipi)]
+    return []
+
+
 def inv17_moe_imbalance(c):
     """X:MOE_IMBALANCE (issue 21) agrees with the trace and claims nothing
     recompute does not do: each rank whose MoE dispatch note says it received
@@ -1165,7 +1276,9 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("20 fewer replay units matched than implied: nothing from the undo",
                inv20_undo_unknown),
               ("21 full[uniform,1] never above a selective setting; no state verdict "
-               "over a fitting recompute", inv21_monotone)]
+               "over a fitting recompute", inv21_monotone),
+              ("22 the replay units a recorded setting implies come from the configuration",
+               inv22_units_from_config)]
 
 
 def diagnosis_run(v):
