@@ -125,9 +125,11 @@ hdr(uint16_t kind, uint32_t size, uint32_t aux)
 
 /* ---- ALLOC and FREE, full or compact (format 1.4, trace_format.h) ---- */
 
-/* Call sites named in the calling thread's current chunk: a direct-mapped
- * table, emptied when the thread claims a chunk (ids are per chunk). A
- * site evicted by a collision is simply named again with a new id. */
+/* Call sites named in the calling thread's current chunk: an open-addressed
+ * table (linear probing), emptied when the thread claims a chunk (ids are
+ * per chunk). A site is named at most once per chunk; once the table is
+ * full, records of sites not in it are written in full, so no record costs
+ * more than a full one (a site never thrashes another out). */
 #define RS_SITE_SLOTS 16u
 typedef struct rs_site_slot {
     uint64_t caller, stream;
@@ -147,8 +149,9 @@ rs_record_init(void)
     g_compact = !(v && v[0] == '0' && v[1] == '\0');
 }
 
-/* The slot for this site in the current chunk's table (emptied first when
- * the thread has moved to another chunk since). */
+/* The slot holding this site in the current chunk's table, or the empty
+ * slot where it goes, or NULL when the table is full without it. The
+ * table is emptied first when the thread has moved to another chunk. */
 static inline rs_site_slot *
 site_slot(uint64_t caller, uint64_t stream, uint32_t key)
 {
@@ -158,7 +161,13 @@ site_slot(uint64_t caller, uint64_t stream, uint32_t key)
         t_sites_epoch = t_rs.chunk_epoch;
     }
     uint64_t x = (caller ^ (stream * 0x9e3779b97f4a7c15ull) ^ key) * 0xff51afd7ed558ccdull;
-    return &t_sites[x >> 60 & (RS_SITE_SLOTS - 1)];
+    uint32_t i = (uint32_t)(x >> 60);
+    for (uint32_t probe = 0; probe < RS_SITE_SLOTS; probe++) {
+        rs_site_slot *s = &t_sites[(i + probe) & (RS_SITE_SLOTS - 1)];
+        if (!s->id || (s->caller == caller && s->stream == stream && s->key == key))
+            return s;
+    }
+    return NULL;
 }
 
 /* The fields ALLOC and FREE share. */
@@ -224,8 +233,8 @@ write_compact(unsigned char *p, int is_alloc, const rs_af *f, uint32_t site, uin
 
 /* Write one ALLOC or FREE: compact when the call succeeded and its site is
  * named in this chunk and the time fits a 32-bit delta from the chunk's
- * previous record; SITE + compact when the site is new to the chunk; else
- * the full record. Reserves the largest of these (SITE + ALLOC_C, 72
+ * previous record; SITE + compact when the site is new to the chunk and
+ * the site table has room; else the full record. Reserves the largest of these (SITE + ALLOC_C, 72
  * bytes) so the choice is made in the chunk the record lands in. */
 static void
 write_alloc_free(int is_alloc, const rs_af *f)
@@ -240,7 +249,11 @@ write_alloc_free(int is_alloc, const rs_af *f)
     }
     uint32_t key = f->api | (uint32_t)f->mem << 16 | (uint32_t)(uint8_t)f->device << 24;
     rs_site_slot *s = site_slot(f->caller, f->stream, key);
-    if (s->id && s->caller == f->caller && s->stream == f->stream && s->key == key) {
+    if (!s) { /* more distinct sites in this chunk than the table holds */
+        write_full(p, is_alloc, f);
+        return;
+    }
+    if (s->id) {
         uint64_t dt = f->t_ns - t_rs.ct_ns;
         if (t_rs.ct_epoch != t_rs.chunk_epoch || f->t_ns < t_rs.ct_ns || dt > UINT32_MAX) {
             write_full(p, is_alloc, f);
