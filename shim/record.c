@@ -137,9 +137,14 @@ typedef struct rs_site_slot {
     uint32_t id;                        /* SITE id, 0 = empty */
 } rs_site_slot;
 
-static __thread rs_site_slot t_sites[RS_SITE_SLOTS] __attribute__((tls_model("initial-exec")));
-static __thread uint32_t t_sites_epoch __attribute__((tls_model("initial-exec")));
-static __thread uint32_t t_sites_n __attribute__((tls_model("initial-exec")));
+/* One TLS object (one address computation per hook). */
+typedef struct rs_sites {
+    uint32_t epoch;                     /* t_rs.chunk_epoch the table belongs to */
+    uint32_t n;                         /* ids handed out in that chunk */
+    rs_site_slot slot[RS_SITE_SLOTS];
+} rs_sites;
+
+static __thread rs_sites t_sites __attribute__((tls_model("initial-exec")));
 static int g_compact = 1;               /* RECOMPSHIM_COMPACT, read once */
 
 void
@@ -155,15 +160,16 @@ rs_record_init(void)
 static inline rs_site_slot *
 site_slot(uint64_t caller, uint64_t stream, uint32_t key)
 {
-    if (t_sites_epoch != t_rs.chunk_epoch) {
-        memset(t_sites, 0, sizeof t_sites);
-        t_sites_n = 0;
-        t_sites_epoch = t_rs.chunk_epoch;
+    rs_sites *t = &t_sites;
+    if (__builtin_expect(t->epoch != t_rs.chunk_epoch, 0)) {
+        memset(t->slot, 0, sizeof t->slot);
+        t->n = 0;
+        t->epoch = t_rs.chunk_epoch;
     }
     uint64_t x = (caller ^ (stream * 0x9e3779b97f4a7c15ull) ^ key) * 0xff51afd7ed558ccdull;
     uint32_t i = (uint32_t)(x >> 60);
     for (uint32_t probe = 0; probe < RS_SITE_SLOTS; probe++) {
-        rs_site_slot *s = &t_sites[(i + probe) & (RS_SITE_SLOTS - 1)];
+        rs_site_slot *s = &t->slot[(i + probe) & (RS_SITE_SLOTS - 1)];
         if (!s->id || (s->caller == caller && s->stream == stream && s->key == key))
             return s;
     }
@@ -180,7 +186,7 @@ typedef struct rs_af {
     uint32_t pystack;
 } rs_af;
 
-static void
+static inline __attribute__((always_inline)) void
 write_full(unsigned char *p, int is_alloc, const rs_af *f)
 {
     if (is_alloc) {
@@ -211,7 +217,7 @@ write_full(unsigned char *p, int is_alloc, const rs_af *f)
 }
 
 /* A compact record at p: `dt` ns after the chunk's previous record. */
-static uint32_t
+static inline __attribute__((always_inline)) uint32_t
 write_compact(unsigned char *p, int is_alloc, const rs_af *f, uint32_t site, uint32_t dt)
 {
     if (is_alloc) {
@@ -236,7 +242,7 @@ write_compact(unsigned char *p, int is_alloc, const rs_af *f, uint32_t site, uin
  * previous record; SITE + compact when the site is new to the chunk and
  * the site table has room; else the full record. Reserves the largest of these (SITE + ALLOC_C, 72
  * bytes) so the choice is made in the chunk the record lands in. */
-static void
+static inline __attribute__((always_inline)) void
 write_alloc_free(int is_alloc, const rs_af *f)
 {
     unsigned char *p = rs_rec_begin(sizeof(rs_rec_site) + sizeof(rs_rec_alloc_c), RS_GATED);
@@ -264,7 +270,7 @@ write_alloc_free(int is_alloc, const rs_af *f)
         return;
     }
     *s = (rs_site_slot){.caller = f->caller, .stream = f->stream, .key = key,
-                        .id = ++t_sites_n};
+                        .id = ++t_sites.n};
     rs_rec_site *d = (void *)p;
     *d = (rs_rec_site){.h = {.kind = RS_REC_SITE, .size = sizeof *d, .aux = s->id,
                              .t_ns = f->t_ns},

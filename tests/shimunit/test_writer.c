@@ -141,7 +141,7 @@ Test(writer, four_threads_every_record_exact_and_sealed)
 {
     setup_env(NULL, NULL);
     cr_assert_eq(rs_trace_open(), 1);
-    enum { THREADS = 4, PER = 20000 };
+    enum { THREADS = 4, PER = 40000 };
     pthread_t t[THREADS];
     struct worker_arg a[THREADS];
     for (int i = 0; i < THREADS; i++) {
@@ -164,7 +164,8 @@ Test(writer, four_threads_every_record_exact_and_sealed)
     /* one THREAD record per writing thread: the workers and the main
      * thread, which wrote the startup records */
     cr_assert_eq(count_kind(r, RS_REC_THREAD, NULL), THREADS + 1);
-    /* 160000 records of 56+48 bytes need many chunks, every one sealed */
+    /* 320000 records, 56 bytes per pair compact (32+24; 56+48 in full),
+     * need many chunks, every one sealed */
     cr_assert_gt(rs_reader_chunk_count(r), 30);
     cr_assert_eq(rs_reader_warning_count(r), 0, "warning: %s", rs_reader_warning(r, 0));
     rs_reader_close(r);
