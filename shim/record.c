@@ -141,6 +141,7 @@ typedef struct rs_site_slot {
 typedef struct rs_sites {
     uint32_t epoch;                     /* t_rs.chunk_epoch the table belongs to */
     uint32_t n;                         /* ids handed out in that chunk */
+    uint8_t last[2];                    /* slot of the last FREE (0) / ALLOC (1) site */
     rs_site_slot slot[RS_SITE_SLOTS];
 } rs_sites;
 
@@ -254,14 +255,21 @@ write_alloc_free(int is_alloc, const rs_af *f)
         return;
     }
     uint32_t key = f->api | (uint32_t)f->mem << 16 | (uint32_t)(uint8_t)f->device << 24;
-    rs_site_slot *s = site_slot(f->caller, f->stream, key);
-    if (!s) { /* more distinct sites in this chunk than the table holds */
-        write_full(p, is_alloc, f);
-        return;
+    /* most hooks repeat their previous site: check its slot before hashing */
+    rs_sites *t = &t_sites;
+    rs_site_slot *s = &t->slot[t->last[is_alloc]];
+    if (t->epoch != t_rs.chunk_epoch || !s->id || s->caller != f->caller ||
+        s->stream != f->stream || s->key != key) {
+        s = site_slot(f->caller, f->stream, key);
+        if (!s) { /* more distinct sites in this chunk than the table holds */
+            write_full(p, is_alloc, f);
+            return;
+        }
+        t->last[is_alloc] = (uint8_t)(s - t->slot);
     }
     if (s->id) {
-        uint64_t dt = f->t_ns - t_rs.ct_ns;
-        if (t_rs.ct_epoch != t_rs.chunk_epoch || f->t_ns < t_rs.ct_ns || dt > UINT32_MAX) {
+        uint64_t dt = f->t_ns - t_rs.ct_ns; /* wraps past UINT32_MAX when t_ns < ct_ns */
+        if (t_rs.ct_epoch != t_rs.chunk_epoch || dt > UINT32_MAX) {
             write_full(p, is_alloc, f);
             return;
         }

@@ -415,17 +415,6 @@ rs_rec_begin(uint32_t size, int cls)
 }
 
 void
-rs_rec_end_n(uint32_t size, uint32_t nrec, uint64_t t_last_ns)
-{
-    rs_chunk_header *ch = chunk_hdr(t_rs.chunk);
-    uint32_t used = ch->used + size;
-    t_rs.ct_ns = t_last_ns;
-    t_rs.ct_epoch = t_rs.chunk_epoch;
-    __atomic_store_n(&ch->used, used, __ATOMIC_RELEASE);
-    __atomic_store_n(&ch->record_count, ch->record_count + nrec, __ATOMIC_RELEASE);
-}
-
-void
 rs_rec_end(void *rec, uint32_t size)
 {
     rs_rec_end_n(size, 1, ((const rs_record_header *)rec)->t_ns);

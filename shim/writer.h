@@ -38,7 +38,16 @@ RS_HIDDEN void rs_rec_end(void *rec, uint32_t size);
  * at once (a SITE and the compact record naming it are published together);
  * t_last_ns is the time of the last of them (the chunk's time base after
  * them). */
-RS_HIDDEN void rs_rec_end_n(uint32_t size, uint32_t nrec, uint64_t t_last_ns);
+static inline void
+rs_rec_end_n(uint32_t size, uint32_t nrec, uint64_t t_last_ns)
+{
+    rs_chunk_header *ch = (rs_chunk_header *)(void *)t_rs.chunk;
+    uint32_t used = ch->used + size;
+    t_rs.ct_ns = t_last_ns;
+    t_rs.ct_epoch = t_rs.chunk_epoch;
+    __atomic_store_n(&ch->used, used, __ATOMIC_RELEASE);
+    __atomic_store_n(&ch->record_count, ch->record_count + nrec, __ATOMIC_RELEASE);
+}
 
 /* The mapped file header, or NULL when no file is open. */
 RS_HIDDEN rs_file_header *rs_writer_header(void);
