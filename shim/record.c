@@ -123,26 +123,182 @@ hdr(uint16_t kind, uint32_t size, uint32_t aux)
                               .t_ns = t_rs.last_ns};
 }
 
+/* ---- ALLOC and FREE, full or compact (format 1.4, trace_format.h) ---- */
+
+/* Call sites named in the calling thread's current chunk: an open-addressed
+ * table (linear probing), emptied when the thread claims a chunk (ids are
+ * per chunk). A site is named at most once per chunk; once the table is
+ * full, records of sites not in it are written in full, so no record costs
+ * more than a full one (a site never thrashes another out). */
+#define RS_SITE_SLOTS 16u
+typedef struct rs_site_slot {
+    uint64_t caller, stream;
+    uint32_t key;                       /* api | mem << 16 | (uint8_t)device << 24 */
+    uint32_t id;                        /* SITE id, 0 = empty */
+} rs_site_slot;
+
+/* One TLS object (one address computation per hook). */
+typedef struct rs_sites {
+    uint32_t epoch;                     /* t_rs.chunk_epoch the table belongs to */
+    uint32_t n;                         /* ids handed out in that chunk */
+    uint8_t last[2];                    /* slot of the last FREE (0) / ALLOC (1) site */
+    rs_site_slot slot[RS_SITE_SLOTS];
+} rs_sites;
+
+static __thread rs_sites t_sites __attribute__((tls_model("initial-exec")));
+static int g_compact = 1;               /* RECOMPSHIM_COMPACT, read once */
+
+void
+rs_record_init(void)
+{
+    const char *v = getenv("RECOMPSHIM_COMPACT");
+    g_compact = !(v && v[0] == '0' && v[1] == '\0');
+}
+
+/* The slot holding this site in the current chunk's table, or the empty
+ * slot where it goes, or NULL when the table is full without it. The
+ * table is emptied first when the thread has moved to another chunk. */
+static inline rs_site_slot *
+site_slot(uint64_t caller, uint64_t stream, uint32_t key)
+{
+    rs_sites *t = &t_sites;
+    if (__builtin_expect(t->epoch != t_rs.chunk_epoch, 0)) {
+        memset(t->slot, 0, sizeof t->slot);
+        t->n = 0;
+        t->epoch = t_rs.chunk_epoch;
+    }
+    uint64_t x = (caller ^ (stream * 0x9e3779b97f4a7c15ull) ^ key) * 0xff51afd7ed558ccdull;
+    uint32_t i = (uint32_t)(x >> 60);
+    for (uint32_t probe = 0; probe < RS_SITE_SLOTS; probe++) {
+        rs_site_slot *s = &t->slot[(i + probe) & (RS_SITE_SLOTS - 1)];
+        if (!s->id || (s->caller == caller && s->stream == stream && s->key == key))
+            return s;
+    }
+    return NULL;
+}
+
+/* The fields ALLOC and FREE share. */
+typedef struct rs_af {
+    uint64_t t_ns, ptr, size, stream, caller;
+    uint16_t api;
+    uint8_t mem;
+    int8_t device;
+    int32_t status;
+    uint32_t pystack;
+} rs_af;
+
+static inline __attribute__((always_inline)) void
+write_full(unsigned char *p, int is_alloc, const rs_af *f)
+{
+    if (is_alloc) {
+        rs_rec_alloc *r = (void *)p;
+        r->h = (rs_record_header){.kind = RS_REC_ALLOC, .size = sizeof *r, .aux = f->pystack,
+                                  .t_ns = f->t_ns};
+        r->ptr = f->ptr;
+        r->size = f->size;
+        r->stream = f->stream;
+        r->caller = f->caller;
+        r->api = f->api;
+        r->mem = f->mem;
+        r->device = f->device;
+        r->status = f->status;
+        rs_rec_end(r, sizeof *r);
+        return;
+    }
+    rs_rec_free *r = (void *)p;
+    r->h = (rs_record_header){.kind = RS_REC_FREE, .size = sizeof *r, .t_ns = f->t_ns};
+    r->ptr = f->ptr;
+    r->stream = f->stream;
+    r->caller = f->caller;
+    r->api = f->api;
+    r->mem = f->mem;
+    r->device = f->device;
+    r->status = f->status;
+    rs_rec_end(r, sizeof *r);
+}
+
+/* A compact record at p: `dt` ns after the chunk's previous record. */
+static inline __attribute__((always_inline)) uint32_t
+write_compact(unsigned char *p, int is_alloc, const rs_af *f, uint32_t site, uint32_t dt)
+{
+    if (is_alloc) {
+        rs_rec_alloc_c *c = (void *)p;
+        c->h = (rs_compact_header){.kind = RS_REC_ALLOC_C, .size = sizeof *c, .dt_ns = dt};
+        c->ptr = f->ptr;
+        c->size = f->size;
+        c->site = site;
+        c->pystack = f->pystack;
+        return sizeof *c;
+    }
+    rs_rec_free_c *c = (void *)p;
+    c->h = (rs_compact_header){.kind = RS_REC_FREE_C, .size = sizeof *c, .dt_ns = dt};
+    c->ptr = f->ptr;
+    c->site = site;
+    c->reserved = 0;
+    return sizeof *c;
+}
+
+/* Write one ALLOC or FREE: compact when the call succeeded and its site is
+ * named in this chunk and the time fits a 32-bit delta from the chunk's
+ * previous record; SITE + compact when the site is new to the chunk and
+ * the site table has room; else the full record. Reserves the largest of these (SITE + ALLOC_C, 72
+ * bytes) so the choice is made in the chunk the record lands in. */
+static inline __attribute__((always_inline)) void
+write_alloc_free(int is_alloc, const rs_af *f)
+{
+    unsigned char *p = rs_rec_begin(sizeof(rs_rec_site) + sizeof(rs_rec_alloc_c), RS_GATED);
+    if (!p)
+        return;
+    note_device(f->device);
+    if (f->status != 0 || !g_compact) {
+        write_full(p, is_alloc, f);
+        return;
+    }
+    uint32_t key = f->api | (uint32_t)f->mem << 16 | (uint32_t)(uint8_t)f->device << 24;
+    /* most hooks repeat their previous site: check its slot before hashing */
+    rs_sites *t = &t_sites;
+    rs_site_slot *s = &t->slot[t->last[is_alloc]];
+    if (t->epoch != t_rs.chunk_epoch || !s->id || s->caller != f->caller ||
+        s->stream != f->stream || s->key != key) {
+        s = site_slot(f->caller, f->stream, key);
+        if (!s) { /* more distinct sites in this chunk than the table holds */
+            write_full(p, is_alloc, f);
+            return;
+        }
+        t->last[is_alloc] = (uint8_t)(s - t->slot);
+    }
+    if (s->id) {
+        uint64_t dt = f->t_ns - t_rs.ct_ns; /* wraps past UINT32_MAX when t_ns < ct_ns */
+        if (t_rs.ct_epoch != t_rs.chunk_epoch || dt > UINT32_MAX) {
+            write_full(p, is_alloc, f);
+            return;
+        }
+        uint32_t n = write_compact(p, is_alloc, f, s->id, (uint32_t)dt);
+        rs_rec_end_n(n, 1, f->t_ns);
+        return;
+    }
+    *s = (rs_site_slot){.caller = f->caller, .stream = f->stream, .key = key,
+                        .id = ++t_sites.n};
+    rs_rec_site *d = (void *)p;
+    *d = (rs_rec_site){.h = {.kind = RS_REC_SITE, .size = sizeof *d, .aux = s->id,
+                             .t_ns = f->t_ns},
+                       .caller = f->caller, .stream = f->stream, .api = f->api, .mem = f->mem,
+                       .device = f->device};
+    uint32_t n = write_compact(p + sizeof *d, is_alloc, f, s->id, 0);
+    rs_rec_end_n(sizeof *d + n, 2, f->t_ns);
+}
+
 void
 rs_record_alloc(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t size, uint64_t stream,
                 uint64_t caller, int status)
 {
     if (!rs_recording())
         return;
-    rs_rec_alloc *r = rs_rec_begin(sizeof *r, RS_GATED);
-    if (!r)
-        return;
-    note_device(t_rs.device);
-    r->h = hdr(RS_REC_ALLOC, sizeof *r, rs_pystack_current());
-    r->ptr = ptr;
-    r->size = size;
-    r->stream = stream;
-    r->caller = caller;
-    r->api = api;
-    r->mem = mem;
-    r->device = t_rs.device;
-    r->status = status;
-    rs_rec_end(r, sizeof *r);
+    t_rs.last_ns = rs_now_ns();
+    rs_af f = {.t_ns = t_rs.last_ns, .ptr = ptr, .size = size, .stream = stream,
+               .caller = caller, .api = api, .mem = mem, .device = t_rs.device,
+               .status = status, .pystack = rs_pystack_current()};
+    write_alloc_free(1, &f);
 }
 
 void
@@ -158,21 +314,11 @@ rs_record_free_at(uint64_t t_ns, uint16_t api, uint8_t mem, uint64_t ptr, uint64
 {
     if (!rs_recording())
         return;
-    rs_rec_free *r = rs_rec_begin(sizeof *r, RS_GATED);
-    if (!r)
-        return;
-    note_device(t_rs.device);
     /* t_ns was read before the free (no second clock read) */
     t_rs.last_ns = t_ns;
-    r->h = (rs_record_header){.kind = RS_REC_FREE, .size = sizeof *r, .t_ns = t_ns};
-    r->ptr = ptr;
-    r->stream = stream;
-    r->caller = caller;
-    r->api = api;
-    r->mem = mem;
-    r->device = t_rs.device;
-    r->status = status;
-    rs_rec_end(r, sizeof *r);
+    rs_af f = {.t_ns = t_ns, .ptr = ptr, .stream = stream, .caller = caller, .api = api,
+               .mem = mem, .device = t_rs.device, .status = status};
+    write_alloc_free(0, &f);
 }
 
 void

@@ -30,6 +30,9 @@ typedef struct rs_tls {
     uint32_t chunk_index;
     int8_t device;              /* last device set on this thread, -1 unknown */
     uint64_t last_ns;           /* time of this thread's last record (saves a clock read) */
+    uint32_t chunk_epoch;       /* bumped at each chunk this thread claims (v1.4) */
+    uint32_t ct_epoch;          /* chunk_epoch when ct_ns was written */
+    uint64_t ct_ns;             /* time of the last record published in that chunk */
 } rs_tls;
 
 extern __thread rs_tls t_rs __attribute__((tls_model("initial-exec")));
@@ -65,6 +68,11 @@ RS_HIDDEN void rs_record_free(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t 
                               uint64_t caller, int status);
 RS_HIDDEN void rs_record_free_at(uint64_t t_ns, uint16_t api, uint8_t mem, uint64_t ptr,
                                  uint64_t stream, uint64_t caller, int status);
+/* Constructor-time: read RECOMPSHIM_COMPACT (0: write only full ALLOC and
+ * FREE records, as format 1.3 did; for side-by-side measurements and
+ * tests). */
+RS_HIDDEN void rs_record_init(void);
+
 /* A failed allocation: captures a native stack and makes the record
  * durable at once (msync). free/total from a cudaMemGetInfo taken by the
  * caller, meminfo_status -1 when none was taken. Recorded even past the

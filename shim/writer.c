@@ -356,6 +356,7 @@ claim_chunk(void)
         ;
     t_rs.chunk = c;
     t_rs.chunk_index = idx;
+    t_rs.chunk_epoch++; /* compact records: new time base and sites (v1.4) */
     t_slot = register_chunk(c);
     if (flipped) {
         g_w.hdr->limit_hit_ns = rs_now_ns();
@@ -416,11 +417,7 @@ rs_rec_begin(uint32_t size, int cls)
 void
 rs_rec_end(void *rec, uint32_t size)
 {
-    (void)rec;
-    rs_chunk_header *ch = chunk_hdr(t_rs.chunk);
-    uint32_t used = ch->used + size;
-    __atomic_store_n(&ch->used, used, __ATOMIC_RELEASE);
-    __atomic_store_n(&ch->record_count, ch->record_count + 1, __ATOMIC_RELEASE);
+    rs_rec_end_n(size, 1, ((const rs_record_header *)rec)->t_ns);
 }
 
 static void
@@ -866,6 +863,7 @@ rs_writer_init(void)
     if (g_rs_cfg.disable)
         atomic_store(&g_w.state, RS_W_DISABLED);
     rs_clock_init();
+    rs_record_init();
     pthread_key_create(&g_w.exit_key, thread_exit);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }

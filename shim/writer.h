@@ -30,8 +30,24 @@ RS_HIDDEN void rs_writer_set_disabled(void);
  * the record and calls rs_rec_end with the same size. Lock-free; claims a
  * new chunk (fallocate + mmap, once per RS_CHUNK_SIZE) when full. */
 RS_HIDDEN void *rs_rec_begin(uint32_t size, int cls);
-/* Publish the record: release-store of the chunk's used count. */
+/* Publish the record: release-store of the chunk's used count. rec must
+ * start with an rs_record_header (its t_ns becomes the chunk's time base
+ * for compact records, trace_format.h v1.4). */
 RS_HIDDEN void rs_rec_end(void *rec, uint32_t size);
+/* Publish `nrec` records filling `size` bytes from rs_rec_begin's pointer
+ * at once (a SITE and the compact record naming it are published together);
+ * t_last_ns is the time of the last of them (the chunk's time base after
+ * them). */
+static inline void
+rs_rec_end_n(uint32_t size, uint32_t nrec, uint64_t t_last_ns)
+{
+    rs_chunk_header *ch = (rs_chunk_header *)(void *)t_rs.chunk;
+    uint32_t used = ch->used + size;
+    t_rs.ct_ns = t_last_ns;
+    t_rs.ct_epoch = t_rs.chunk_epoch;
+    __atomic_store_n(&ch->used, used, __ATOMIC_RELEASE);
+    __atomic_store_n(&ch->record_count, ch->record_count + nrec, __ATOMIC_RELEASE);
+}
 
 /* The mapped file header, or NULL when no file is open. */
 RS_HIDDEN rs_file_header *rs_writer_header(void);

@@ -625,6 +625,21 @@ dump_record(out *o, const rs_reader *r, const rs_event *ev)
         break;
     }
 #endif
+#if RS_TRACE_VERSION_MINOR >= 4
+    case RS_REC_SITE: {
+        const rs_rec_site *st = p;
+        kv_u(o, "id", st->h.aux);
+        kv_w(o, "api", nz(rs_api_name(st->api)));
+        kv_w(o, "mem", nz(rs_mem_name(st->mem)));
+        kv_d(o, "dev", st->device);
+        kv_x(o, "stream", st->stream);
+        kv_x(o, "caller", st->caller);
+        break;
+    }
+    case RS_REC_ALLOC_C: /* the iterator hands these out expanded */
+    case RS_REC_FREE_C:
+        break;
+#endif
     case RS_REC_POOL_ATTR: {
         const rs_rec_pool_attr *a = p;
         kv_x(o, "pool", a->pool);

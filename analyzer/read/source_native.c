@@ -440,6 +440,11 @@ translate(native *n, const rs_event *re, am_event *ev)
     case RS_REC_PYFRAME:
     case RS_REC_PYSTACK:
 #endif
+#if RS_TRACE_VERSION_MINOR >= 4
+    case RS_REC_SITE:    /* named by compact records, which the iterator expands */
+    case RS_REC_ALLOC_C: /* never handed out: expanded into ALLOC / FREE */
+    case RS_REC_FREE_C:
+#endif
         return 0;
 #if RS_TRACE_VERSION_MINOR >= 1
     case RS_REC_VMM_CREATE: {

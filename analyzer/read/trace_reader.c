@@ -594,6 +594,27 @@ check_fields(rs_reader *r, const rd_chunk *c, uint64_t off, uint32_t idx,
         break;
     }
 #endif
+#if RS_TRACE_VERSION_MINOR >= 4
+    case RS_REC_SITE: {
+        const rs_rec_site *st = p;
+        if (!rs_api_name(st->api)) {
+            rec_err(r, off + offsetof(rs_rec_site, api), c, idx, kind,
+                    "unknown api code %u", (unsigned)st->api);
+            return -1;
+        }
+        if (!rs_mem_name(st->mem)) {
+            rec_err(r, off + offsetof(rs_rec_site, mem), c, idx, kind,
+                    "memory kind %u out of range (0..2)", (unsigned)st->mem);
+            return -1;
+        }
+        break;
+    }
+    case RS_REC_ALLOC_C:
+    case RS_REC_FREE_C:
+        /* site and time are checked against the chunk's earlier records
+         * (check_compact) */
+        break;
+#endif
     case RS_REC_SET_DEVICE:
     case RS_REC_THREAD:
     case RS_REC_NVTX_POP:
@@ -616,6 +637,62 @@ check_record(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx,
     if (!h || check_fields(r, c, c->offset + sizeof(rs_chunk_header) + pos, idx, h) != 0)
         return -1;
     *out = h;
+    return 0;
+}
+
+/* What check_compact knows of a chunk's records so far (format 1.4). */
+typedef struct rd_cstate {
+    uint64_t t;       /* time of the previous record (reconstructed if compact) */
+    uint32_t nsites;  /* SITE ids defined so far: 1..nsites */
+    int have_t;       /* 0 before the chunk's first record */
+} rd_cstate;
+
+/* The rules that tie a record to the chunk's earlier ones (trace_format.h,
+ * v1.4): SITE ids defined in turn from 1, compact records naming a site
+ * defined before them and following a record whose time they extend. The
+ * record at file offset `off` was framed and checked by check_record.
+ * 0 valid, -1 with r->err set. */
+static int
+check_compact(rs_reader *r, const rd_chunk *c, uint64_t off, uint32_t idx,
+              const rs_record_header *h, rd_cstate *st)
+{
+    uint32_t kind = h->kind;
+    if (kind == RS_REC_SITE && h->aux != st->nsites + 1) {
+        rec_err(r, off + offsetof(rs_record_header, aux), c, idx, kind,
+                "site id %" PRIu32 " out of order (the chunk's next site id is %" PRIu32 ")",
+                h->aux, st->nsites + 1);
+        return -1;
+    }
+    if (kind != RS_REC_ALLOC_C && kind != RS_REC_FREE_C) {
+        st->nsites += kind == RS_REC_SITE;
+        st->t = h->t_ns;
+        st->have_t = 1;
+        return 0;
+    }
+    const rs_compact_header *ch = (const void *)h;
+    uint32_t site = kind == RS_REC_ALLOC_C ? ((const rs_rec_alloc_c *)(const void *)h)->site
+                                           : ((const rs_rec_free_c *)(const void *)h)->site;
+    size_t site_off = kind == RS_REC_ALLOC_C ? offsetof(rs_rec_alloc_c, site)
+                                             : offsetof(rs_rec_free_c, site);
+    if (!st->have_t) {
+        rec_err(r, off, c, idx, kind,
+                "a compact record cannot be its chunk's first record (its time is a delta "
+                "from the previous record)");
+        return -1;
+    }
+    if (site == 0 || site > st->nsites) {
+        rec_err(r, off + site_off, c, idx, kind,
+                "site id %" PRIu32 " is not defined earlier in this chunk (%" PRIu32
+                " defined)", site, st->nsites);
+        return -1;
+    }
+    if (st->t + ch->dt_ns < st->t) {
+        rec_err(r, off + offsetof(rs_compact_header, dt_ns), c, idx, kind,
+                "time overflows 64 bits (previous record %" PRIu64 " ns + dt %" PRIu32 ")",
+                st->t, ch->dt_ns);
+        return -1;
+    }
+    st->t += ch->dt_ns;
     return 0;
 }
 
@@ -1008,10 +1085,12 @@ scan_chunk(rs_reader *r, const rd_chunk *c, uint32_t record_count, const rd_seal
     uint32_t lim = seal ? seal->len : 0, summed = 0;
     uint64_t sum = RS_CHECKSUM_INIT;
     uint32_t pos = 0, idx = 0;
+    rd_cstate cst = {0};
     int bad = 0;
     while (pos < c->used) {
         const rs_record_header *h;
-        if (check_record(r, c, pos, idx, &h)) {
+        if (check_record(r, c, pos, idx, &h) ||
+            check_compact(r, c, c->offset + sizeof(rs_chunk_header) + pos, idx, h, &cst)) {
             bad = 1;
             break;
         }
@@ -1529,7 +1608,17 @@ typedef struct rd_stream {
     const rs_record_header *rec;
     uint64_t t;               /* rec->t_ns, and the chunk's file index: the */
     uint32_t cindex;          /* merge order's keys, kept at hand */
+    /* (1.4) the current chunk's SITE records so far: sites[id - 1] */
+    const rs_rec_site **sites;
+    uint32_t nsites, capsites;
 } rd_stream;
+
+/* A compact record handed out expanded (rs_iter_next). */
+typedef union rd_full {
+    rs_record_header h;
+    rs_rec_alloc a;
+    rs_rec_free f;
+} rd_full;
 
 struct rs_iter {
     rs_reader *r;
@@ -1539,6 +1628,7 @@ struct rs_iter {
     size_t *heap;             /* stream indices, min-heap */
     size_t nheap;
     int failed;
+    rd_full full;             /* the last compact record handed out, expanded */
 };
 
 static int
@@ -1550,6 +1640,65 @@ cmp_order(const void *a, const void *b, void *ctx)
     if (x->tid != y->tid)
         return x->tid < y->tid ? -1 : 1;
     return x->index < y->index ? -1 : (x->index > y->index);
+}
+
+/* stream_load for the kinds of format 1.4 that tie a record to earlier
+ * ones in its chunk (validated at open, check_compact): a SITE is kept for
+ * the compact records after it; a compact record's time is the previous
+ * record's plus its delta. 1, or -1 out of memory (r->err set). */
+static int
+stream_load_compact(rs_reader *r, rd_stream *s, const rs_record_header *h)
+{
+    if (h->kind == RS_REC_ALLOC_C || h->kind == RS_REC_FREE_C) {
+        s->t += ((const rs_compact_header *)(const void *)h)->dt_ns;
+        return 1;
+    }
+    s->t = h->t_ns;
+    if (h->kind == RS_REC_SITE) {
+        if (s->nsites == s->capsites) {
+            uint32_t cap = s->capsites ? 2 * s->capsites : 16;
+            void *q = realloc(s->sites, cap * sizeof *s->sites);
+            if (!q) {
+                set_err(r, 0, "out of memory reading call sites");
+                return -1;
+            }
+            s->sites = q;
+            s->capsites = cap;
+        }
+        s->sites[s->nsites++] = (const rs_rec_site *)(const void *)h;
+    }
+    return 1;
+}
+
+/* The full ALLOC/FREE record that compact record h (current in stream s,
+ * at time s->t) stands for, written into *out. */
+static void
+expand_compact(const rd_stream *s, const rs_record_header *h, rd_full *out)
+{
+    memset(out, 0, sizeof *out);
+    if (h->kind == RS_REC_ALLOC_C) {
+        const rs_rec_alloc_c *c = (const void *)h;
+        const rs_rec_site *st = s->sites[c->site - 1];
+        out->a.h = (rs_record_header){.kind = RS_REC_ALLOC, .size = sizeof out->a,
+                                      .aux = c->pystack, .t_ns = s->t};
+        out->a.ptr = c->ptr;
+        out->a.size = c->size;
+        out->a.stream = st->stream;
+        out->a.caller = st->caller;
+        out->a.api = st->api;
+        out->a.mem = st->mem;
+        out->a.device = st->device;
+        return;
+    }
+    const rs_rec_free_c *c = (const void *)h;
+    const rs_rec_site *st = s->sites[c->site - 1];
+    out->f.h = (rs_record_header){.kind = RS_REC_FREE, .size = sizeof out->f, .t_ns = s->t};
+    out->f.ptr = c->ptr;
+    out->f.stream = st->stream;
+    out->f.caller = st->caller;
+    out->f.api = st->api;
+    out->f.mem = st->mem;
+    out->f.device = st->device;
 }
 
 /* Load the stream's current record, moving to its next chunk when one is
@@ -1565,15 +1714,20 @@ stream_load(rs_reader *r, rd_stream *s)
     while (s->cur < s->nchunks) {
         const rd_chunk *c = &r->chunks[s->chunks[s->cur]];
         if (s->pos < c->used) {
-            s->rec = (const rs_record_header *)(const void *)(r->base + c->offset +
-                                                              sizeof(rs_chunk_header) + s->pos);
-            s->t = s->rec->t_ns;
+            const rs_record_header *h = (const rs_record_header *)(const void *)(
+                r->base + c->offset + sizeof(rs_chunk_header) + s->pos);
+            s->rec = h;
             s->cindex = c->index;
-            return 1;
+            if (__builtin_expect(h->kind < RS_REC_SITE, 1)) {
+                s->t = h->t_ns;
+                return 1;
+            }
+            return stream_load_compact(r, s, h);
         }
         s->cur++;
         s->pos = 0;
         s->idx = 0;
+        s->nsites = 0;
     }
     s->rec = NULL;
     return 0;
@@ -1661,6 +1815,10 @@ rs_iter_next(rs_iter *it, rs_event *ev)
     rd_stream *s = &it->streams[it->heap[0]];
     const rd_chunk *c = &r->chunks[s->chunks[s->cur]];
     ev->rec = s->rec;
+    if (__builtin_expect(s->rec->kind == RS_REC_ALLOC_C || s->rec->kind == RS_REC_FREE_C, 0)) {
+        expand_compact(s, s->rec, &it->full);
+        ev->rec = &it->full.h;
+    }
     ev->tid = c->tid;
     ev->chunk_index = c->index;
     ev->record_index = s->idx;
@@ -1684,6 +1842,8 @@ rs_iter_free(rs_iter *it)
     if (!it)
         return;
     free(it->order);
+    for (size_t i = 0; it->streams && i < it->nstreams; i++)
+        free(it->streams[i].sites);
     free(it->streams);
     free(it->heap);
     free(it);

@@ -41,7 +41,12 @@ enum rs_read_status {
 
 /* One event of the time-ordered iteration. */
 typedef struct rs_event {
-    const rs_record_header *rec; /* the record (validated), in the mapping */
+    /* The record (validated), in the mapping; a compact ALLOC_C/FREE_C
+     * record (format 1.4) is handed out expanded into the full ALLOC/FREE
+     * record it stands for, held by the iterator until its next call
+     * (offset still names the compact record). SITE records are handed out
+     * as they are. */
+    const rs_record_header *rec;
     uint32_t tid;                /* writer thread (its chunk's tid) */
     uint32_t chunk_index;        /* index of the chunk holding it */
     uint32_t record_index;       /* 0-based position in that chunk */

@@ -33,7 +33,9 @@
 #define RS_TRACE_MAGIC "RSTRACE1"         /* 8 bytes, no NUL in the file */
 #define RS_TRACE_MAGIC_LEN 8
 #define RS_TRACE_VERSION_MAJOR 1
-#define RS_TRACE_VERSION_MINOR 3
+#define RS_TRACE_VERSION_MINOR 4
+/* The first minor version with SITE, ALLOC_C and FREE_C (compact records). */
+#define RS_TRACE_MINOR_COMPACT 4
 /* The first minor version whose header carries header_checksum. */
 #define RS_TRACE_MINOR_HEADER_CHECKSUM 2
 
@@ -512,6 +514,71 @@ typedef struct rs_rec_pystack {
     uint32_t reserved;
 } rs_rec_pystack;
 _Static_assert(sizeof(rs_rec_pystack) == 32, "pystack");
+
+/* ---- v1.4: compact allocation records (issue 19) ----
+ *
+ * Most ALLOC and FREE records of a thread repeat the same caller, stream,
+ * api, memory kind and device, and follow the thread's previous record
+ * closely in time. The writer names each distinct (caller, stream, api,
+ * mem, device) once per chunk with a SITE record and then writes ALLOC_C
+ * (32 bytes, against 56) and FREE_C (24, against 48) records that name the
+ * site by id and carry their time as a delta from the previous record of
+ * the same chunk. Scope is one chunk: a chunk can be read, checked and
+ * salvaged on its own, as before.
+ *
+ * Rules a reader checks (each damage is reported by file offset):
+ *   - SITE ids in a chunk are 1, 2, 3, ... in record order (no gaps,
+ *     no redefinition); an ALLOC_C/FREE_C names an id defined earlier
+ *     in the same chunk.
+ *   - An ALLOC_C/FREE_C is never a chunk's first record: its time is the
+ *     previous record's time (every record's: t_ns of a full record, the
+ *     reconstructed time of a compact one) plus dt_ns.
+ *   - A compact record always stands for a successful call (status 0);
+ *     failed calls, and records whose delta does not fit 32 bits or goes
+ *     back in time, are written as full ALLOC/FREE records.
+ * A reader's time-ordered iteration hands out each compact record expanded
+ * into the full ALLOC/FREE record it stands for, so consumers see one
+ * layout whatever the file's minor version. */
+
+/* The first 8 bytes of a compact record (the first 8 of rs_record_header:
+ * kind and size where every record has them). */
+typedef struct rs_compact_header {
+    uint16_t kind;                       /* RS_REC_ALLOC_C / RS_REC_FREE_C */
+    uint16_t size;
+    uint32_t dt_ns;                      /* ns after the chunk's previous record */
+} rs_compact_header;
+_Static_assert(sizeof(rs_compact_header) == 8, "compact header");
+
+/* SITE: the allocation call site `id` of this chunk. aux = id (>= 1). */
+typedef struct rs_rec_site {
+    rs_record_header h;
+    uint64_t caller;                     /* return address of the hooked call */
+    uint64_t stream;                     /* cudaStream_t or pool handle, 0 */
+    uint16_t api;                        /* enum rs_api */
+    uint8_t mem;                         /* enum rs_mem_kind */
+    int8_t device;                       /* -1 unknown */
+    uint32_t reserved;                   /* 0 */
+} rs_rec_site;
+_Static_assert(sizeof(rs_rec_site) == 40, "site");
+
+/* ALLOC_C: ALLOC with status 0 at site `site`; pystack as ALLOC's aux. */
+typedef struct rs_rec_alloc_c {
+    rs_compact_header h;
+    uint64_t ptr;
+    uint64_t size;                       /* bytes requested */
+    uint32_t site;                       /* SITE id in this chunk */
+    uint32_t pystack;                    /* PYSTACK id, 0 none */
+} rs_rec_alloc_c;
+_Static_assert(sizeof(rs_rec_alloc_c) == 32, "alloc_c");
+
+/* FREE_C: FREE with status 0 at site `site`. */
+typedef struct rs_rec_free_c {
+    rs_compact_header h;
+    uint64_t ptr;
+    uint32_t site;                       /* SITE id in this chunk */
+    uint32_t reserved;                   /* 0 */
+} rs_rec_free_c;
+_Static_assert(sizeof(rs_rec_free_c) == 24, "free_c");
 
 /* Tensor-mode refusals (header.refusals bits, docs/architecture.md, Modes). */
 #define RS_REFUSE_ASYNC_BACKEND_NATIVE     0x01u /* backend:native set explicitly */

@@ -684,3 +684,214 @@ Test(corrupt, empty_checksum_compared)
     tb_chunk_header(b.t, 0)->checksum ^= 1;
     expect_corrupt(&b, b.len, chunk_off(&b, 0), "checksum mismatch");
 }
+
+/* ---- format 1.4: SITE, ALLOC_C, FREE_C (issue 19) ---- */
+
+typedef struct compact_base {
+    base b;
+    uint64_t site1, alloc_c, free_c, site2, free_c2;
+} compact_base;
+
+/* One sealed chunk: STRING, SITE 1, ALLOC_C and FREE_C at site 1, SITE 2,
+ * FREE_C at site 2; times 1000100, +0, +5, +7, 1000200, +3. */
+static compact_base
+build_compact(void)
+{
+    compact_base p;
+    memset(&p, 0, sizeof p);
+    p.b.t = tb_new(0, 2);
+    tb_trace *t = p.b.t;
+    uint32_t c = tb_chunk(t, 5);
+    rs_rec_string s = {.h = {.kind = RS_REC_STRING, .t_ns = 1000100}, .id = 1, .len = 3};
+    tb_put(t, c, &s, sizeof s, "fwd", 3);
+    rs_rec_site s1 = {.h = {.kind = RS_REC_SITE, .aux = 1, .t_ns = 1000100}, .caller = 0x4321,
+                      .stream = 0x77, .api = RS_API_cudaMallocAsync, .mem = RS_MEM_DEVICE,
+                      .device = 1};
+    p.site1 = tb_put(t, c, &s1, sizeof s1, NULL, 0);
+    rs_rec_alloc_c a = {.h = {.kind = RS_REC_ALLOC_C, .dt_ns = 5}, .ptr = 0x1000, .size = 512,
+                        .site = 1, .pystack = 0};
+    p.alloc_c = tb_put(t, c, &a, sizeof a, NULL, 0);
+    rs_rec_free_c f = {.h = {.kind = RS_REC_FREE_C, .dt_ns = 7}, .ptr = 0x1000, .site = 1};
+    p.free_c = tb_put(t, c, &f, sizeof f, NULL, 0);
+    rs_rec_site s2 = {.h = {.kind = RS_REC_SITE, .aux = 2, .t_ns = 1000200}, .caller = 0x5555,
+                      .stream = 0, .api = RS_API_cudaFree, .mem = RS_MEM_MANAGED, .device = -1};
+    p.site2 = tb_put(t, c, &s2, sizeof s2, NULL, 0);
+    rs_rec_free_c f2 = {.h = {.kind = RS_REC_FREE_C, .dt_ns = 3}, .ptr = 0x2000, .site = 2};
+    p.free_c2 = tb_put(t, c, &f2, sizeof f2, NULL, 0);
+    tb_seal(t, c);
+    p.b.len = tb_finish(t, 1);
+    return p;
+}
+
+Test(corrupt, compact_valid_reads_expanded)
+{
+    compact_base p = build_compact();
+    rs_reader *r;
+    char err[640];
+    cr_assert_eq(rs_reader_open_mem(p.b.t->buf, p.b.len, "c", &r, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(rs_reader_record_count(r), 6);
+    rs_iter *it = rs_iter_new(r);
+    rs_event ev;
+    uint16_t kinds[8];
+    uint64_t ts[8], offs[8];
+    int n = 0;
+    rs_rec_alloc a = {0};
+    rs_rec_free f = {0}, f2 = {0};
+    while (n < 8 && rs_iter_next(it, &ev) == 1) {
+        kinds[n] = ev.rec->kind;
+        ts[n] = ev.rec->t_ns;
+        offs[n] = ev.offset;
+        if (n == 2)
+            memcpy(&a, ev.rec, sizeof a);
+        if (n == 3)
+            memcpy(&f, ev.rec, sizeof f);
+        if (n == 5)
+            memcpy(&f2, ev.rec, sizeof f2);
+        n++;
+    }
+    rs_iter_free(it);
+    cr_assert_eq(n, 6);
+    uint16_t want_kinds[] = {RS_REC_STRING, RS_REC_SITE, RS_REC_ALLOC, RS_REC_FREE, RS_REC_SITE,
+                             RS_REC_FREE};
+    uint64_t want_t[] = {1000100, 1000100, 1000105, 1000112, 1000200, 1000203};
+    for (int i = 0; i < 6; i++) {
+        cr_expect_eq(kinds[i], want_kinds[i], "event %d kind %u", i, kinds[i]);
+        cr_expect_eq(ts[i], want_t[i], "event %d t %llu", i, (unsigned long long)ts[i]);
+    }
+    cr_expect_eq(offs[2], p.alloc_c, "the offset names the compact record");
+    cr_expect_eq(offs[5], p.free_c2);
+    cr_expect(a.h.size == sizeof a && a.ptr == 0x1000 && a.size == 512 && a.caller == 0x4321 &&
+              a.stream == 0x77 && a.api == RS_API_cudaMallocAsync && a.mem == RS_MEM_DEVICE &&
+              a.device == 1 && a.status == 0 && a.h.aux == 0);
+    cr_expect(f.h.size == sizeof f && f.ptr == 0x1000 && f.caller == 0x4321 && f.stream == 0x77 &&
+              f.api == RS_API_cudaMallocAsync && f.device == 1 && f.status == 0);
+    cr_expect(f2.ptr == 0x2000 && f2.caller == 0x5555 && f2.stream == 0 &&
+              f2.api == RS_API_cudaFree && f2.mem == RS_MEM_MANAGED && f2.device == -1);
+    rs_reader_close(r);
+    char *path = tb_tmpname();
+    cr_assert_eq(tb_write(p.b.t, path, p.b.len), 0);
+    char *out, *e;
+    cr_assert_eq(run_dump(RECOMP_DUMP_PATH, path, &out, &e), 0, "%s", e);
+    cr_expect(strstr(out, "SITE t=100 ") && strstr(out, "id=1 api=cudaMallocAsync mem=device "
+                                                        "dev=1 stream=0x77 caller=0x4321"),
+              "%s", out);
+    cr_expect(strstr(out, "ALLOC t=105 ") && strstr(out, "FREE t=112 ") &&
+              strstr(out, "FREE t=203 "), "%s", out);
+    free(out);
+    free(e);
+    unlink(path);
+    free(path);
+    tb_free(p.b.t);
+}
+
+Test(corrupt, compact_site_not_defined)
+{
+    compact_base p = build_compact();
+    set32(&p.b, p.alloc_c + offsetof(rs_rec_alloc_c, site), 2);
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.alloc_c + offsetof(rs_rec_alloc_c, site),
+                   "record 2 (ALLOC_C): site id 2 is not defined earlier in this chunk (1 defined)");
+}
+
+Test(corrupt, compact_site_zero)
+{
+    compact_base p = build_compact();
+    set32(&p.b, p.free_c + offsetof(rs_rec_free_c, site), 0);
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.free_c + offsetof(rs_rec_free_c, site),
+                   "record 3 (FREE_C): site id 0 is not defined earlier in this chunk");
+}
+
+Test(corrupt, compact_site_ids_out_of_order)
+{
+    compact_base p = build_compact();
+    set32(&p.b, p.site2 + offsetof(rs_record_header, aux), 3);
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.site2 + offsetof(rs_record_header, aux),
+                   "record 4 (SITE): site id 3 out of order (the chunk's next site id is 2)");
+}
+
+Test(corrupt, compact_site_unknown_api)
+{
+    compact_base p = build_compact();
+    set16(&p.b, p.site1 + offsetof(rs_rec_site, api), 999);
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.site1 + offsetof(rs_rec_site, api),
+                   "record 1 (SITE): unknown api code 999");
+}
+
+Test(corrupt, compact_site_bad_mem_kind)
+{
+    compact_base p = build_compact();
+    at(&p.b, p.site2 + offsetof(rs_rec_site, mem))[0] = 9;
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.site2 + offsetof(rs_rec_site, mem),
+                   "record 4 (SITE): memory kind 9 out of range");
+}
+
+Test(corrupt, compact_record_first_in_chunk)
+{
+    compact_base p;
+    memset(&p, 0, sizeof p);
+    p.b.t = tb_new(0, 2);
+    uint32_t c = tb_chunk(p.b.t, 5);
+    rs_rec_free_c f = {.h = {.kind = RS_REC_FREE_C, .dt_ns = 1}, .ptr = 0x1000, .site = 1};
+    uint64_t off = tb_put(p.b.t, c, &f, sizeof f, NULL, 0);
+    tb_seal(p.b.t, c);
+    p.b.len = tb_finish(p.b.t, 1);
+    expect_corrupt(&p.b, p.b.len, off,
+                   "record 0 (FREE_C): a compact record cannot be its chunk's first record");
+}
+
+Test(corrupt, compact_time_overflows)
+{
+    compact_base p = build_compact();
+    uint64_t t = UINT64_MAX - 3;
+    memcpy(at(&p.b, p.site1 + offsetof(rs_record_header, t_ns)), &t, 8);
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.alloc_c + offsetof(rs_compact_header, dt_ns),
+                   "record 2 (ALLOC_C): time overflows 64 bits");
+}
+
+/* --salvage skips a chunk whose compact records are damaged and reads the
+ * others, whose sites are their own. */
+Test(corrupt, compact_damage_salvaged_per_chunk)
+{
+    compact_base p = build_compact();
+    uint32_t c = tb_chunk(p.b.t, 5);
+    rs_rec_site s = {.h = {.kind = RS_REC_SITE, .aux = 1, .t_ns = 2000000}, .caller = 0x9,
+                     .api = RS_API_cudaMalloc};
+    tb_put(p.b.t, c, &s, sizeof s, NULL, 0);
+    rs_rec_alloc_c a = {.h = {.kind = RS_REC_ALLOC_C, .dt_ns = 1}, .ptr = 0x3000, .size = 64,
+                        .site = 1};
+    tb_put(p.b.t, c, &a, sizeof a, NULL, 0);
+    tb_seal(p.b.t, c);
+    p.b.len = tb_finish(p.b.t, 1);
+    set32(&p.b, p.free_c + offsetof(rs_rec_free_c, site), 7);
+    tb_seal(p.b.t, 0);
+    char *path = tb_tmpname();
+    cr_assert_eq(tb_write(p.b.t, path, p.b.len), 0);
+    rs_reader *r;
+    char err[640];
+    cr_assert_eq(rs_reader_open_flags(path, RS_READ_SALVAGE, &r, err, sizeof err), 0, "%s", err);
+    uint32_t chunks;
+    uint64_t bytes;
+    rs_reader_salvaged(r, &chunks, &bytes);
+    cr_expect_eq(chunks, 1);
+    rs_iter *it = rs_iter_new(r);
+    rs_event ev;
+    int n = 0;
+    while (rs_iter_next(it, &ev) == 1) {
+        const rs_rec_alloc *x = (const void *)ev.rec;
+        if (ev.rec->kind == RS_REC_ALLOC)
+            cr_expect(x->ptr == 0x3000 && x->caller == 0x9 && x->h.t_ns == 2000001);
+        n++;
+    }
+    cr_expect_eq(n, 2, "the second chunk's SITE and ALLOC");
+    rs_iter_free(it);
+    rs_reader_close(r);
+    unlink(path);
+    free(path);
+    tb_free(p.b.t);
+}

@@ -48,6 +48,9 @@ touch_event(rs_reader *r, const rs_event *ev)
     case RS_REC_FREE:
         rs_reader_format_addr(r, ((const rs_rec_free *)(const void *)h)->caller, buf, sizeof buf);
         break;
+    case RS_REC_SITE:
+        rs_reader_format_addr(r, ((const rs_rec_site *)(const void *)h)->caller, buf, sizeof buf);
+        break;
     case RS_REC_OOM: {
         const unsigned char *fr = (const unsigned char *)h + sizeof(rs_rec_oom);
         for (uint32_t i = 0; i < h->aux; i++) {

@@ -7,6 +7,7 @@
  *   ninja -C build-reader tests/fuzz/make-fuzz-corpus &&
  *   build-reader/tests/fuzz/make-fuzz-corpus tests/fuzz/corpus
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -103,6 +104,48 @@ all_kinds(int closed, size_t *len)
     return t;
 }
 
+/* (1.4) Compact records: two threads, each chunk naming its own sites,
+ * ALLOC_C/FREE_C after them, a full FREE between (a failed call). */
+static tb_trace *
+compact_kinds(size_t *len, uint64_t *first_compact, uint64_t *site_field, uint64_t *site2_aux)
+{
+    tb_trace *t = tb_new(CHUNK, 4);
+    tb_header(t)->version_minor = RS_TRACE_MINOR_COMPACT;
+    uint32_t a = tb_chunk(t, 21);
+    {
+        rs_rec_site st = {.h = hdr(RS_REC_SITE, 1), .caller = 0x11234, .stream = 0x5,
+                          .api = RS_API_cudaMallocAsync, .device = 0};
+        tb_put(t, a, &st, sizeof st, NULL, 0);
+        rs_rec_alloc_c al = {.h = {.kind = RS_REC_ALLOC_C, .dt_ns = 3}, .ptr = 0x7000,
+                             .size = 512, .site = 1};
+        *first_compact = tb_put(t, a, &al, sizeof al, NULL, 0);
+        *site_field = *first_compact + offsetof(rs_rec_alloc_c, site);
+        rs_rec_site st2 = {.h = hdr(RS_REC_SITE, 2), .caller = 0x11300, .stream = 0x5,
+                           .api = RS_API_cudaFreeAsync, .device = 0};
+        *site2_aux = tb_put(t, a, &st2, sizeof st2, NULL, 0) + offsetof(rs_record_header, aux);
+        rs_rec_free_c fr = {.h = {.kind = RS_REC_FREE_C, .dt_ns = 9}, .ptr = 0x7000, .site = 2};
+        tb_put(t, a, &fr, sizeof fr, NULL, 0);
+    }
+    tb_seal(t, a);
+    uint32_t b = tb_chunk(t, 22);
+    {
+        rs_rec_free f = {.h = hdr(RS_REC_FREE, 0), .ptr = 0x9000, .caller = 0x11300,
+                         .api = RS_API_cudaFree, .status = 1};
+        tb_put(t, b, &f, sizeof f, NULL, 0);
+        rs_rec_site st = {.h = hdr(RS_REC_SITE, 1), .caller = 0x11400, .api = RS_API_cudaMalloc,
+                          .mem = RS_MEM_MANAGED, .device = -1};
+        tb_put(t, b, &st, sizeof st, NULL, 0);
+        rs_rec_alloc_c al = {.h = {.kind = RS_REC_ALLOC_C, .dt_ns = 0}, .ptr = 0x8000,
+                             .size = 64, .site = 1};
+        tb_put(t, b, &al, sizeof al, NULL, 0);
+        rs_rec_free_c fr = {.h = {.kind = RS_REC_FREE_C, .dt_ns = 1}, .ptr = 0x8000, .site = 1};
+        tb_put(t, b, &fr, sizeof fr, NULL, 0);
+    }
+    tb_seal(t, b);
+    *len = tb_finish(t, 1);
+    return t;
+}
+
 static int
 put(const char *dir, const char *name, tb_trace *t, size_t len)
 {
@@ -149,6 +192,31 @@ main(int argc, char **argv)
     tb_header(t)->version_minor = 0;
     len = tb_finish(t, 1);
     bad |= put(dir, "valid-empty", t, len);
+    tb_free(t);
+
+    uint64_t first, site, aux;
+    t = compact_kinds(&len, &first, &site, &aux);
+    bad |= put(dir, "valid-compact", t, len);
+    uint32_t v = 3; /* names a site the chunk has not defined */
+    memcpy(t->buf + site, &v, 4);
+    tb_seal(t, 0);
+    bad |= put(dir, "bad-compact-site", t, len);
+    v = 1;
+    memcpy(t->buf + site, &v, 4);
+    v = 5; /* SITE ids out of order */
+    memcpy(t->buf + aux, &v, 4);
+    tb_seal(t, 0);
+    bad |= put(dir, "bad-compact-site-order", t, len);
+    tb_free(t);
+    /* a chunk whose first record is compact: no time base */
+    t = tb_new(CHUNK, 1);
+    tb_header(t)->version_minor = RS_TRACE_MINOR_COMPACT;
+    uint32_t c = tb_chunk(t, 23);
+    rs_rec_free_c fr = {.h = {.kind = RS_REC_FREE_C, .dt_ns = 1}, .ptr = 0x8000, .site = 1};
+    tb_put(t, c, &fr, sizeof fr, NULL, 0);
+    tb_seal(t, c);
+    len = tb_finish(t, 1);
+    bad |= put(dir, "bad-compact-first", t, len);
     tb_free(t);
     return bad;
 }

@@ -13,7 +13,10 @@
  * of the trace (the worst case for a replay to the peak, which the analyzer
  * falls back to when it cannot keep the live set at the peak in its sweep).
  * The generator tracks live bytes itself and exits 1 if that does not hold.
- * Prints the number of records written and the peak (bytes, time). */
+ * Prints the number of records written and the peak (bytes, time).
+ * GEN_TRACE_COMPACT=1 in the environment: ALLOC and FREE are written as
+ * format 1.4's SITE + ALLOC_C/FREE_C records (as the shim writes them), the
+ * same events in a smaller file; otherwise as full 1.3 records. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +31,11 @@ typedef struct cbuf {
     uint32_t tid;
     _Alignas(8) unsigned char buf[RS_CHUNK_SIZE]; /* holds an rs_chunk_header and records */
     uint32_t used, count;
+    uint32_t site[2];         /* GEN_TRACE_COMPACT: SITE ids of alloc/free here, 0 none */
+    uint32_t nsites;
 } cbuf;
+
+static int g_compact;         /* GEN_TRACE_COMPACT=1 */
 
 static FILE *g_out;
 static uint32_t g_chunks;
@@ -61,6 +68,57 @@ flush_chunk(cbuf *c)
     g_chunks++;
     c->used = 0;
     c->count = 0;
+    c->site[0] = c->site[1] = 0;
+    c->nsites = 0;
+}
+
+/* Append one record of `size` bytes at p to th's chunk (room was made). */
+static unsigned char *
+claim(cbuf *c, uint32_t size)
+{
+    unsigned char *p = c->buf + sizeof(rs_chunk_header) + c->used;
+    c->used += size;
+    c->count++;
+    g_records++;
+    return p;
+}
+
+/* Format 1.4: an ALLOC (is_free 0) or FREE as a compact record, after a
+ * SITE when the chunk has not named this call site yet. The time is the
+ * previous record's + 1, as put() would give it. */
+static void
+put_compact(int th, int is_free, uint64_t ptr, uint64_t size)
+{
+    cbuf *c = &g_c[th];
+    uint32_t csize = is_free ? sizeof(rs_rec_free_c) : sizeof(rs_rec_alloc_c);
+    if (c->used + sizeof(rs_rec_site) + csize > RS_CHUNK_PAYLOAD)
+        flush_chunk(c);
+    uint32_t dt = 1;
+    if (!c->site[is_free]) {
+        rs_rec_site *st = (void *)claim(c, sizeof *st);
+        memset(st, 0, sizeof *st);
+        c->site[is_free] = ++c->nsites;
+        st->h = (rs_record_header){.kind = RS_REC_SITE, .size = sizeof *st,
+                                   .aux = c->site[is_free], .t_ns = g_t};
+        st->api = is_free ? RS_API_cudaFree : RS_API_cudaMalloc;
+        dt = 0;
+    }
+    unsigned char *p = claim(c, csize);
+    memset(p, 0, csize);
+    if (is_free) {
+        rs_rec_free_c *f = (void *)p;
+        f->h = (rs_compact_header){.kind = RS_REC_FREE_C, .size = sizeof *f, .dt_ns = dt};
+        f->ptr = ptr;
+        f->site = c->site[1];
+    } else {
+        rs_rec_alloc_c *a = (void *)p;
+        a->h = (rs_compact_header){.kind = RS_REC_ALLOC_C, .size = sizeof *a, .dt_ns = dt};
+        a->ptr = ptr;
+        a->size = size;
+        a->site = c->site[0];
+    }
+    g_t++;
+    g_records -= dt == 0; /* a SITE is not one of the N events */
 }
 
 static void
@@ -118,7 +176,10 @@ alloc(int th, uint64_t ptr, uint64_t size)
     r.size = size;
     r.api = RS_API_cudaMalloc;
     r.device = 0;
-    put(th, &r, sizeof r, NULL, 0, RS_REC_ALLOC, 0);
+    if (g_compact && g_c[th].count)
+        put_compact(th, 0, ptr, size);
+    else
+        put(th, &r, sizeof r, NULL, 0, RS_REC_ALLOC, 0);
     g_live += size;
     if (g_live > g_max_live) {
         g_max_live = g_live;
@@ -133,7 +194,10 @@ release(int th, uint64_t ptr, uint64_t size)
     rs_rec_free r = {0};
     r.ptr = ptr;
     r.api = RS_API_cudaFree;
-    put(th, &r, sizeof r, NULL, 0, RS_REC_FREE, 0);
+    if (g_compact && g_c[th].count)
+        put_compact(th, 1, ptr, 0);
+    else
+        put(th, &r, sizeof r, NULL, 0, RS_REC_FREE, 0);
 }
 
 static void
@@ -158,6 +222,8 @@ main(int argc, char **argv)
     int params = argc > 4 ? atoi(argv[4]) : 10000;
     int rank = argc > 5 ? atoi(argv[5]) : 0;
     int world = argc > 6 ? atoi(argv[6]) : 1;
+    const char *cmp = getenv("GEN_TRACE_COMPACT");
+    g_compact = cmp && !strcmp(cmp, "1");
     g_out = fopen(argv[1], "w+b");
     if (!g_out) {
         perror(argv[1]);

@@ -31,6 +31,11 @@ QUICK = "--quick" in sys.argv
 # --only SECTION[,SECTION...]: run only these of shim, heaptrack, analyzer,
 # importers, job (heaptrack needs shim's figures, so it implies shim)
 ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
+# --old-shim LIB: the shim section's "before" column is that library (e.g. a
+# release build of the commit before format 1.4); without it, this build's
+# library with RECOMPSHIM_COMPACT=0 (format 1.4's writer, 1.3's record layout)
+OLD_SHIM = (os.path.abspath(sys.argv[sys.argv.index("--old-shim") + 1])
+            if "--old-shim" in sys.argv else None)
 
 
 def want(section):
@@ -102,31 +107,40 @@ def parse_bench(text):
 
 def shim_section():
     print("## The shim per recorded event (in-process CPU, ns)\n")
-    print("%d interleaved rounds, median; each thread does N pairs (2 events) of each "
-          "workload against the mock runtime.\n" % ROUNDS)
-    print("| threads | N per thread | workload | without | with shim | added | budget 50 |")
-    print("|---|---|---|---|---|---|---|")
+    before = ("before: %s" % OLD_SHIM if OLD_SHIM else
+              "before: this library with RECOMPSHIM_COMPACT=0 (full 1.3-layout ALLOC/FREE records)")
+    print("%d interleaved rounds (no shim, before, after), median; each thread does N pairs "
+          "(2 events) of each workload against the mock runtime. %s; after: this library "
+          "(format 1.4, compact ALLOC/FREE).\n" % (ROUNDS, before))
+    print("| threads | N per thread | workload | without | before | after | added before "
+          "| added after | budget 50 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     added1 = {}
+    variants = (("old", OLD_SHIM or SHIM, {} if OLD_SHIM else {"RECOMPSHIM_COMPACT": "0"}),
+                ("new", SHIM, {}))
     for threads in (1, 8, 64):
         n = (200000 if QUICK else 1000000) // threads
-        base, shim, size, events = {}, {}, 0, 0
+        cpu = {"base": {}, "old": {}, "new": {}}
+        size, events = {}, 0
         for _ in range(ROUNDS):
             _, _, out, _ = run([BENCH, str(n), str(threads)])
             for k, v in parse_bench(out).items():
-                base.setdefault(k, []).append(v[0])
-            d = fresh_dir("shim-out")
-            _, _, out, _ = run([BENCH, str(n), str(threads)],
-                               env_with(LD_PRELOAD=SHIM, RECOMPSHIM_OUT=d))
-            for k, v in parse_bench(out).items():
-                shim.setdefault(k, []).append(v[0])
-            size, events = dir_bytes(d), sum(v[2] for v in parse_bench(out).values())
+                cpu["base"].setdefault(k, []).append(v[0])
+            for name, lib, extra in variants:
+                d = fresh_dir("shim-out")
+                _, _, out, _ = run([BENCH, str(n), str(threads)],
+                                   env_with(LD_PRELOAD=lib, RECOMPSHIM_OUT=d, **extra))
+                for k, v in parse_bench(out).items():
+                    cpu[name].setdefault(k, []).append(v[0])
+                size[name], events = dir_bytes(d), sum(v[2] for v in parse_bench(out).values())
         for k in WORKLOADS:
-            b, s = statistics.median(base[k]), statistics.median(shim[k])
+            b, o, s = (statistics.median(cpu[x][k]) for x in ("base", "old", "new"))
             if threads == 1:
                 added1[k] = s - b
-            print("| %d | %d | %s | %.1f | %.1f | %.1f | %s |"
-                  % (threads, n, k, b, s, s - b, "met" if s - b <= 50 else "MISSED"))
-        print("| %d | | trace bytes per event | | %.1f | | |" % (threads, size / events))
+            print("| %d | %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s |"
+                  % (threads, n, k, b, o, s, o - b, s - b, "met" if s - b <= 50 else "MISSED"))
+        print("| %d | | trace bytes per event (all workloads) | | %.1f | %.1f | | | |"
+              % (threads, size["old"] / events, size["new"] / events))
     print()
     return added1
 
@@ -180,20 +194,33 @@ def analyzer_section():
     ht = shutil.which("heaptrack")
     print("| records | tool | CPU s | M records/s | peak anon RSS MiB | CPU / heaptrack_print's |")
     print("|---|---|---|---|---|---|")
+    sizes = []
     for events in ((100000, 1000000) if QUICK else (1000000, 10000000)):
+        # the same events as full 1.3 records and as format 1.4's compact ones
         trace = os.path.join(WORK, "gen.rstrace")
-        run([GEN, trace, str(events)])
+        ctrace = os.path.join(WORK, "gen-compact.rstrace")
+        run([GEN, trace, str(events)], env_with(GEN_TRACE_COMPACT="0"))
+        run([GEN, ctrace, str(events)], env_with(GEN_TRACE_COMPACT="1"))
         res = {}
-        for label, args in (("recomp-analyze text, no advisor", ["--no-advice"]),
-                            ("recomp-analyze text", []),
-                            ("recomp-analyze --json", ["--json"])):
-            cpus, rss = [], 0
-            for _ in range(3):
-                _, cpu, _, anon = run([ANALYZE] + args + [trace], sample_rss=True)
-                cpus.append(cpu)
-                rss = max(rss, anon)
-            res[label] = (statistics.median(cpus), rss)
+        runs = (("recomp-analyze text, no advisor", ["--no-advice"], trace),
+                ("recomp-analyze text, no advisor, 1.4 compact trace", ["--no-advice"], ctrace),
+                ("recomp-analyze text", [], trace),
+                ("recomp-analyze text, 1.4 compact trace", [], ctrace),
+                ("recomp-analyze --json", ["--json"], trace))
+        cpus = {label: [] for label, _, _ in runs}
+        rss = {label: 0 for label, _, _ in runs}
+        for _ in range(ROUNDS):  # interleaved: each round runs every variant once
+            for label, args, path in runs:
+                _, cpu, _, anon = run([ANALYZE] + args + [path], sample_rss=True)
+                cpus[label].append(cpu)
+                rss[label] = max(rss[label], anon)
+        for label, _, _ in runs:
+            res[label] = (statistics.median(cpus[label]), rss[label])
+        sizes.append("%d events: trace %d bytes full, %d bytes compact (%.1f / %.1f per record)"
+                     % (events, os.path.getsize(trace), os.path.getsize(ctrace),
+                        os.path.getsize(trace) / events, os.path.getsize(ctrace) / events))
         os.unlink(trace)
+        os.unlink(ctrace)
         hpt = None
         if hp and ht:
             htout = os.path.join(fresh_dir("htp"), "ht")
@@ -211,6 +238,9 @@ def analyzer_section():
                   % (events, label, cpu, events / cpu / 1e6, rss / 1024,
                      "%.2f (%s)" % (cpu / hpt, "faster" if cpu < hpt else "slower")
                      if hpt and label != "heaptrack_print" else ""))
+    print()
+    for line in sizes:
+        print("- " + line)
     print()
 
 
