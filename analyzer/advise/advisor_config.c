@@ -108,6 +108,8 @@ static void
 hybrid_pattern(adv_cfg *c, const char *v)
 {
     size_t k = 0;
+    if (v && strchr(v, '|'))
+        c->layout_other = 1; /* pipeline segments: a placement advisor_layers.c does not model */
     for (const char *p = v ? v : ""; *p && *p != '/' && k + 1 < sizeof c->hybrid; p++)
         if (*p != '"' && *p != '\'' && *p != '|' && *p != ' ')
             c->hybrid[k++] = *p;

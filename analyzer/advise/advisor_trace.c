@@ -173,13 +173,16 @@ cur(cap *c)
 }
 
 /* The 0-based global layer of local layer li of a forward instance of model
- * chunk `chunk` on this rank's stage (advisor_layers.c: Megatron's placement),
- * -1 unknown (stage or chunk unknown, a placement not modelled). */
+ * chunk `chunk` on this rank's stage (advisor_layers.c: Megatron's placement);
+ * a placement not modelled without VPP: stage x layers per stage + li (the
+ * even split); -1 unknown (stage or chunk unknown, not modelled with VPP). */
 static int32_t
 global_layer_of(const cap *c, int32_t chunk, int li)
 {
     int off = adv_cfg_layer_offset(c->cfg, c->r->stage, chunk);
-    return off >= 0 && li < adv_cfg_chunk_layers(c->cfg, c->r->stage) ? off + li : -1;
+    if (off >= 0)
+        return li < adv_cfg_chunk_layers(c->cfg, c->r->stage) ? off + li : -1;
+    return c->cfg->vpp > 1 || c->r->stage < 0 ? -1 : c->r->stage * c->lpc + li;
 }
 
 static int
