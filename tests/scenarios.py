@@ -268,7 +268,8 @@ VPP_MIXED_CAP = 12.2
 # (--decoder-first/last-pipeline-num-layers) under VPP: 14 layers, PP4 VPP2, the
 # first stage 2 layers (one per chunk), the last 4, dense layers 0, 7 and 8
 # (each stage's chunks mix them differently); one rank per stage
-VPP_UNEVEN = ["--num-layers", "14", "--decoder-first-pipeline-num-layers", "2",
-              "--decoder-last-pipeline-num-layers", "4", "--moe-layer-freq",
-              "([0]*1+[1]*6+[0]*2+[1]*5)", "--pipeline-model-parallel-size", "4",
-              "--sim-world-size", "8", "--sim-only-ranks", "0,2,4,6"]
+_UNEVEN = {"--num-layers": "14", "--moe-layer-freq": "([0]*1+[1]*6+[0]*2+[1]*5)",
+           "--pipeline-model-parallel-size": "4", "--sim-world-size": "8",
+           "--sim-only-ranks": "0,2,4,6"}
+VPP_UNEVEN = [_UNEVEN.get(VPP_MIXED[i - 1], f) if i else f for i, f in enumerate(VPP_MIXED)] + \
+    ["--decoder-first-pipeline-num-layers", "2", "--decoder-last-pipeline-num-layers", "4"]

@@ -45,20 +45,8 @@ GIB = 1 << 30
 WITHIN = 0.02
 
 
-def with_flags(base, extra):
-    """base with extra's flag values replacing its own (one value each)"""
-    out = list(base)
-    for i in range(0, len(extra), 2):
-        k, v = extra[i], extra[i + 1]
-        if k in out:
-            out[out.index(k) + 1] = v
-        else:
-            out += [k, v]
-    return out
-
-
 JOBS = [("VPP mixed dense/MoE", flagsets.VPP_MIXED, flagsets.VPP_MIXED_CAP),
-        ("VPP uneven first/last", with_flags(flagsets.VPP_MIXED, flagsets.VPP_UNEVEN), 80)]
+        ("VPP uneven first/last", flagsets.VPP_UNEVEN, 80)]
 SETTINGS = [["--recompute-granularity", "selective", "--recompute-modules", "mlp"],
             ["--recompute-granularity", "selective", "--recompute-modules", "moe"],
             ["--recompute-granularity", "selective", "--recompute-modules", "moe_act"]]
