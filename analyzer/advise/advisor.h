@@ -74,7 +74,9 @@ typedef struct adv_cfg {
                                * (--disable-bias-linear), -1 unknown (no Megatron
                                * configuration recorded) */
     /* pipeline layer placement (advisor_layers.c): --decoder-first/last-pipeline-num-layers
-     * (num_layers_in_first/last_pipeline_stage), -1 not given;
+     * (num_layers_in_first/last_pipeline_stage) PLUS ONE, 0 not given (a zeroed
+     * configuration, as a summary's, is the even split; the summary format does not
+     * carry these four fields: docs/advisor.md "Limits");
      * --microbatch-group-size-per-virtual-pipeline-stage, 0 not given (PP);
      * layout_other: a placement the advisor does not model
      * (--pipeline-model-parallel-layout, --account-for-embedding/loss-in-pipeline-split) */

@@ -175,13 +175,13 @@ apply(adv_cfg *c, seen *s, const char *key, const char *v)
     INT("microbatch_group_size_per_virtual_pipeline_stage", mb_group)
     if (strcmp(key, "decoder_first_pipeline_num_layers") == 0 ||
         strcmp(key, "num_layers_in_first_pipeline_stage") == 0) {
-        c->first_stage_layers = v && (*v == '-' || (*v >= '0' && *v <= '9')) ? iv : -1;
+        c->first_stage_layers = v && *v >= '0' && *v <= '9' ? iv + 1 : 0;
         mark(s, "num_layers_in_first_pipeline_stage");
         return 1;
     }
     if (strcmp(key, "decoder_last_pipeline_num_layers") == 0 ||
         strcmp(key, "num_layers_in_last_pipeline_stage") == 0) {
-        c->last_stage_layers = v && (*v == '-' || (*v >= '0' && *v <= '9')) ? iv : -1;
+        c->last_stage_layers = v && *v >= '0' && *v <= '9' ? iv + 1 : 0;
         mark(s, "num_layers_in_last_pipeline_stage");
         return 1;
     }
@@ -510,7 +510,6 @@ set_defaults(adv_cfg *c)
     c->qk_pos = 64;
     c->v_head = 128;
     c->moe_layer_freq_k = 1;
-    c->first_stage_layers = c->last_stage_layers = -1;
     snprintf(c->fp8_recipe, sizeof c->fp8_recipe, "delayed");
     snprintf(c->cuda_graph_impl, sizeof c->cuda_graph_impl, "none");
 }

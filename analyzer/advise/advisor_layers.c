@@ -37,10 +37,24 @@ vp_of(const adv_cfg *c)
     return c->vpp > 1 ? c->vpp : 1;
 }
 
+/* --decoder-first/last-pipeline-num-layers, -1 not given (adv_cfg keeps
+ * them plus one) */
+static int
+first_of(const adv_cfg *c)
+{
+    return c->first_stage_layers - 1;
+}
+
+static int
+last_of(const adv_cfg *c)
+{
+    return c->last_stage_layers - 1;
+}
+
 static int
 uneven(const adv_cfg *c)
 {
-    return pp_of(c) > 1 && (c->first_stage_layers >= 0 || c->last_stage_layers >= 0);
+    return pp_of(c) > 1 && (first_of(c) >= 0 || last_of(c) >= 0);
 }
 
 /* layers on pipeline stage `stage` (all its chunks), get_num_layers_to_build
@@ -53,13 +67,13 @@ stage_layers(const adv_cfg *c, int stage)
         return -1;
     if (!uneven(c))
         return c->num_layers / pp;
-    if (stage == 0 && c->first_stage_layers >= 0)
-        return c->first_stage_layers;
-    if (stage == pp - 1 && c->last_stage_layers >= 0)
-        return c->last_stage_layers;
-    int rest = c->num_layers - (c->first_stage_layers > 0 ? c->first_stage_layers : 0) -
-               (c->last_stage_layers > 0 ? c->last_stage_layers : 0);
-    int mid = pp - (c->first_stage_layers >= 0) - (c->last_stage_layers >= 0);
+    if (stage == 0 && first_of(c) >= 0)
+        return first_of(c);
+    if (stage == pp - 1 && last_of(c) >= 0)
+        return last_of(c);
+    int rest = c->num_layers - (first_of(c) > 0 ? first_of(c) : 0) -
+               (last_of(c) > 0 ? last_of(c) : 0);
+    int mid = pp - (first_of(c) >= 0) - (last_of(c) >= 0);
     return mid > 0 ? rest / mid : 0;
 }
 
@@ -106,11 +120,11 @@ adv_cfg_layer_offset(const adv_cfg *c, int stage, int chunk)
         int per = c->num_layers / pp / vp; /* layers of one chunk */
         return (chunk * pp + stage) * per;
     }
-    int first = c->first_stage_layers >= 0 ? c->first_stage_layers : 0;
-    int last = c->last_stage_layers >= 0 ? c->last_stage_layers : 0;
-    int mid_stages = pp - (c->first_stage_layers >= 0) - (c->last_stage_layers >= 0);
+    int first = first_of(c) >= 0 ? first_of(c) : 0;
+    int last = last_of(c) >= 0 ? last_of(c) : 0;
+    int mid_stages = pp - (first_of(c) >= 0) - (last_of(c) >= 0);
     int mid_layers = c->num_layers - first - last;
-    int mid_rank = c->first_stage_layers >= 0 ? stage - 1 : stage;
+    int mid_rank = first_of(c) >= 0 ? stage - 1 : stage;
     if (vp == 1) {
         if (stage == 0)
             return 0;
