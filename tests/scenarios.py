@@ -242,3 +242,34 @@ FIXTURES = [
     "cs336/Wedsonlin/medium_128_training_memory_snapshot.pickle",
     "cs336/Wedsonlin/medium_128_inference_memory_snapshot.pickle",
 ]
+
+# issue 14 class A (public report replayed: NVIDIA-NeMo/Megatron-Bridge PR 3067,
+# DeepSeek-V3 PP4 VPP4, `recompute_modules=[mlp]` OOMs): a mixed dense/MoE
+# model (first layer dense, --moe-layer-freq) under virtual pipeline stages.
+# The advisor numbered layers per model chunk and applied `mlp` to every
+# chunk's local layer 0, MoE layers included: selective[mlp] predicted 9.11 GiB
+# on rank 0, megasim ran it at 9.92 GiB (an OOM at 12.2 GiB), and the rerun's
+# analysis expected twice the replay units it found (n/a). PP2 VPP2 EP2,
+# ranks 0 (stage 0: layers 0-1, 4-5) and 2 (stage 1: 2-3, 6-7).
+VPP_MIXED = ["--num-layers", "8", "--hidden-size", "1024", "--ffn-hidden-size", "16384",
+             "--num-attention-heads", "16", "--num-experts", "16", "--moe-router-topk", "4",
+             "--moe-ffn-hidden-size", "4096", "--moe-grouped-gemm",
+             "--moe-token-dispatcher-type", "alltoall", "--moe-layer-freq", "([0]*1+[1]*7)",
+             "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+             "--seq-length", "4096", "--max-position-embeddings", "4096", "--vocab-size", "32000",
+             "--untie-embeddings-and-output-weights", "--attention-dropout", "0.0",
+             "--hidden-dropout", "0.0", "--bf16", "--disable-bias-linear",
+             "--use-distributed-optimizer", "--micro-batch-size", "1",
+             "--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+             "--expert-model-parallel-size", "2", "--sim-world-size", "4",
+             "--global-batch-size", "8", "--train-iters", "3", "--sim-only-ranks", "0,2"]
+VPP_MIXED_CAP = 12.2
+# the same placement question with uneven first/last stages
+# (--decoder-first/last-pipeline-num-layers) under VPP: 14 layers, PP4 VPP2, the
+# first stage 2 layers (one per chunk), the last 4, dense layers 0, 7 and 8
+# (each stage's chunks mix them differently); one rank per stage
+_UNEVEN = {"--num-layers": "14", "--moe-layer-freq": "([0]*1+[1]*6+[0]*2+[1]*5)",
+           "--pipeline-model-parallel-size": "4", "--sim-world-size": "8",
+           "--sim-only-ranks": "0,2,4,6"}
+VPP_UNEVEN = [_UNEVEN.get(VPP_MIXED[i - 1], f) if i else f for i, f in enumerate(VPP_MIXED)] + \
+    ["--decoder-first-pipeline-num-layers", "2", "--decoder-last-pipeline-num-layers", "4"]

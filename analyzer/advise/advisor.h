@@ -73,6 +73,14 @@ typedef struct adv_cfg {
     int bias_linear;          /* add_bias_linear: 1 on (Megatron's default), 0 off
                                * (--disable-bias-linear), -1 unknown (no Megatron
                                * configuration recorded) */
+    /* pipeline layer placement (advisor_layers.c): --decoder-first/last-pipeline-num-layers
+     * (num_layers_in_first/last_pipeline_stage) PLUS ONE, 0 not given (a zeroed
+     * configuration, as a summary's, is the even split; the summary format does not
+     * carry these four fields: docs/advisor.md "Limits");
+     * --microbatch-group-size-per-virtual-pipeline-stage, 0 not given (PP);
+     * layout_other: a placement the advisor does not model
+     * (--pipeline-model-parallel-layout, --account-for-embedding/loss-in-pipeline-split) */
+    int first_stage_layers, last_stage_layers, mb_group, layout_other;
 } adv_cfg;
 
 /* Fill cfg from the source's argv and environment (and a --config file named
@@ -83,6 +91,14 @@ int adv_cfg_layers_per_chunk(const adv_cfg *c);
 int adv_cfg_is_moe_layer(const adv_cfg *c, int global_layer0);
 /* Whether a hybrid model's pattern has a layer of this symbol ('*', '-', 'E', ...). */
 int adv_cfg_hybrid_has(const adv_cfg *c, char symbol);
+/* Megatron's layer placement over pipeline stages and virtual chunks
+ * (advisor_layers.c; megatron-core 0.19.2 get_num_layers_to_build,
+ * get_transformer_layer_offset, get_schedule_table). */
+int adv_cfg_chunk_layers(const adv_cfg *c, int stage);
+int adv_cfg_max_chunk_layers(const adv_cfg *c);
+int adv_cfg_layer_offset(const adv_cfg *c, int stage, int chunk);
+int adv_cfg_microbatches(const adv_cfg *c);
+int adv_cfg_fwd_chunk(const adv_cfg *c, int k, int microbatches);
 
 /* ---- the per-rank tensor-level trace (advisor_trace.c) ---- */
 enum { ADV_NONE = 0xffffffffu };
@@ -151,6 +167,7 @@ typedef struct adv_inst {
     int32_t iteration;
     uint32_t begin, end;      /* forward ops of the instance */
     int nlayers;
+    int32_t chunk;            /* its model chunk (virtual pipeline stage), -1 unknown */
 } adv_inst;
 
 /* A replay's own extra allocation (adv_trace_undo): made on the backward

@@ -108,6 +108,8 @@ static void
 hybrid_pattern(adv_cfg *c, const char *v)
 {
     size_t k = 0;
+    if (v && strchr(v, '|'))
+        c->layout_other = 1; /* pipeline segments: a placement advisor_layers.c does not model */
     for (const char *p = v ? v : ""; *p && *p != '/' && k + 1 < sizeof c->hybrid; p++)
         if (*p != '"' && *p != '\'' && *p != '|' && *p != ' ')
             c->hybrid[k++] = *p;
@@ -169,6 +171,31 @@ apply(adv_cfg *c, seen *s, const char *key, const char *v)
     INT("v_head_dim", v_head)
     INT("recompute_num_layers", recompute_num_layers)
     BOOL("distribute_saved_activations", distribute_saved)
+    INT("microbatch_group_size_per_vp_stage", mb_group)
+    INT("microbatch_group_size_per_virtual_pipeline_stage", mb_group)
+    if (strcmp(key, "decoder_first_pipeline_num_layers") == 0 ||
+        strcmp(key, "num_layers_in_first_pipeline_stage") == 0) {
+        c->first_stage_layers = v && *v >= '0' && *v <= '9' ? iv + 1 : 0;
+        mark(s, "num_layers_in_first_pipeline_stage");
+        return 1;
+    }
+    if (strcmp(key, "decoder_last_pipeline_num_layers") == 0 ||
+        strcmp(key, "num_layers_in_last_pipeline_stage") == 0) {
+        c->last_stage_layers = v && *v >= '0' && *v <= '9' ? iv + 1 : 0;
+        mark(s, "num_layers_in_last_pipeline_stage");
+        return 1;
+    }
+    if (strcmp(key, "pipeline_model_parallel_layout") == 0) {
+        c->layout_other = v && *v && !strstr(v, "null") && !strstr(v, "None");
+        mark(s, key);
+        return 1;
+    }
+    if (strcmp(key, "account_for_embedding_in_pipeline_split") == 0 ||
+        strcmp(key, "account_for_loss_in_pipeline_split") == 0) {
+        c->layout_other |= truthy(v);
+        mark(s, key);
+        return 1;
+    }
     if (strcmp(key, "num_layers_per_virtual_pipeline_stage") == 0) {
         c->vpp = -iv; /* resolved when num_layers and pp are known */
         mark(s, "num_virtual_stages_per_pipeline_rank");

@@ -37,7 +37,7 @@ adv_part_settings(const adv_cfg *c, const adv_setting *active, adv_setting *out,
         if (!m)
             break;
     }
-    int lpc = adv_cfg_layers_per_chunk(c);
+    int lpc = adv_cfg_max_chunk_layers(c);
     for (int meth = 1; meth <= 2; meth++)
         for (int nl = 1; nl <= lpc; nl++)
             put_setting(out, &n, max, &(adv_setting){0, meth, nl});

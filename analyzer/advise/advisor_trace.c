@@ -144,6 +144,9 @@ typedef struct cap {
     keymap keys;
     uint32_t main_tid;
     int lpc, layer_seq, cur_layer;   /* cur_layer: index into t->layers, -1 */
+    int fwd_iter, fwd_k;             /* iteration of the last forward instance, its
+                                      * index among that iteration's forwards */
+    int microbatches;                /* per iteration (adv_cfg_microbatches), 0 unknown */
     int depth_attn, depth_core, depth_mlp, depth_sub, depth_bda;
     uint32_t pend[64];               /* main-thread allocations waiting for an nvte call */
     int npend;
@@ -169,6 +172,19 @@ cur(cap *c)
     return c->cur_layer >= 0 ? &c->t->layers[c->cur_layer] : NULL;
 }
 
+/* The 0-based global layer of local layer li of a forward instance of model
+ * chunk `chunk` on this rank's stage (advisor_layers.c: Megatron's placement);
+ * a placement not modelled without VPP: stage x layers per stage + li (the
+ * even split); -1 unknown (stage or chunk unknown, not modelled with VPP). */
+static int32_t
+global_layer_of(const cap *c, int32_t chunk, int li)
+{
+    int off = adv_cfg_layer_offset(c->cfg, c->r->stage, chunk);
+    if (off >= 0)
+        return li < adv_cfg_chunk_layers(c->cfg, c->r->stage) ? off + li : -1;
+    return c->cfg->vpp > 1 || c->r->stage < 0 ? -1 : c->r->stage * c->lpc + li;
+}
+
 static int
 new_layer(cap *c)
 {
@@ -180,7 +196,11 @@ new_layer(cap *c)
     if (li == 0) {
         if (grow((void **)&t->insts, &t->capinsts, t->ninsts + 1, sizeof *t->insts) < 0)
             return -1;
-        t->insts[t->ninsts++] = (adv_inst){c->tl.iteration, (uint32_t)t->nops, (uint32_t)t->nops, 0};
+        c->fwd_k = t->ninsts && c->fwd_iter == c->tl.iteration ? c->fwd_k + 1 : 0;
+        c->fwd_iter = c->tl.iteration;
+        t->insts[t->ninsts++] = (adv_inst){c->tl.iteration, (uint32_t)t->nops, (uint32_t)t->nops,
+                                           0, adv_cfg_fwd_chunk(c->cfg, c->fwd_k,
+                                                                c->microbatches)};
     }
     if (grow((void **)&t->layers, &t->caplayers, t->nlayers + 1, sizeof *t->layers) < 0)
         return -1;
@@ -188,7 +208,7 @@ new_layer(cap *c)
     memset(L, 0xff, sizeof *L);
     L->inst = inst;
     L->layer = li;
-    L->global_layer = (c->cfg->vpp > 1 || c->r->stage < 0) ? -1 : c->r->stage * c->lpc + li;
+    L->global_layer = global_layer_of(c, t->insts[inst].chunk, li);
     L->moe = adv_cfg_is_moe_layer(c->cfg, L->global_layer >= 0 ? L->global_layer : li);
     L->mla = c->cfg->mla;
     L->begin = (uint32_t)t->nops;
@@ -661,7 +681,8 @@ build_init(build *b, am_rank *r, const adv_cfg *cfg, adv_trace *t)
     c->cur_layer = -1;
     c->last_norm = ADV_NONE;
     c->mamba_open = -1;
-    c->lpc = adv_cfg_layers_per_chunk(cfg);
+    c->lpc = adv_cfg_chunk_layers(cfg, r->stage);
+    c->microbatches = adv_cfg_microbatches(cfg);
     uint64_t beta = (cfg->bf16 || cfg->fp16) ? 2 : 4;
     uint64_t sq = (uint64_t)(cfg->seq / (cfg->cp > 0 ? cfg->cp : 1));
     uint64_t ts = cfg->sp ? (uint64_t)cfg->tp : 1, mbs = (uint64_t)cfg->mbs;

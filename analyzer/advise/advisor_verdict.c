@@ -982,7 +982,7 @@ sweep_full_family(run_state *st, const eval_ctx *ec, int meth)
 {
     adv_cand best, c;
     int have_best = 0;
-    int lpc = adv_cfg_layers_per_chunk(st->cfg);
+    int lpc = adv_cfg_max_chunk_layers(st->cfg);
     for (int nl = 1; nl <= lpc; nl++) {
         if (meth == 1 && nl > 1 && lpc % nl && nl != lpc)
             continue;

@@ -374,6 +374,16 @@ SCENARIOS = [
                    "--recompute-modules", "mlp"],
        env={"RECOMPSHIM_PYSTACK": "0"},
        expect=("OK:FITS", "UNKNOWN whether a cheaper setting")),
+    # issue 14 class A (a public report replayed, DeepSeek-V3 PP4 VPP4: mlp OOMs):
+    # a mixed dense/MoE model under virtual pipeline stages; `mlp` was applied to
+    # every model chunk's local layer 0, MoE layers included, and recommended
+    # (predicted 9.11 GiB, megasim 9.92: an OOM). Invariant 4 with `within`: the
+    # recommendation executed by megasim peaks within 2% of its prediction.
+    # tests/advisor/test_vpp_layers.py checks every label on these jobs
+    sc("VPP mixed dense/MoE at 12.2 GiB", ta.flagsets.VPP_MIXED, ta.flagsets.VPP_MIXED_CAP,
+       expect=("R:SELECTIVE[moe]", "least replay cost"), within=0.02),
+    sc("VPP uneven first/last mixed dense/MoE at 15 GiB",
+       ta.flagsets.VPP_UNEVEN, 15, within=0.02),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",

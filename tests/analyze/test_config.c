@@ -304,3 +304,99 @@ Test(config, add_bias_linear)
     read_cfg(other, sizeof other / sizeof *other, NULL, &c);
     cr_assert_eq(c.bias_linear, -1);
 }
+
+/* Megatron's layer placement (advisor_layers.c). Expected values printed by
+ * megatron-core 0.19.2 itself: get_transformer_layer_offset(config, vp_stage,
+ * pp_rank), get_num_layers_to_build(config, vp_stage, pp_rank) and
+ * get_schedule_table(M, VPP, group) called with these configurations (python3.12,
+ * build/mcore-cache/site). {offset, layers} per stage and chunk. */
+typedef struct { const char *layers, *pp, *vpp, *first, *last; int off[4][4], n[4][4]; } placement;
+
+static const placement placements[] = {
+    {"8", "2", "2", NULL, NULL, {{0, 4}, {2, 6}}, {{2, 2}, {2, 2}}},
+    {"8", "2", "4", NULL, NULL, {{0, 2, 4, 6}, {1, 3, 5, 7}}, {{1, 1, 1, 1}, {1, 1, 1, 1}}},
+    {"14", "4", "2", "2", "4", {{0, 7}, {1, 8}, {3, 10}, {5, 12}}, {{1, 1}, {2, 2}, {2, 2}, {2, 2}}},
+    {"10", "3", NULL, "2", NULL, {{0}, {2}, {6}}, {{2}, {4}, {4}}},
+    {"14", "4", "2", "2", NULL, {{0, 7}, {1, 8}, {3, 10}, {5, 12}}, {{1, 1}, {2, 2}, {2, 2}, {2, 2}}},
+    {"13", "4", NULL, NULL, "1", {{0}, {4}, {8}, {12}}, {{4}, {4}, {4}, {1}}},
+    {"64", "4", "4", NULL, NULL,
+     {{0, 16, 32, 48}, {4, 20, 36, 52}, {8, 24, 40, 56}, {12, 28, 44, 60}},
+     {{4, 4, 4, 4}, {4, 4, 4, 4}, {4, 4, 4, 4}, {4, 4, 4, 4}}},
+};
+
+Test(config, layer_placement_matches_megatron)
+{
+    for (size_t k = 0; k < sizeof placements / sizeof *placements; k++) {
+        const placement *p = &placements[k];
+        const char *argv[16] = {"python", "pretrain_gpt.py", "--num-layers", p->layers,
+                                "--pipeline-model-parallel-size", p->pp};
+        size_t n = 6;
+        if (p->vpp) {
+            argv[n++] = "--num-virtual-stages-per-pipeline-rank";
+            argv[n++] = p->vpp;
+        }
+        if (p->first) {
+            argv[n++] = "--decoder-first-pipeline-num-layers";
+            argv[n++] = p->first;
+        }
+        if (p->last) {
+            argv[n++] = "--decoder-last-pipeline-num-layers";
+            argv[n++] = p->last;
+        }
+        adv_cfg c;
+        read_cfg(argv, n, NULL, &c);
+        int pp = atoi(p->pp), vp = p->vpp ? atoi(p->vpp) : 1;
+        for (int s = 0; s < pp; s++)
+            for (int v = 0; v < vp; v++) {
+                cr_expect_eq(adv_cfg_layer_offset(&c, s, v), p->off[s][v],
+                             "case %zu stage %d chunk %d: offset %d, Megatron %d", k, s, v,
+                             adv_cfg_layer_offset(&c, s, v), p->off[s][v]);
+                cr_expect_eq(adv_cfg_chunk_layers(&c, s), p->n[s][v],
+                             "case %zu stage %d: %d layers per chunk, Megatron %d", k, s,
+                             adv_cfg_chunk_layers(&c, s), p->n[s][v]);
+            }
+    }
+}
+
+Test(config, layer_placement_not_modelled_is_unknown)
+{
+    const char *argv[] = {"python", "pretrain_gpt.py", "--num-layers", "8",
+                          "--pipeline-model-parallel-size", "2",
+                          "--pipeline-model-parallel-layout", "Et|(tt|)*3tL"};
+    adv_cfg c;
+    read_cfg(argv, sizeof argv / sizeof *argv, NULL, &c);
+    cr_assert_eq(adv_cfg_layer_offset(&c, 1, 0), -1);
+    const char *argv2[] = {"python", "pretrain_gpt.py", "--num-layers", "7",
+                           "--pipeline-model-parallel-size", "2",
+                           "--account-for-embedding-in-pipeline-split"};
+    read_cfg(argv2, sizeof argv2 / sizeof *argv2, NULL, &c);
+    cr_assert_eq(adv_cfg_layer_offset(&c, 1, 0), -1);
+}
+
+/* get_schedule_table's chunk of each forward (M microbatches, VPP, group) */
+Test(config, forward_chunk_order_matches_megatron)
+{
+    static const struct { const char *vpp, *group; int m; int chunk[32]; } cases[] = {
+        {"2", "4", 8, {0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1}},
+        {"3", "4", 10, {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2,
+                        0, 0, 1, 1, 2, 2}},
+        {"2", NULL, 4, {0, 0, 1, 1, 0, 0, 1, 1}}, /* group defaults to PP (2) */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const char *argv[12] = {"python", "pretrain_gpt.py", "--num-layers", "24",
+                                "--pipeline-model-parallel-size", "2",
+                                "--num-virtual-stages-per-pipeline-rank", cases[k].vpp};
+        size_t n = 8;
+        if (cases[k].group) {
+            argv[n++] = "--microbatch-group-size-per-virtual-pipeline-stage";
+            argv[n++] = cases[k].group;
+        }
+        adv_cfg c;
+        read_cfg(argv, n, NULL, &c);
+        int vp = atoi(cases[k].vpp);
+        for (int f = 0; f < cases[k].m * vp; f++)
+            cr_expect_eq(adv_cfg_fwd_chunk(&c, f, cases[k].m), cases[k].chunk[f],
+                         "case %zu forward %d: chunk %d, Megatron %d", k, f,
+                         adv_cfg_fwd_chunk(&c, f, cases[k].m), cases[k].chunk[f]);
+    }
+}

@@ -52,13 +52,13 @@ class Parallel:
         elif args.num_virtual_stages_per_pipeline_rank:
             self.vp = args.num_virtual_stages_per_pipeline_rank
 
-    def chunk_layers(self, args):
-        """global layer indices per model chunk of this stage"""
-        L, pp, vp = args.num_layers, self.pp, self.vp
-        if vp > 1:
-            per = L // (pp * vp)
-            return [list(range(c * (L // vp) + self.pp_rank * per,
-                               c * (L // vp) + (self.pp_rank + 1) * per)) for c in range(vp)]
+    def stage_counts(self, args):
+        """layers per pipeline stage, all its chunks together: --num-layers / PP,
+        or the uneven first/last stage's own count
+        (--decoder-first/last-pipeline-num-layers) and the rest over the
+        other stages (megatron-core 0.19.2 get_num_layers_to_build before its
+        division by VPP)"""
+        L, pp = args.num_layers, self.pp
         first, last = args.decoder_first_pipeline_num_layers, args.decoder_last_pipeline_num_layers
         counts = [None] * pp
         if first is not None:
@@ -69,6 +69,24 @@ class Parallel:
         free = [i for i in range(pp) if counts[i] is None]
         for j, i in enumerate(free):
             counts[i] = rest // len(free) + (1 if j < rest % len(free) else 0)
+        return counts
+
+    def chunk_layers(self, args):
+        """global layer indices per model chunk of this stage. Interleaved
+        (VPP): every stage's chunk c holds its stage's layers / VPP, and chunk
+        c of stage p starts after chunks 0..c-1 of every stage and chunk c of
+        stages 0..p-1 (megatron-core 0.19.2 get_num_layers_to_build and
+        get_transformer_layer_offset, uneven first/last stages included)"""
+        vp = self.vp
+        counts = self.stage_counts(args)
+        if vp > 1:
+            bad = [n for n in counts if n % vp]
+            if bad:
+                raise ValueError("num_layers_per_pipeline_rank %d should be divisible by vp_size "
+                                 "%d" % (bad[0], vp))
+            per = [n // vp for n in counts]
+            return [list(range(c * sum(per) + sum(per[:self.pp_rank]),
+                               c * sum(per) + sum(per[:self.pp_rank + 1]))) for c in range(vp)]
         start = sum(counts[:self.pp_rank])
         return [list(range(start, start + counts[self.pp_rank]))]
 
