@@ -248,10 +248,9 @@ typedef struct pstate {
     int events_depth;         /* depth of the traceEvents array, 0 unknown */
     int top_is_array;
     char key1[32];            /* current key at depth 1 */
-    char key_ev[24];          /* current key inside an event (depth events+1) */
-    char key_args[32];        /* current key inside args */
     char key_dist[24];
-    uint8_t kev, karg;        /* key_ev / key_args classified once (enum ev_key, arg_key) */
+    uint8_t kev, karg;        /* the current key inside an event (depth events+1) and
+                               * inside args, classified once (enum ev_key, arg_key) */
     int in_args, in_dist;
     /* the event being read */
     int in_ev;
@@ -833,7 +832,6 @@ cb_start_map(void *ctx)
         p->ev_off = cur_off(p);
     } else if (p->in_ev && p->depth == ev_depth(p) + 1 && p->kev == EK_ARGS) {
         p->in_args = 1;
-        p->key_args[0] = 0;
         p->karg = AK_OTHER;
     } else if (p->depth == 2 && !p->top_is_array && !strcmp(p->key1, "distributedInfo")) {
         p->in_dist = 1;
@@ -905,13 +903,10 @@ cb_map_key(void *ctx, const unsigned char *s, size_t n)
     pstate *p = ctx;
     if (p->depth == 1 && !p->top_is_array)
         setkey(p->key1, sizeof p->key1, s, n);
-    else if (p->in_ev && p->depth == ev_depth(p)) {
-        setkey(p->key_ev, sizeof p->key_ev, s, n);
+    else if (p->in_ev && p->depth == ev_depth(p))
         p->kev = key_id(g_ev_keys, sizeof g_ev_keys / sizeof g_ev_keys[0], s, n);
-    } else if (p->in_args && p->depth == ev_depth(p) + 1) {
-        setkey(p->key_args, sizeof p->key_args, s, n);
+    else if (p->in_args && p->depth == ev_depth(p) + 1)
         p->karg = key_id(g_arg_keys, sizeof g_arg_keys / sizeof g_arg_keys[0], s, n);
-    }
     else if ((p->in_dist && p->depth == 2) || (p->in_devprops && p->depth == 3))
         setkey(p->key_dist, sizeof p->key_dist, s, n);
     return 1;
@@ -922,7 +917,6 @@ cb_map_key(void *ctx, const unsigned char *s, size_t n)
 static int
 event_field(pstate *p, const char *s, size_t n, int str)
 {
-    const char *key = p->key_ev;
     int id = p->kev;
     if (id == EK_PH) {
         if (!str)
@@ -941,7 +935,7 @@ event_field(pstate *p, const char *s, size_t n, int str)
         uint64_t v;
         if (us_to_ns(s, n, &v) < 0)
             return fail(p, "event field %s is not a non-negative number of microseconds",
-                        key);
+                        id == EK_TS ? "ts" : "dur");
         if (id == EK_TS) {
             p->ts = v;
             p->has_ts = 1;
@@ -964,12 +958,25 @@ event_field(pstate *p, const char *s, size_t n, int str)
     return 1;
 }
 
+/* The [memory] argument with key id (enum arg_key) is not a valid integer:
+ * keep its name for the message end_event gives (the key itself is not
+ * kept: a classified key is the table's name). */
+static void
+note_badarg(pstate *p, int id)
+{
+    for (size_t i = 0; i < sizeof g_arg_keys / sizeof g_arg_keys[0]; i++)
+        if (g_arg_keys[i].id == id) {
+            setkey(p->badarg, sizeof p->badarg, (const unsigned char *)g_arg_keys[i].s,
+                   g_arg_keys[i].n);
+            return;
+        }
+}
+
 /* A scalar of an entry's args: the thread name, collective name, dtype and
  * element counts, and the [memory] fields (Addr, Bytes, totals, device). */
 static int
 args_field(pstate *p, const char *s, size_t n, int str)
 {
-    const char *key = p->key_args;
     int64_t v;
     int id = p->karg;
     if (id == AK_OTHER)
@@ -992,7 +999,7 @@ args_field(pstate *p, const char *s, size_t n, int str)
     } else {
         int which = id - AK_ADDR + 1; /* 1 Addr .. 6 Device Id */
         if (str || to_i64(s, n, &v) < 0) {
-            setkey(p->badarg, sizeof p->badarg, (const unsigned char *)key, strlen(key));
+            note_badarg(p, id);
             return 1;
         }
         switch (which) {
@@ -1001,8 +1008,7 @@ args_field(pstate *p, const char *s, size_t n, int str)
         case 3:
         case 4:
             if (v < 0) {
-                setkey(p->badarg, sizeof p->badarg, (const unsigned char *)key,
-                       strlen(key));
+                note_badarg(p, id);
                 return 1;
             }
             if (which == 3) { p->ta = (uint64_t)v; p->has_ta = 1; }
@@ -1569,54 +1575,91 @@ enum { STEP_OK = 0, STEP_FAIL = -1, STEP_OOM = -2 };
 /* The string guard: yajl re-lexes a token that spans its input buffers from
  * the token's start, so one huge string costs time quadratic in its length
  * (a 2 MB gzip can hold GiBs of one string): refuse strings longer than any
- * real event name or argument. `str` carries the lexer state across
- * buffers. Returns STEP_FAIL naming the offset. */
-typedef struct { int in_str, esc; uint64_t len; } strscan;
+ * real event name or argument. `strscan` carries the lexer state across
+ * buffers: inside a string or not, an escaped byte still to skip at the
+ * next buffer's start, and the decompressed offset of the open string's
+ * first byte. Returns STEP_FAIL naming the offset. */
+typedef struct { int in_str, esc; uint64_t start; } strscan;
+
+/* 0x80 in each byte of w equal to the byte of c8 (c8: that byte repeated),
+ * 0 elsewhere; exact (no false hits from borrows: the high bit of each byte
+ * is kept out of the addition). */
+static inline uint64_t
+bytes_eq(uint64_t w, uint64_t c8)
+{
+    const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full;
+    uint64_t t = w ^ c8;
+    return ~(((t & lo7) + lo7) | t | lo7);
+}
+
+/* Eight bytes at b, the byte at b[0] in the low 8 bits on any host. */
+static inline uint64_t
+load8_le(const unsigned char *b)
+{
+    uint64_t w;
+    memcpy(&w, b, sizeof w);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+/* The byte at pos (a quote or a backslash) through the lexer state: a quote
+ * opens or closes a string, a backslash inside one escapes the next byte
+ * (*skip: the first position to look at again). Returns STEP_FAIL when the
+ * string it closes is too long. */
+static inline int
+guard_byte(pstate *p, strscan *st, const unsigned char *buf, size_t pos, size_t *skip)
+{
+    if (pos < *skip)
+        return STEP_OK;                      /* the escaped byte */
+    if (buf[pos] == '\\') {
+        if (st->in_str)
+            *skip = pos + 2;
+        return STEP_OK;
+    }
+    if (!st->in_str) {
+        st->in_str = 1;
+        st->start = p->chunk_off + pos + 1;
+        return STEP_OK;
+    }
+    st->in_str = 0;
+    return p->chunk_off + pos - st->start > KINETO_MAX_STRING ? STEP_FAIL : STEP_OK;
+}
 
 static int
 check_strings(pstate *p, strscan *st, const unsigned char *buf, int n)
 {
-    /* Each byte inside a string (an escaping backslash and the byte it
-     * escapes included, the closing quote not) adds one to len, as the
-     * per-byte loop this replaces counted; runs without a quote or a
-     * backslash are skipped with memchr instead of stepped through. */
-    const unsigned char *q, *b;
-    int i = 0;
-    while (i < n) {
-        if (!st->in_str) {
-            if (!(q = memchr(buf + i, '"', (size_t)(n - i))))
-                return STEP_OK;
-            i = (int)(q - buf) + 1;
-            st->in_str = 1;
-            st->len = 0;
-            continue;
-        }
-        int end = i + 1;                     /* bytes [i, end) stay in the string */
-        if (!st->esc) {
-            q = memchr(buf + i, '"', (size_t)(n - i));
-            end = q ? (int)(q - buf) : n;
-            if ((b = memchr(buf + i, '\\', (size_t)(end - i))))
-                end = (int)(b - buf) + 1;    /* the backslash counts */
-        }
-        uint64_t add = (uint64_t)(end - i);
-        if (st->len + add > KINETO_MAX_STRING) {
-            snprintf(p->err, p->errlen,
-                     "%s: offset %" PRIu64 ": a JSON string longer than %d MiB: not a "
-                     "torch.profiler trace (or a damaged one)",
-                     p->path, p->chunk_off + (uint64_t)i + (KINETO_MAX_STRING - st->len),
-                     KINETO_MAX_STRING >> 20);
-            return STEP_FAIL;
-        }
-        st->len += add;
-        if (st->esc)
-            st->esc = 0;
-        else if (end > i && buf[end - 1] == '\\')
-            st->esc = 1;
-        else if (end < n)
-            end++, st->in_str = 0;            /* the closing quote */
-        i = end;
+    /* A string's length is its bytes between the quotes (escaping
+     * backslashes and the bytes they escape included), counted from its
+     * first byte's offset; the offset in the message is the byte that
+     * makes it too long, as when the length was counted byte by byte. The
+     * quotes and backslashes are found eight bytes at a time (the per-
+     * string memchr calls this replaces were 12% of an import's CPU:
+     * strings here are a few bytes long, docs/performance.md). */
+    const uint64_t q8 = 0x2222222222222222ull, b8 = 0x5c5c5c5c5c5c5c5cull;
+    size_t len = (size_t)n, i = 0, skip = st->esc ? 1 : 0;
+    int rc = STEP_OK;
+    st->esc = 0;
+    for (; i + 8 <= len && rc == STEP_OK; i += 8) {
+        uint64_t w = load8_le(buf + i), m = bytes_eq(w, q8) | bytes_eq(w, b8);
+        for (; m && rc == STEP_OK; m &= m - 1)
+            rc = guard_byte(p, st, buf, i + ((size_t)__builtin_ctzll(m) >> 3), &skip);
     }
-    return STEP_OK;
+    for (; i < len && rc == STEP_OK; i++)
+        if (buf[i] == '"' || buf[i] == '\\')
+            rc = guard_byte(p, st, buf, i, &skip);
+    if (rc == STEP_OK && st->in_str) {
+        st->esc = skip > len;                /* a backslash was the last byte */
+        if (p->chunk_off + len - st->start > KINETO_MAX_STRING)
+            rc = STEP_FAIL;
+    }
+    if (rc != STEP_OK)
+        snprintf(p->err, p->errlen,
+                 "%s: offset %" PRIu64 ": a JSON string longer than %d MiB: not a "
+                 "torch.profiler trace (or a damaged one)",
+                 p->path, st->start + KINETO_MAX_STRING, KINETO_MAX_STRING >> 20);
+    return rc;
 }
 
 /* Report yajl's error for the buffer just parsed, on one line. */

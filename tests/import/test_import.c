@@ -970,3 +970,74 @@ Test(kineto, string_guard_follows_escapes)
     cr_expect_eq(names, 2);
     am_source_close(s);
 }
+
+/* Writes a .json.gz: head, then pad bytes of fill so that the byte after
+ * them is at decompressed offset `at` (pad computed from head's length),
+ * then mid, then big MiB of big_fill, then tail. Returns the path (static). */
+static const char *
+guard_doc(const char *head, char fill, size_t at, const char *mid, int big, char big_fill,
+          const char *tail)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/rs-kineto-guard-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    gzFile g = gzopen(path, "wb1");
+    cr_assert(g);
+    gzputs(g, head);
+    static char block[1 << 20];
+    cr_assert(at >= strlen(head));
+    memset(block, fill, at - strlen(head));
+    gzwrite(g, block, (unsigned)(at - strlen(head)));
+    gzputs(g, mid);
+    memset(block, big_fill, sizeof block);
+    for (int i = 0; i < big; i++)
+        gzwrite(g, block, sizeof block);
+    gzputs(g, tail);
+    gzclose(g);
+    return path;
+}
+
+/* #19: the string guard finds quotes and backslashes eight bytes at a time
+ * and counts a string from its first byte's offset. The offset it names is
+ * the byte that makes the string too long (its first byte + 16 MiB), as the
+ * byte-by-byte count named; an escaped quote whose backslash is the last
+ * byte of one 64 KiB parse buffer does not close the string (the escape is
+ * carried to the next buffer), and an escaped backslash pair across the
+ * same boundary lets the quote after it close the string. */
+Test(kineto, string_guard_offset_and_escapes_across_buffers)
+{
+    const char *head = "{\"traceEvents\":[{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"";
+    size_t first = strlen(head); /* the name's first byte */
+    char err[1024] = "", want[64];
+    am_source *s = NULL;
+    /* backslash at 65535, the quote it escapes at 65536: one 17 MiB name */
+    const char *path = guard_doc(head, 'x', 65535, "\\\"", 17, 'a', "\"}]}");
+    int rc = am_source_open(path, &s, err, sizeof err);
+    unlink(path);
+    cr_expect_eq(rc, -1, "the file was accepted");
+    snprintf(want, sizeof want, "offset %zu: a JSON string longer than 16 MiB",
+             first + (16u << 20));
+    cr_expect(strstr(err, want) != NULL, "want '%s' in: %s", want, err);
+    if (rc == 0)
+        am_source_close(s);
+    /* "\\" at 65534-65535 then the closing quote at 65536, 17 MiB of white
+     * space after it: accepted (the name is cut to 1024 bytes) */
+    s = NULL;
+    path = guard_doc(head, 'x', 65534, "\\\\\",\"pid\":1,\"tid\":1,\"ts\":1,\"dur\":1}", 17,
+                     ' ', "]}");
+    rc = am_source_open(path, &s, err, sizeof err);
+    unlink(path);
+    cr_assert_eq(rc, 0, "refused: %s", err);
+    am_event ev;
+    int names = 0;
+    while (s->ops->next(s, &ev) == 1)
+        if (ev.kind == AM_EV_RANGE_PUSH) {
+            names++;
+            cr_expect(ev.name_len == 1024 && ev.name[0] == 'x', /* names are cut */
+                      "name of %u bytes", (unsigned)ev.name_len);
+        }
+    cr_expect_eq(names, 1);
+    am_source_close(s);
+}
