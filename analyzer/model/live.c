@@ -82,7 +82,7 @@ live_put_old(live_set *l, const live_ent *e, live_ent *replaced)
 {
     /* one probe finds the key or the empty slot it goes to (a lookup and
      * then a second probe for the slot were two walks of the same chain) */
-    if ((l->count + 1) * 4 >= l->cap * 3) {
+    if ((l->count + 1) * 2 > l->cap) {
         live_ent *old = live_get(l, e->space, e->addr);
         if (!old && rehash(l, l->cap ? l->cap * 2 : 1024) < 0)
             return -1;

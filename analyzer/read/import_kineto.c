@@ -1984,7 +1984,9 @@ load(am_source *s, kin *k, pstate *p, gzFile g)
     if (!(p->buf = malloc(RUN_MAX * sizeof *p->buf)))
         return STEP_OOM;
     k->mem_max = g_mem_max;
-    gzbuffer(g, 1 << 17);
+    /* zlib inflates straight into a read at least twice its buffer, else
+     * into its own buffer and copies (parse_document reads 64 KiB) */
+    gzbuffer(g, 1 << 15);
     if (!(p->h = yajl_alloc(&g_cbs, NULL, p)))
         return STEP_OOM;
     yajl_config(p->h, yajl_allow_comments, 0);
