@@ -557,16 +557,20 @@ on_alloc(sweep *s, const am_event *ev)
             continue;
         s->levels_seen |= 1 << l;
         live_ent old;
-        if (l == AM_L_DEVICE) {
-            if (live_del(&s->live[l], ev->space, ev->addr, &old)) {
-                s->by_lib[old.lib] -= old.size;
-                journal_removed(s, l, &old);
-            }
-            s->by_lib[ev->lib] += ev->size;
-        }
         int put = live_put_old(&s->live[l], &e, &old);
         if (put < 0)
             return -1;
+        if (put > 0 && l == AM_L_DEVICE) {
+            /* the address was live: the old entry leaves (its library's
+             * bytes) and the new one enters where an insert puts it, as
+             * when it was deleted first (one probe when it was not live) */
+            s->by_lib[old.lib] -= old.size;
+            live_del(&s->live[l], ev->space, ev->addr, NULL);
+            if (live_put(&s->live[l], &e) < 0)
+                return -1;
+        }
+        if (l == AM_L_DEVICE)
+            s->by_lib[ev->lib] += ev->size;
         if (put > 0)
             journal_removed(s, l, &old);
         count_level(s, l, ev);

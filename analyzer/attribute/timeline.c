@@ -58,18 +58,14 @@ tl_fini(tl *t)
     memset(t, 0, sizeof *t);
 }
 
-/* The thread record last returned on this OS thread (analyses run on
- * worker threads): consecutive events are mostly of one thread. */
-static __thread size_t tl_last;
-
 /* tl_thread_get past its one-entry cache: search, or create (kept out of
  * line so the cache check inlines into the per-event callers). */
-static __attribute__((noinline)) tl_thread *
-thread_find(tl *t, uint32_t tid)
+tl_thread *
+tl_thread_find(tl *t, uint32_t tid)
 {
     for (size_t i = 0; i < t->nthreads; i++)
         if (t->threads[i].tid == tid) {
-            tl_last = i;
+            t->last_thread = i;
             return &t->threads[i];
         }
     if (grow((void **)&t->threads, &t->capthreads, t->nthreads + 1, sizeof *t->threads) < 0)
@@ -79,17 +75,8 @@ thread_find(tl *t, uint32_t tid)
     th->tid = tid;
     th->role = (t->pid > 0 && tid == (uint32_t)t->pid) ? AM_ROLE_MAIN : AM_ROLE_OTHER;
     th->last_nvte_bd = AM_BD_INHERIT;
-    tl_last = t->nthreads++;
+    t->last_thread = t->nthreads++;
     return th;
-}
-
-tl_thread *
-tl_thread_get(tl *t, uint32_t tid)
-{
-    size_t last = tl_last;
-    if (last < t->nthreads && t->threads[last].tid == tid)
-        return &t->threads[last];
-    return thread_find(t, tid);
 }
 
 /* ---- phases and iterations ---- */

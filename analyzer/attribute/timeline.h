@@ -107,6 +107,8 @@ typedef struct tl {
     am_catalog_memo memo;     /* catalog verdicts by (domain, name) */
     int no_spans;             /* 1: iterations get no phase spans (nobody reads them) */
     am_moe_dispatch moe;      /* moe_dispatch.c */
+    size_t last_thread;       /* index of the thread record tl_thread_get returned
+                               * last: consecutive events are mostly of one thread */
 } tl;
 
 /* Set up for a source with process id pid; results go to out (iterations,
@@ -121,8 +123,21 @@ int tl_event(tl *t, const am_event *ev);
  * ordinal; may register it as pending (TE nearest-range rule). */
 am_attr tl_attr(tl *t, const am_event *ev, uint64_t seq);
 
-/* The thread record of tid (created when new), or NULL on out of memory. */
-tl_thread *tl_thread_get(tl *t, uint32_t tid);
+/* The thread record of tid (created when new), or NULL on out of memory:
+ * tl_thread_get past its one-entry cache (t->last_thread). */
+tl_thread *tl_thread_find(tl *t, uint32_t tid);
+
+/* The thread record of tid (created when new), or NULL on out of memory.
+ * Inline: called two or three times per event. The cache is a field of t,
+ * not of the OS thread, so analyses on worker threads keep their own. */
+static inline tl_thread *
+tl_thread_get(tl *t, uint32_t tid)
+{
+    size_t last = t->last_thread;
+    if (last < t->nthreads && t->threads[last].tid == tid)
+        return &t->threads[last];
+    return tl_thread_find(t, tid);
+}
 
 /* "a > b > c" of tid's stack into buf. */
 void tl_where(tl *t, uint32_t tid, char *buf, size_t n);

@@ -80,20 +80,25 @@ live_put(live_set *l, const live_ent *e)
 int
 live_put_old(live_set *l, const live_ent *e, live_ent *replaced)
 {
-    live_ent *old = live_get(l, e->space, e->addr);
-    if (old) {
-        if (replaced)
-            *replaced = *old;
-        l->bytes -= old->size;
-        *old = *e;
-        l->bytes += e->size;
-        return 1;
+    /* one probe finds the key or the empty slot it goes to (a lookup and
+     * then a second probe for the slot were two walks of the same chain) */
+    if ((l->count + 1) * 2 > l->cap) {
+        live_ent *old = live_get(l, e->space, e->addr);
+        if (!old && rehash(l, l->cap ? l->cap * 2 : 1024) < 0)
+            return -1;
     }
-    if ((l->count + 1) * 4 >= l->cap * 3 && rehash(l, l->cap ? l->cap * 2 : 1024) < 0)
-        return -1;
     size_t mask = l->cap - 1, j = hash(e->space, e->addr, mask);
-    while (l->slots[j].seq)
-        j = (j + 1) & mask;
+    for (; l->slots[j].seq; j = (j + 1) & mask) {
+        live_ent *old = &l->slots[j];
+        if (old->addr == e->addr && old->space == e->space) {
+            if (replaced)
+                *replaced = *old;
+            l->bytes -= old->size;
+            *old = *e;
+            l->bytes += e->size;
+            return 1;
+        }
+    }
     l->slots[j] = *e;
     l->count++;
     l->bytes += e->size;

@@ -970,3 +970,148 @@ Test(kineto, string_guard_follows_escapes)
     cr_expect_eq(names, 2);
     am_source_close(s);
 }
+
+/* Writes a .json.gz: head, then pad bytes of fill so that the byte after
+ * them is at decompressed offset `at` (pad computed from head's length),
+ * then mid, then big MiB of big_fill, then tail. Returns the path (static). */
+static const char *
+guard_doc(const char *head, char fill, size_t at, const char *mid, int big, char big_fill,
+          const char *tail)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/rs-kineto-guard-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    gzFile g = gzopen(path, "wb1");
+    cr_assert(g);
+    gzputs(g, head);
+    static char block[1 << 20];
+    cr_assert(at >= strlen(head));
+    memset(block, fill, at - strlen(head));
+    gzwrite(g, block, (unsigned)(at - strlen(head)));
+    gzputs(g, mid);
+    memset(block, big_fill, sizeof block);
+    for (int i = 0; i < big; i++)
+        gzwrite(g, block, sizeof block);
+    gzputs(g, tail);
+    gzclose(g);
+    return path;
+}
+
+/* #19: the string guard finds quotes and backslashes eight bytes at a time
+ * and counts a string from its first byte's offset. The offset it names is
+ * the byte that makes the string too long (its first byte + 16 MiB), as the
+ * byte-by-byte count named; an escaped quote whose backslash is the last
+ * byte of one 64 KiB parse buffer does not close the string (the escape is
+ * carried to the next buffer), and an escaped backslash pair across the
+ * same boundary lets the quote after it close the string. */
+Test(kineto, string_guard_offset_and_escapes_across_buffers)
+{
+    const char *head = "{\"traceEvents\":[{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"";
+    size_t first = strlen(head); /* the name's first byte */
+    char err[1024] = "", want[64];
+    am_source *s = NULL;
+    /* backslash at 65535, the quote it escapes at 65536: one 17 MiB name */
+    const char *path = guard_doc(head, 'x', 65535, "\\\"", 17, 'a', "\"}]}");
+    int rc = am_source_open(path, &s, err, sizeof err);
+    unlink(path);
+    cr_expect_eq(rc, -1, "the file was accepted");
+    snprintf(want, sizeof want, "offset %zu: a JSON string longer than 16 MiB",
+             first + (16u << 20));
+    cr_expect(strstr(err, want) != NULL, "want '%s' in: %s", want, err);
+    if (rc == 0)
+        am_source_close(s);
+    /* "\\" at 65534-65535 then the closing quote at 65536, 17 MiB of white
+     * space after it: accepted (the name is cut to 1024 bytes) */
+    s = NULL;
+    path = guard_doc(head, 'x', 65534, "\\\\\",\"pid\":1,\"tid\":1,\"ts\":1,\"dur\":1}", 17,
+                     ' ', "]}");
+    rc = am_source_open(path, &s, err, sizeof err);
+    unlink(path);
+    cr_assert_eq(rc, 0, "refused: %s", err);
+    am_event ev;
+    int names = 0;
+    while (s->ops->next(s, &ev) == 1)
+        if (ev.kind == AM_EV_RANGE_PUSH) {
+            names++;
+            cr_expect(ev.name_len == 1024 && ev.name[0] == 'x', /* names are cut */
+                      "name of %u bytes", (unsigned)ev.name_len);
+        }
+    cr_expect_eq(names, 1);
+    am_source_close(s);
+}
+
+/* #19: each run of records is sorted by an index merge sort (insertion-
+ * sorted blocks of 32, then merges) instead of qsort. 5,000 complete events
+ * in a shuffled file order, many at the same start and end times: the
+ * ranges come out in time order, at equal times pops before pushes, outer
+ * ranges pushed first and inner ones popped first, and ranges equal in both
+ * times pushed in file order and popped in reverse; the same in memory and
+ * with the runs in the temporary file (each run written in pieces). */
+Test(kineto, run_sort_order_property)
+{
+    enum { N = 5000 };
+    static unsigned ts[N], dur[N];
+    char path[] = "/tmp/rs-kineto-sort-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    cr_assert(f);
+    srand(19);
+    fputs("{\"traceEvents\":[", f);
+    for (int i = 0; i < N; i++) {
+        ts[i] = (unsigned)(rand() % 40);
+        dur[i] = 1 + (unsigned)(rand() % 4);
+        fprintf(f, "%s{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"op\",\"pid\":1,\"tid\":1,"
+                   "\"ts\":%u,\"dur\":%u}", i ? "," : "", ts[i], dur[i]);
+    }
+    fputs("]}", f);
+    fclose(f);
+    unsigned tmin = ts[0];
+    for (int i = 1; i < N; i++)
+        tmin = ts[i] < tmin ? ts[i] : tmin;
+    for (int mode = 0; mode < 2; mode++) {
+        am_kineto_set_memory_limit(mode ? 0 : (uint64_t)1 << 30);
+        am_source *s = NULL;
+        char err[1024] = "";
+        int rc = am_source_open(path, &s, err, sizeof err);
+        cr_assert_eq(rc, 0, "%s", err);
+        am_event ev;
+        uint64_t last_t = 0;
+        int last_kind = -1, last_i = -1, n = 0, bad = 0;
+        while (s->ops->next(s, &ev) == 1) {
+            if (ev.kind != AM_EV_RANGE_PUSH && ev.kind != AM_EV_RANGE_POP)
+                continue;
+            int i = (int)ev.domain_id - 1; /* the span id is the event's file order */
+            cr_assert(i >= 0 && i < N, "span %u", (unsigned)ev.domain_id);
+            int push = ev.kind == AM_EV_RANGE_PUSH, ok = 1;
+            if (n && ev.t_ns < last_t) {
+                ok = 0; /* time goes back */
+            } else if (n && ev.t_ns == last_t && last_kind == AM_EV_RANGE_PUSH && !push) {
+                ok = 0; /* a pop after a push at the same time */
+            } else if (n && ev.t_ns == last_t && last_kind == (int)ev.kind) {
+                unsigned ea = ts[last_i] + dur[last_i], eb = ts[i] + dur[i];
+                if (push) /* outer (later end) first, then file order */
+                    ok = ea > eb || (ea == eb && last_i < i);
+                else      /* inner (later start) first, then reverse file order */
+                    ok = ts[last_i] > ts[i] || (ts[last_i] == ts[i] && last_i > i);
+            }
+            cr_expect(ok, "mode %d: event %d (%s of range %d) after range %d", mode, n,
+                      push ? "push" : "pop", i, last_i);
+            bad += !ok;
+            cr_expect_eq(ev.t_ns, (uint64_t)((push ? ts[i] : ts[i] + dur[i]) - tmin) * 1000,
+                         "event %d", n);
+            last_t = ev.t_ns;
+            last_kind = (int)ev.kind;
+            last_i = i;
+            n++;
+            if (bad > 3)
+                break;
+        }
+        cr_expect_eq(n, 2 * N, "mode %d", mode);
+        am_source_close(s);
+    }
+    am_kineto_set_memory_limit((uint64_t)192 << 20);
+    unlink(path);
+}
