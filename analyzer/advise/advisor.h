@@ -327,6 +327,16 @@ void adv_verdict_free(adv_verdict *v);
 void adv_finding_add(adv_verdict *v, const char *code, const char *subtype, int rank,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 int adv_triage(am_job *j, adv_trace *tr, adv_verdict *v);
+/* 1 when some rank of j recorded a fatal OOM (a failed request that was
+ * retried and succeeded is an alloc_retry, not an OOM), else 0
+ * (advisor_ran.c). */
+int adv_job_oomed(const am_job *j);
+/* The least room the job left on any rank's device at its baseline: capacity
+ * - memory outside PyTorch - the baseline's reserved peak (bytes, in
+ * *spare). Returns that rank's index, or -1 when a capacity is unknown or a
+ * rank's reserved peak is over its device (no spare). The headroom is not
+ * subtracted: this is the margin the job really had (advisor_ran.c). */
+int adv_device_spare(const adv_verdict *v, uint64_t *spare);
 /* The last finding added (if its code is code): the bytes its cause holds at
  * the peak / OOM it is about (bytes; 0 leaves them unstated). */
 void adv_finding_held(adv_verdict *v, const char *code, uint64_t bytes);

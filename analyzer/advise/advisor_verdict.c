@@ -1354,6 +1354,16 @@ run_choose(run_state *st)
     if (prim && st->pick >= 0 && prim->ranked &&
         (strcmp(prim->subtype, "state_growth") == 0 || strcmp(prim->code, "X:LOGITS") == 0))
         prim = NULL;
+    /* a triage code is the verdict only with an OOM or a negative margin
+     * (issue 14 B): on a job that fits its budget and ran out of memory
+     * nowhere the finding stays a warning with its bytes; retention growth
+     * that passes the budget before the job ends is a negative margin to come */
+    const adv_finding *warn = NULL;
+    int oomed = adv_job_oomed(st->j);
+    if (prim && st->base_fits && !oomed && strcmp(prim->subtype, "growth") != 0) {
+        warn = prim;
+        prim = NULL;
+    }
     if (st->undo_short && !st->base_fits &&
         (!prim || strcmp(prim->subtype, "state_growth") == 0 ||
          strcmp(prim->code, "X:LOGITS") == 0)) {
@@ -1362,7 +1372,17 @@ run_choose(run_state *st)
     }
     if (prim) {
         snprintf(v->code, sizeof v->code, "%s", prim->code);
-        snprintf(v->why, sizeof v->why, "%s (rank %d)", prim->evidence, prim->rank);
+        /* over the budget only by the headroom, on a job that ran: it did
+         * not run out of memory, it is marginal (issue 14 B) */
+        uint64_t spare = 0;
+        int at = oomed ? -1 : adv_device_spare(v, &spare);
+        char ran[320] = "";
+        if (at >= 0)
+            snprintf(ran, sizeof ran, "MARGINAL, not an OOM: the job ran without one; its "
+                     "reserved peak left %s of rank %d's device spare (capacity less memory "
+                     "outside PyTorch), inside the %s headroom. What fills it: ",
+                     GB(spare), v->rank_id[at], GB(v->headroom));
+        snprintf(v->why, sizeof v->why, "%s%s (rank %d)", ran, prim->evidence, prim->rank);
         char chb[320];
         const char *ch = triage_change(prim, st->cfg, chb, sizeof chb);
         snprintf(v->change, sizeof v->change, "%s", ch);
@@ -1402,6 +1422,11 @@ run_choose(run_state *st)
                  v->level_note[0] ? v->level_note : "no counterfactual could be evaluated");
         snprintf(v->change, sizeof v->change, "none");
     }
+    if (warn)
+        why_add(v, "WARNING %s (rank %d, %s) is not the verdict: no rank ran out of memory "
+                   "and every rank's reserved peak is within its budget; its bytes and "
+                   "levers are in the findings",
+                warn->code, warn->rank, warn->subtype);
 }
 
 /* withhold the verdict: code n/a, no change, no recommendation */

@@ -75,6 +75,10 @@ violations):
      ineffective/insufficient finding); the current setting alone is judged.
   21. full[uniform,1] is never predicted above a selective setting (2%), and
      no optimizer-state or logits verdict stands while a recompute setting fits.
+  22. a triage code is the verdict only with an OOM or a negative margin:
+     without an OOM an X: verdict has a rank over its budget (or retention
+     growth to come), says MARGINAL, not an OOM, when the job ran inside the
+     headroom, and no finding quotes figures "at the OOM".
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -155,6 +159,25 @@ BIGCODE = ["--num-layers", "24", "--hidden-size", "2048", "--ffn-hidden-size", "
            "--max-position-embeddings", "32768", "--vocab-size", "49152", "--bf16",
            "--micro-batch-size", "1", "--global-batch-size", "2", "--sim-world-size", "1",
            "--transformer-impl", "local", "--seq-length", "8192"]
+# Qwen3-30B-A3B-like MoE and a 20B dense model (public OOM reports replayed,
+# issue 14 B): the layer shapes of the reports' models
+Q30 = ["--num-layers", "48", "--hidden-size", "2048", "--ffn-hidden-size", "6144",
+       "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "4",
+       "--kv-channels", "128", "--qk-layernorm", "--num-experts", "128", "--moe-router-topk", "8",
+       "--moe-ffn-hidden-size", "768", "--moe-grouped-gemm", "--moe-token-dispatcher-type",
+       "alltoall", "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+       "--seq-length", "4096", "--max-position-embeddings", "4096", "--vocab-size", "151936",
+       "--untie-embeddings-and-output-weights", "--attention-dropout", "0.0",
+       "--hidden-dropout", "0.0", "--bf16", "--transformer-impl", "transformer_engine",
+       "--disable-bias-linear", "--use-distributed-optimizer"]
+G20 = ["--num-layers", "48", "--hidden-size", "6144", "--ffn-hidden-size", "16384",
+       "--num-attention-heads", "48", "--swiglu", "--normalization", "RMSNorm",
+       "--position-embedding-type", "rope", "--seq-length", "4096",
+       "--max-position-embeddings", "4096", "--vocab-size", "128256",
+       "--untie-embeddings-and-output-weights", "--attention-dropout", "0.0",
+       "--hidden-dropout", "0.0", "--bf16", "--disable-bias-linear", "--micro-batch-size", "1",
+       "--pipeline-model-parallel-size", "4", "--sim-world-size", "8",
+       "--use-distributed-optimizer", "--global-batch-size", "16", "--train-iters", "3"]
 SCENARIOS = [
     # the README's main job, and the same job capped at 768 KiB of trace
     sc("main", MAIN),
@@ -359,6 +382,22 @@ SCENARIOS = [
        expect=("OK:FITS", "UNKNOWN whether a cheaper setting")),
     sc("grad-only workspace, full[uniform,1] on, OOM in iteration 1", HDROP + ta.FULL1 + GRADWS,
        34, expect=("n/a", "UNKNOWN: recompute is on")),
+    # issue 14 B, hplay5 case 2 (Qwen3-30B-A3B-like, mxfp8, full_iteration
+    # graphs, MBS8 on 270 GiB): the job completes with a 10 GiB margin and one
+    # recovered cudaMalloc failure; the graph pools' share of the capacity
+    # alone made X:CUDA_GRAPH_POOL the verdict, quoting "allocated 0 B,
+    # reserved 0 B at the OOM"
+    sc("full_iteration graphs over half the device, job fits", Q30 + [
+        "--micro-batch-size", "8", "--global-batch-size", "128", "--expert-model-parallel-size",
+        "8", "--sim-world-size", "8", "--sim-only-ranks", "0", "--fp8-format", "e4m3",
+        "--fp8-recipe", "mxfp8", "--cuda-graph-impl", "full_iteration",
+        "--cuda-graph-warmup-steps", "1", "--train-iters", "3"], 270, converge=False,
+       expect=("OK:FITS", "WARNING X:CUDA_GRAPH_POOL")),
+    # issue 14 B, hplay5 rF2 (20B dense PP4, full[uniform,1], 79 GiB): the job
+    # ran with a few hundred MiB spare, inside the 2 GiB headroom; the verdict
+    # said "recompute cannot help" as if it had run out of memory
+    sc("20B PP4 full[uniform,1] inside the headroom", G20 + ta.FULL1 + ["--sim-only-ranks", "0"],
+       79, converge=False, expect=("X:OPTIMIZER_STATE", "MARGINAL, not an OOM")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -408,6 +447,15 @@ def run_scenario(s, extra_flags=()):
 
 
 # ---- the invariants ----
+
+def verdict_evidence(why):
+    """an X: verdict's why from its finding's evidence on: a job that ran,
+    over its budget only inside the headroom, prefaces it with "MARGINAL, not
+    an OOM: ... What fills it: " (invariant 22)"""
+    if why.startswith("MARGINAL, not an OOM") and "What fills it: " in why:
+        return why.split("What fills it: ", 1)[1]
+    return why
+
 
 def ooms(c):
     return [r for r in c.doc.get("ranks", []) if r.get("oom")]
@@ -679,7 +727,7 @@ def inv7_loaded_state(c):
         bad.append("no checkpoint was loaded, yet a loaded_state finding: %s" %
                    loaded[0]["evidence"][:300])
     if resume and v.get("code") == "X:PARAM_STATE":
-        if not v.get("why", "").startswith("the loaded state: "):
+        if not verdict_evidence(v.get("why", "")).startswith("the loaded state: "):
             bad.append("a resumed job's X:PARAM_STATE does not name the loaded state: %s" %
                        v.get("why", "")[:300])
         if "map_location='cpu'" not in v.get("change", ""):
@@ -1124,6 +1172,11 @@ def inv19_bytes_decide(c):
         return bad
     xs = [f for f in fs if f["code"].startswith("X:")]
     prim, code, why = expected_primary(xs), v.get("code", ""), v.get("why", "")
+    why = verdict_evidence(why)
+    # no OOM and every rank within its budget as it runs: the finding is a
+    # warning, the verdict OK:FITS (invariant 22)
+    fits = not ooms(c) and code == "OK:FITS" and all(r.get("margin_bytes") is not None and r["margin_bytes"] >= 0
+                               for r in v.get("ranks", []))
     if code.startswith("X:"):
         if prim is None or prim["code"] != code or \
                 not why.startswith("%s (rank %d)" % (prim["evidence"], prim["rank"])):
@@ -1132,10 +1185,42 @@ def inv19_bytes_decide(c):
                         (prim["code"], prim["subtype"], prim["rank"], prim["bytes"],
                          prim["fix_bytes"], prim["deficit_bytes"])))
     elif prim is not None and (code == "OK:FITS" or re.match(r"R:(SELECTIVE|FULL)\[", code)):
-        if not prim["ranked"] or not (prim["subtype"] == "state_growth" or
-                                      prim["code"] == "X:LOGITS"):
+        if not fits and (not prim["ranked"] or not (prim["subtype"] == "state_growth" or
+                                                    prim["code"] == "X:LOGITS")):
             bad.append("the verdict %s passes over the primary finding %s/%s" %
                        (code, prim["code"], prim["subtype"]))
+    return bad
+
+
+def inv22_triage_needs_oom(c):
+    """a triage code is the verdict only with an OOM or a negative margin
+    (issue 14 B): with no rank out of memory, an X: verdict has a rank over
+    its budget (margin < 0) or is retention growth projected to pass it; one
+    over its budget only inside the headroom (capacity - outside PyTorch -
+    reserved >= 0) on a job that ran says MARGINAL, not an OOM; without an
+    OOM no finding quotes OOM-time figures ("at the OOM")"""
+    bad = []
+    if ooms(c):
+        return bad
+    v = c.v
+    code = v.get("code") or ""
+    ranks = v.get("ranks", [])
+    growth = any(f.get("code") == "X:RETENTION" and f.get("subtype") == "growth"
+                 for f in v.get("findings", []))
+    neg = [r for r in ranks if r.get("margin_bytes") is not None and r["margin_bytes"] < 0]
+    if code.startswith("X:") and not neg and not growth:
+        bad.append("no OOM, every rank within its budget, and the verdict is %s" % code)
+    ran = c.scenario is not None and c.rc == 0
+    if code.startswith("X:") and neg and ran and all(
+            r.get("capacity_bytes") and r["capacity_bytes"] - r["outside_pytorch_bytes"] -
+            r["predicted_reserved_bytes"] >= 0 for r in ranks):
+        if "MARGINAL, not an OOM" not in v.get("why", ""):
+            bad.append("the job ran, over its budget only inside the headroom, and the %s "
+                       "verdict does not say it is marginal, not an OOM" % code)
+    for f in v.get("findings", []):
+        if "at the OOM" in f.get("evidence", ""):
+            bad.append("no OOM, but finding %s/%s quotes figures at the OOM: %s" %
+                       (f.get("code"), f.get("subtype"), f.get("evidence", "")[:200]))
     return bad
 
 
@@ -1165,7 +1250,9 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("20 fewer replay units matched than implied: nothing from the undo",
                inv20_undo_unknown),
               ("21 full[uniform,1] never above a selective setting; no state verdict "
-               "over a fitting recompute", inv21_monotone)]
+               "over a fitting recompute", inv21_monotone),
+              ("22 a triage code is the verdict only with an OOM or a negative margin",
+               inv22_triage_needs_oom)]
 
 
 def diagnosis_run(v):
