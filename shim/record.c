@@ -123,13 +123,27 @@ hdr(uint16_t kind, uint32_t size, uint32_t aux)
                               .t_ns = t_rs.last_ns};
 }
 
+/* The record class of a successful allocation of size bytes: ungated when it
+ * retries the request of this thread's last OOM record (the caching
+ * allocator frees its cache and asks again), so it lands past the byte limit
+ * in the reserved tail next to that OOM and tells a recovered failure from
+ * the fatal one (issue 14 D); gated otherwise. Clears the pending request. */
+static int
+retry_class(uint64_t size, int status)
+{
+    uint64_t failed = t_rs.oom_size;
+    t_rs.oom_size = 0;
+    return failed && failed == size && status == 0 ? RS_UNGATED : RS_GATED;
+}
+
 void
 rs_record_alloc(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t size, uint64_t stream,
                 uint64_t caller, int status)
 {
     if (!rs_recording())
         return;
-    rs_rec_alloc *r = rs_rec_begin(sizeof *r, RS_GATED);
+    rs_rec_alloc *r = rs_rec_begin(sizeof *r, mem == RS_MEM_DEVICE ? retry_class(size, status)
+                                                                   : RS_GATED);
     if (!r)
         return;
     note_device(t_rs.device);
@@ -201,6 +215,7 @@ rs_record_oom(uint16_t api, uint8_t mem, uint64_t size, uint64_t caller, int sta
     r->pystack = rs_pystack_current();
     memcpy(r + 1, frames, (size_t)n * sizeof(uint64_t));
     rs_rec_end(r, size_rec);
+    t_rs.oom_size = mem == RS_MEM_DEVICE ? size : 0;
     rs_modules_refresh();
     rs_writer_sync();
 }
@@ -356,7 +371,8 @@ rs_record_vmm(uint16_t kind, uint16_t api, uint64_t handle, uint64_t ptr, uint64
 {
     if (!rs_recording())
         return;
-    rs_rec_vmm *r = rs_rec_begin(sizeof *r, RS_GATED);
+    rs_rec_vmm *r = rs_rec_begin(sizeof *r, kind == RS_REC_VMM_CREATE ? retry_class(size, status)
+                                                                      : RS_GATED);
     if (!r)
         return;
     note_device(device);

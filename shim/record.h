@@ -30,6 +30,8 @@ typedef struct rs_tls {
     uint32_t chunk_index;
     int8_t device;              /* last device set on this thread, -1 unknown */
     uint64_t last_ns;           /* time of this thread's last record (saves a clock read) */
+    uint64_t oom_size;          /* request of this thread's last OOM record until its next
+                                 * allocation (a retry of it lands past the byte limit) */
 } rs_tls;
 
 extern __thread rs_tls t_rs __attribute__((tls_model("initial-exec")));

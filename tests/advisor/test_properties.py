@@ -79,6 +79,15 @@ violations):
      without an OOM an X: verdict has a rank over its budget (or retention
      growth to come), says MARGINAL, not an OOM, when the job ran inside the
      headroom, and no finding quotes figures "at the OOM".
+  23. a failed allocation followed by a successful retry is not the OOM: a job
+     that exited 0 reports none, an injected recovered failure is counted as
+     an allocator retry, an OOM after the byte limit gets no "would read".
+  24. an OOM with at least the request free met a limit below the capacity:
+     the budget is at most the bytes in use then, and BUDGET:DEVICE_LIMIT names
+     the cause and the bytes out of reach.
+  25. a recompute fallback next to X:FRAGMENTATION is offered only together
+     with the allocator fix, its allocated peak + the gap the finding saw at
+     the OOM stated against the budget.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -398,6 +407,34 @@ SCENARIOS = [
     # said "recompute cannot help" as if it had run out of memory
     sc("20B PP4 full[uniform,1] inside the headroom", G20 + ta.FULL1 + ["--sim-only-ranks", "0"],
        79, converge=False, expect=("X:OPTIMIZER_STATE", "MARGINAL, not an OOM")),
+    # issue 14 D, hplay5 case 6: a capped trace (RECOMPSHIM_MAX_BYTES) where a
+    # cudaMalloc failed after the limit and the allocator's retry succeeded;
+    # the job completes, but the failure was reported as the job's OOM (its
+    # live set that of the last recorded event) with a "would read" hint
+    # derived from it. The 63rd cudaMalloc (iteration 1) fails once
+    sc("capped, a cudaMalloc failure recovered after the limit", ta.SMALLJOB +
+       ["--global-batch-size", "2"], env={"RECOMPSHIM_MAX_BYTES": "516K",
+                                          "MOCK_CUDA_FAIL": "cudaMalloc@63=2"},
+       converge=False, expect=("n/a", "OOM not recorded")),
+    # issue 14 E, hplay5 case 3a: an OOM with far more free than the request
+    # (a limit below the capacity: a memory fraction, MPS/MIG/container, or
+    # in megasim then the driver double's mapping table) was budgeted against
+    # the capacity (R:INSUFFICIENT). Three cudaMalloc failures in a row (the
+    # allocator's two retries) make the 63rd request fatal with ~64 GiB free
+    sc("OOM with the request free: a limit below the capacity", ta.SMALLJOB +
+       ["--global-batch-size", "2"],
+       env={"MOCK_CUDA_FAIL": "cudaMalloc@63=2,cudaMalloc@64=2,cudaMalloc@65=2"},
+       converge=False),
+    # issue 14 C, hplay5 case 3 (Qwen3-30B-A3B-like, mxfp8, full_iteration
+    # graphs, MBS4 on 179 GiB): X:FRAGMENTATION with ~24 GiB free in the
+    # non-graph pools at the OOM; the fallback selective[layernorm] was
+    # projected with a nominal cache (165 GiB reserved) and OOMed again when run
+    sc("full_iteration graphs, fragmentation, fallback with the gap", Q30 + [
+        "--micro-batch-size", "4", "--global-batch-size", "64", "--expert-model-parallel-size",
+        "8", "--sim-world-size", "8", "--sim-only-ranks", "0", "--fp8-format", "e4m3",
+        "--fp8-recipe", "mxfp8", "--cuda-graph-impl", "full_iteration",
+        "--cuda-graph-warmup-steps", "1", "--train-iters", "3"], 179, converge=False,
+       expect=("X:FRAGMENTATION", "Fallback at a compute cost")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -1224,6 +1261,82 @@ def inv22_triage_needs_oom(c):
     return bad
 
 
+def inv23_retry_not_oom(c):
+    """a failed allocation followed by a successful retry of the same request
+    is not the OOM (issue 14 D): a job that exited 0 reports no OOM on any
+    rank; a failure injected into a job that completes is counted as an
+    allocator retry; a rank whose OOM came after the byte limit gets no
+    reading from the recorded part ("would read")"""
+    bad = []
+    if c.scenario is not None and c.rc == 0:
+        for r in ooms(c):
+            bad.append("the job exited 0 but rank %d reports an OOM of %s bytes (iteration %s)" %
+                       (r["rank"], r["oom"].get("requested_bytes"), r["oom"].get("iteration")))
+        if "cudaMalloc@" in c.scenario["env"].get("MOCK_CUDA_FAIL", "") and \
+                not any(r.get("alloc_retries") for r in c.doc.get("ranks", [])):
+            bad.append("a cudaMalloc failure was injected and recovered, but no rank counts an "
+                       "allocator retry")
+    if any(r["oom"].get("past_limit") for r in ooms(c)) and "would read" in c.v.get("why", ""):
+        bad.append("the OOM came after the byte limit, and the verdict still gives a reading "
+                   "from the recorded part")
+    return bad
+
+
+def inv24_limit_below_capacity(c):
+    """an OOM with at least the request free on the device (cudaMemGetInfo in
+    the OOM record) met a limit below the capacity (issue 14 E): the rank's
+    budget is at most the bytes in use then (total - free), and an
+    BUDGET:DEVICE_LIMIT finding names the cause and the bytes out of reach"""
+    bad = []
+    for r in ooms(c):
+        o = r["oom"]
+        free, total, req = o.get("free_bytes"), o.get("total_bytes"), o.get("requested_bytes")
+        if free is None or not total or not req or free < req + (2 << 20):
+            continue
+        used = total - free
+        vr = next((x for x in c.v.get("ranks", []) if x["rank"] == r["rank"]), None)
+        if vr and vr.get("budget_bytes") is not None and vr["budget_bytes"] > used:
+            bad.append("rank %d: OOM with %d bytes free for a request of %d, but the budget %d "
+                       "is above the %d in use then" % (r["rank"], free, req, vr["budget_bytes"],
+                                                        used))
+        f = [x for x in c.v.get("findings", []) if x.get("code") == "BUDGET:DEVICE_LIMIT" and
+             x.get("rank") == r["rank"]]
+        if not f or not f[0].get("bytes") or abs(f[0]["bytes"] - free) > max(free // 100, 1 << 20):
+            bad.append("rank %d: OOM with the request free, but no BUDGET:DEVICE_LIMIT finding with "
+                       "the %d bytes out of reach: %s" % (r["rank"], free, f[:1]))
+    return bad
+
+
+def inv25_fallback_under_fragmentation(c):
+    """a recompute fallback offered next to X:FRAGMENTATION (issue 14 C) is
+    offered only together with the allocator fix (expandable segments): the
+    gap the finding saw (its bytes: reserved but unallocated, or free in the
+    non-graph pools, at the OOM) stays while the allocator is unchanged and
+    does not keep its size when the allocations change; the why states the
+    setting's allocated peak + that gap against the budget"""
+    bad = []
+    v = c.v
+    m = re.search(r"Fallback at a compute cost: (R:\S+)", v.get("why", ""))
+    if not m or v.get("code") != "X:FRAGMENTATION":
+        return bad
+    f = next((x for x in v.get("findings", []) if x.get("code") == "X:FRAGMENTATION"), None)
+    if not f or not f.get("bytes"):
+        return bad
+    tail = v["why"].split(m.group(0), 1)[1][:700]
+    if "only together with the allocator fix" not in tail:
+        bad.append("fallback %s next to X:FRAGMENTATION is not said to need the allocator fix"
+                   % m.group(1))
+    cand = next((k for k in v.get("candidates", []) if k.get("code") == m.group(1)), None)
+    if not cand:
+        return bad + ["the fallback %s is not among the candidates" % m.group(1)]
+    peak = cand.get("predicted_peak_bytes", {}).get(str(f["rank"]), 0)
+    gib = lambda b: "%.2f GiB" % (b / GIB)
+    if gib(peak + f["bytes"]) not in tail and "%.2f" % ((peak + f["bytes"]) / GIB) not in tail:
+        bad.append("fallback %s: the why does not state its %s allocated + the %s gap" %
+                   (m.group(1), gib(peak), gib(f["bytes"])))
+    return bad
+
+
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
@@ -1252,7 +1365,12 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("21 full[uniform,1] never above a selective setting; no state verdict "
                "over a fitting recompute", inv21_monotone),
               ("22 a triage code is the verdict only with an OOM or a negative margin",
-               inv22_triage_needs_oom)]
+               inv22_triage_needs_oom),
+              ("23 a recovered allocation failure is not the OOM", inv23_retry_not_oom),
+              ("24 an OOM with the request free: the budget ends at the limit it met",
+               inv24_limit_below_capacity),
+              ("25 a fallback under fragmentation is judged with the gap it leaves",
+               inv25_fallback_under_fragmentation)]
 
 
 def diagnosis_run(v):
