@@ -242,11 +242,12 @@ write_compact(unsigned char *p, int is_alloc, const rs_af *f, uint32_t site, uin
  * named in this chunk and the time fits a 32-bit delta from the chunk's
  * previous record; SITE + compact when the site is new to the chunk and
  * the site table has room; else the full record. Reserves the largest of these (SITE + ALLOC_C, 72
- * bytes) so the choice is made in the chunk the record lands in. */
+ * bytes) so the choice is made in the chunk the record lands in; cls is the
+ * record class (RS_GATED, or RS_UNGATED for an OOM's retry: retry_class). */
 static inline __attribute__((always_inline)) void
-write_alloc_free(int is_alloc, const rs_af *f)
+write_alloc_free(int is_alloc, const rs_af *f, int cls)
 {
-    unsigned char *p = rs_rec_begin(sizeof(rs_rec_site) + sizeof(rs_rec_alloc_c), RS_GATED);
+    unsigned char *p = rs_rec_begin(sizeof(rs_rec_site) + sizeof(rs_rec_alloc_c), cls);
     if (!p)
         return;
     note_device(f->device);
@@ -288,6 +289,19 @@ write_alloc_free(int is_alloc, const rs_af *f)
     rs_rec_end_n(sizeof *d + n, 2, f->t_ns);
 }
 
+/* The record class of a successful allocation of size bytes: ungated when it
+ * retries the request of this thread's last OOM record (the caching
+ * allocator frees its cache and asks again), so it lands past the byte limit
+ * in the reserved tail next to that OOM and tells a recovered failure from
+ * the fatal one (issue 14 D); gated otherwise. Clears the pending request. */
+static int
+retry_class(uint64_t size, int status)
+{
+    uint64_t failed = t_rs.oom_size;
+    t_rs.oom_size = 0;
+    return failed && failed == size && status == 0 ? RS_UNGATED : RS_GATED;
+}
+
 void
 rs_record_alloc(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t size, uint64_t stream,
                 uint64_t caller, int status)
@@ -298,7 +312,7 @@ rs_record_alloc(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t size, uint64_t
     rs_af f = {.t_ns = t_rs.last_ns, .ptr = ptr, .size = size, .stream = stream,
                .caller = caller, .api = api, .mem = mem, .device = t_rs.device,
                .status = status, .pystack = rs_pystack_current()};
-    write_alloc_free(1, &f);
+    write_alloc_free(1, &f, mem == RS_MEM_DEVICE ? retry_class(size, status) : RS_GATED);
 }
 
 void
@@ -318,7 +332,7 @@ rs_record_free_at(uint64_t t_ns, uint16_t api, uint8_t mem, uint64_t ptr, uint64
     t_rs.last_ns = t_ns;
     rs_af f = {.t_ns = t_ns, .ptr = ptr, .stream = stream, .caller = caller, .api = api,
                .mem = mem, .device = t_rs.device, .status = status};
-    write_alloc_free(0, &f);
+    write_alloc_free(0, &f, RS_GATED);
 }
 
 void
@@ -347,6 +361,7 @@ rs_record_oom(uint16_t api, uint8_t mem, uint64_t size, uint64_t caller, int sta
     r->pystack = rs_pystack_current();
     memcpy(r + 1, frames, (size_t)n * sizeof(uint64_t));
     rs_rec_end(r, size_rec);
+    t_rs.oom_size = mem == RS_MEM_DEVICE ? size : 0;
     rs_modules_refresh();
     rs_writer_sync();
 }
@@ -502,7 +517,8 @@ rs_record_vmm(uint16_t kind, uint16_t api, uint64_t handle, uint64_t ptr, uint64
 {
     if (!rs_recording())
         return;
-    rs_rec_vmm *r = rs_rec_begin(sizeof *r, RS_GATED);
+    rs_rec_vmm *r = rs_rec_begin(sizeof *r, kind == RS_REC_VMM_CREATE ? retry_class(size, status)
+                                                                      : RS_GATED);
     if (!r)
         return;
     note_device(device);

@@ -33,6 +33,8 @@ typedef struct rs_tls {
     uint32_t chunk_epoch;       /* bumped at each chunk this thread claims (v1.4) */
     uint32_t ct_epoch;          /* chunk_epoch when ct_ns was written */
     uint64_t ct_ns;             /* time of the last record published in that chunk */
+    uint64_t oom_size;          /* request of this thread's last OOM record until its next
+                                 * allocation (a retry of it lands past the byte limit) */
 } rs_tls;
 
 extern __thread rs_tls t_rs __attribute__((tls_model("initial-exec")));

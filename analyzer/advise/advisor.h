@@ -344,6 +344,40 @@ void adv_verdict_free(adv_verdict *v);
 void adv_finding_add(adv_verdict *v, const char *code, const char *subtype, int rank,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 int adv_triage(am_job *j, adv_trace *tr, adv_verdict *v);
+/* 1 when some rank of j recorded a fatal OOM (a failed request that was
+ * retried and succeeded is an alloc_retry, not an OOM), else 0
+ * (advisor_ran.c). */
+int adv_job_oomed(const am_job *j);
+/* The least room the job left on any rank's device at its baseline: capacity
+ * - memory outside PyTorch - the baseline's reserved peak (bytes, in
+ * *spare). Returns that rank's index, or -1 when a capacity is unknown or a
+ * rank's reserved peak is over its device (no spare). The headroom is not
+ * subtracted: this is the margin the job really had (advisor_ran.c). */
+int adv_device_spare(const adv_verdict *v, uint64_t *spare);
+/* The device bytes in use when rank r's fatal OOM failed although the
+ * device had at least the request free (cudaMemGetInfo in the OOM record:
+ * total - free, bytes): the job met a limit below the capacity (a
+ * per-process memory fraction, an MPS, MIG or container limit, the
+ * driver's), and that is where its budget ends (issue 14 E). 0 when there
+ * is no such OOM or its free bytes are unknown (advisor_ran.c). */
+uint64_t adv_oom_limit(const am_rank *r);
+/* With such a limit (adv_oom_limit) below capacity (bytes): adds the
+ * BUDGET:DEVICE_LIMIT finding (its bytes: the capacity out of reach) and returns
+ * the limit, the capacity the budget is then made from; else returns
+ * capacity unchanged (advisor_ran.c). */
+uint64_t adv_limit_finding(adv_verdict *v, const am_rank *r, uint64_t capacity);
+/* A recompute fallback c offered next to finding f (issue 14 C): under
+ * X:FRAGMENTATION the gap f names (reserved but unallocated at the OOM, or
+ * free in the non-graph pools: f->bytes) stays while the allocator is
+ * unchanged, so c's nominal cache says nothing; it is stated against its
+ * allocated peak + that gap on f's rank, and offered only together with
+ * the allocator fix, since the gap does not keep its size when the
+ * allocations change (megasim: a setting within the budget with the gap ran
+ * out of memory with a larger one). Writes the qualifier into out; returns
+ * 1 when peak + gap is within the budget, 0 when over, -1 when f is no
+ * fragmentation finding (out empty) (advisor_ran.c). */
+int adv_fallback_with_gap(const adv_verdict *v, const adv_finding *f, const adv_cand *c,
+                          char *out, size_t n);
 /* The last finding added (if its code is code): the bytes its cause holds at
  * the peak / OOM it is about (bytes; 0 leaves them unstated). */
 void adv_finding_held(adv_verdict *v, const char *code, uint64_t bytes);

@@ -772,7 +772,8 @@ capture_event(build *b, const am_event *ev, tl_thread *th)
     case AM_EV_RANGE_PUSH:
         return on_push(c, ev, th);
     case AM_EV_ALLOC:
-        if (ev->mem != AM_MEM_DEVICE)
+        /* past the byte limit: the retry of an OOM's request, no live-set news */
+        if (ev->mem != AM_MEM_DEVICE || am_past_limit(&c->r->src->meta, ev->t_ns))
             return 0;
         if (ev->levels & AM_LVL_DEVICE)
             device_alloc(b, ev);

@@ -823,20 +823,28 @@ triage_graph_pools(const triage_rank *k, adv_verdict *v)
         return 1; /* other causes may coexist (item 6) */
     if (!k->cap || t->graph_pool_bytes * 2 <= k->cap)
         return 0;
+    /* the OOM's figures only when there was one: a job that ran has none
+     * (issue 14 B: "allocated 0 B, reserved 0 B at the OOM" on a job that
+     * completed) */
+    char at_oom[160] = "";
+    if (t->oom)
+        snprintf(at_oom, sizeof at_oom, "; PyTorch allocated %s, reserved %s at the OOM (the "
+                 "pool counts as reserved: not fragmentation)",
+                 GB(t->oom_allocated), GB(t->oom_reserved));
+    else
+        snprintf(at_oom, sizeof at_oom, "; no OOM was recorded on this rank");
     adv_finding_add(v, "X:CUDA_GRAPH_POOL", t->graph_capture_oom ? "oom_in_capture"
                                                                  : "pool_over_half",
                     k->r->rank,
-                    "CUDA-graph private pools hold %s of %s capacity%s; PyTorch "
-                    "allocated %s, reserved %s at the OOM (the pool counts as reserved: "
-                    "not fragmentation). Narrow the graph scope (--cuda-graph-modules: "
-                    "drop moe_* first), share pools / reuse static buffers, or turn "
-                    "graphs off as the baseline; full recompute needs "
-                    "full_iteration graphs",
+                    "CUDA-graph private pools hold %s of %s capacity%s%s. Narrow the graph "
+                    "scope (--cuda-graph-modules: drop moe_* first), share pools / reuse "
+                    "static buffers, or turn graphs off as the baseline; full recompute "
+                    "needs full_iteration graphs",
                     GB(t->graph_pool_bytes), GB(k->cap),
                     t->graph_capture_oom ? ", and the OOM happened inside a capture "
                                            "window"
                                          : "",
-                    GB(t->oom_allocated), GB(t->oom_reserved));
+                    at_oom);
     adv_finding_held(v, "X:CUDA_GRAPH_POOL", t->graph_pool_bytes);
     LEVER_UNKNOWN("X:CUDA_GRAPH_POOL", "--cuda-graph-modules (narrow the graph scope)");
     LEVER_UNKNOWN("X:CUDA_GRAPH_POOL", "share pools / reuse static buffers");

@@ -630,6 +630,9 @@ run_build_traces(run_state *st)
         if (st->tensor && getenv("RECOMP_ADVISOR_DEBUG"))
             adv_trace_debug(t);
         uint64_t capy = rank_capacity(r, st->o);
+        /* an OOM with the request free: the budget ends at the limit it met */
+        if (!st->o->budget)
+            capy = adv_limit_finding(v, r, capy);
         v->capacity[i] = capy;
         if (!capy)
             v->budget_unknown++;
@@ -1354,6 +1357,16 @@ run_choose(run_state *st)
     if (prim && st->pick >= 0 && prim->ranked &&
         (strcmp(prim->subtype, "state_growth") == 0 || strcmp(prim->code, "X:LOGITS") == 0))
         prim = NULL;
+    /* a triage code is the verdict only with an OOM or a negative margin
+     * (issue 14 B): on a job that fits its budget and ran out of memory
+     * nowhere the finding stays a warning with its bytes; retention growth
+     * that passes the budget before the job ends is a negative margin to come */
+    const adv_finding *warn = NULL;
+    int oomed = adv_job_oomed(st->j);
+    if (prim && st->base_fits && !oomed && strcmp(prim->subtype, "growth") != 0) {
+        warn = prim;
+        prim = NULL;
+    }
     if (st->undo_short && !st->base_fits &&
         (!prim || strcmp(prim->subtype, "state_growth") == 0 ||
          strcmp(prim->code, "X:LOGITS") == 0)) {
@@ -1362,16 +1375,39 @@ run_choose(run_state *st)
     }
     if (prim) {
         snprintf(v->code, sizeof v->code, "%s", prim->code);
-        snprintf(v->why, sizeof v->why, "%s (rank %d)", prim->evidence, prim->rank);
+        /* over the budget only by the headroom, on a job that ran: it did
+         * not run out of memory, it is marginal (issue 14 B) */
+        uint64_t spare = 0;
+        int at = oomed || st->base_fits ? -1 : adv_device_spare(v, &spare);
+        char ran[320] = "";
+        if (at >= 0)
+            snprintf(ran, sizeof ran, "MARGINAL, not an OOM: the job ran without one; its "
+                     "reserved peak left %s of rank %d's device spare (capacity less memory "
+                     "outside PyTorch), inside the %s headroom. What fills it: ",
+                     GB(spare), v->rank_id[at], GB(v->headroom));
+        snprintf(v->why, sizeof v->why, "%s%s (rank %d)", ran, prim->evidence, prim->rank);
         char chb[320];
         const char *ch = triage_change(prim, st->cfg, chb, sizeof chb);
         snprintf(v->change, sizeof v->change, "%s", ch);
         snprintf(v->config_diff, sizeof v->config_diff, "%s", ch);
         if (st->pick >= 0 && !strstr(prim->code, "STATE")) {
+            /* under fragmentation the cheapest setting that fits with the gap
+             * the finding saw, else the pick marked as needing the fix (C) */
+            int fb = st->pick;
+            char gap[512];
+            if (adv_fallback_with_gap(v, prim, &v->cands[fb], gap, sizeof gap) == 0)
+                for (size_t k = 0; k < v->ncands; k++)
+                    if (v->cands[k].valid && v->cands[k].fails_rank < 0 &&
+                        !(v->cands[k].labels & st->ineff) &&
+                        adv_fallback_with_gap(v, prim, &v->cands[k], gap, sizeof gap) == 1) {
+                        fb = (int)k;
+                        break;
+                    }
+            adv_fallback_with_gap(v, prim, &v->cands[fb], gap, sizeof gap);
             size_t l = strlen(v->why);
             snprintf(v->why + l, sizeof v->why - l,
-                     ". Fallback at a compute cost: %s (%.1f%% replay)", v->cands[st->pick].code,
-                     100 * v->cands[st->pick].cost);
+                     ". Fallback at a compute cost: %s (%.1f%% replay)%s",
+                     v->cands[fb].code, 100 * v->cands[fb].cost, gap);
         }
     } else if (st->base_fits && !(curc && st->pick >= 0 && st->pick != st->cur_idx &&
                                   v->cands[st->pick].cost < curc->cost - 1e-4)) {
@@ -1402,6 +1438,11 @@ run_choose(run_state *st)
                  v->level_note[0] ? v->level_note : "no counterfactual could be evaluated");
         snprintf(v->change, sizeof v->change, "none");
     }
+    if (warn)
+        why_add(v, "WARNING %s (rank %d, %s) is not the verdict: no rank ran out of memory "
+                   "and every rank's reserved peak is within its budget; its bytes and "
+                   "levers are in the findings",
+                warn->code, warn->rank, warn->subtype);
 }
 
 /* withhold the verdict: code n/a, no change, no recommendation */
@@ -1452,6 +1493,21 @@ explain_oom(run_state *st, const am_rank *r, size_t i)
                               k ? ", " : "", GB(o->groups[k].bytes),
                               am_phase_name(o->groups[k].phase),
                               am_boundary_name(o->groups[k].boundary));
+    if (o->past_limit) {
+        /* the live set at the OOM was not recorded: only cudaMemGetInfo's
+         * figures in the OOM record are of that moment (issue 14 D) */
+        char use[128] = "the device's use then unknown";
+        if (o->total_bytes && o->total_bytes >= o->free_bytes)
+            snprintf(use, sizeof use, "%s of the %s device in use (cudaMemGetInfo at the OOM)",
+                     GB(o->total_bytes - o->free_bytes), GB(o->total_bytes));
+        why_add(v,
+                "The job ran out of memory: rank %d %s: a request of %s failed with %s; what "
+                "was live then was not recorded (at the last recorded event PyTorch had %s "
+                "allocated, %s live on the device: lower bounds); that request is in rank %d's "
+                "predicted peak %s",
+                r->rank, when, GB(o->requested), use, GB(o->live[AM_L_TENSOR]),
+                GB(o->live[AM_L_DEVICE]), r->rank, GB(v->baseline[i]));
+    } else
     why_add(v,
             "The job ran out of memory: rank %d %s: a request of %s failed with %s allocated "
             "by PyTorch (%s reserved), %s live on the device%s%s (largest: %s); that request is "
@@ -1582,11 +1638,24 @@ coverage_guard(run_state *st)
                  r->rank, r->coverage.summary, need, why);
         return;
     }
+    /* a reading from the recorded part is dropped where the OOM came after the
+     * limit (its live set there is not the OOM's); a capped trace without an
+     * OOM may have lost it (the shim's reserved tail was full) (issue 14 D) */
+    char reading[384];
+    int past = r->oom && r->oom->past_limit, lost = !r->oom && r->coverage.capped;
+    if (past)
+        snprintf(reading, sizeof reading, "the OOM came after the limit, so no reading is "
+                                          "given from the recorded part");
+    else
+        snprintf(reading, sizeof reading, "%sfrom the recorded part alone it would read %s, "
+                 "which the missing bytes may contradict",
+                 lost ? "OOM not recorded: an OOM after the limit is kept only while the "
+                        "shim's reserved tail has room, so none here is not no OOM; " : "",
+                 was);
     withhold(v,
              "COVERAGE: INCOMPLETE (rank %d: %s): the verdict is withheld because the live set "
-             "at the peak/OOM was not all recorded (from the recorded part alone it would read "
-             "%s, which the missing bytes may contradict); to diagnose, %s",
-             r->rank, r->coverage.summary, was, need);
+             "at the peak/OOM was not all recorded (%s); to diagnose, %s",
+             r->rank, r->coverage.summary, reading, need);
     snprintf(v->change, sizeof v->change, "none (record the whole live set first)");
     snprintf(v->config_diff, sizeof v->config_diff, "%s", v->change);
 }

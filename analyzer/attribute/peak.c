@@ -543,6 +543,11 @@ on_alloc(sweep *s, const am_event *ev)
         r->nallocs++;
     if (s->pending_oom && s->pending_oom->tid == ev->tid && (ev->levels & AM_LVL_DEVICE))
         finish_oom(s, s->pending_oom->requested != ev->size);
+    /* past the byte limit only the retry of an OOM's request is recorded: it
+     * resolved that OOM above (a recovered failure, not the job's OOM) and
+     * enters no live set, since what was freed before it was not recorded */
+    if (am_past_limit(&s->src->meta, ev->t_ns))
+        return 0;
     if (ev->mem != AM_MEM_DEVICE) {
         s->host_bytes += ev->size;
         return 0;

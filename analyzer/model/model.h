@@ -214,6 +214,16 @@ struct am_source {
     void *impl;
 };
 
+/* 1 when an event at t_ns (ns since the source's start) came after the byte
+ * limit stopped recording (RECOMPSHIM_MAX_BYTES): only the shim's ungated
+ * records land there (OOMs, and the successful retry of an OOM's request),
+ * so it says nothing about the live set. */
+static inline int
+am_past_limit(const am_meta *m, uint64_t t_ns)
+{
+    return m->limit_hit && m->limit_ns && t_ns > m->limit_ns;
+}
+
 /* An importer: recognises its files and opens them. The registry in
  * source.c lists them; a new importer is one row there. */
 typedef struct am_importer {

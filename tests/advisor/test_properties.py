@@ -79,6 +79,19 @@ violations):
      are counted from the configuration (layers per chunk x microbatches x
      chunks x labels, per complete iteration), not from the layers the forward
      recorded: M is at least what the flags imply.
+  23. a triage code is the verdict only with an OOM or a negative margin:
+     without an OOM an X: verdict has a rank over its budget (or retention
+     growth to come), says MARGINAL, not an OOM, when the job ran inside the
+     headroom, and no finding quotes figures "at the OOM".
+  24. a failed allocation followed by a successful retry is not the OOM: a job
+     that exited 0 reports none, an injected recovered failure is counted as
+     an allocator retry, an OOM after the byte limit gets no "would read".
+  25. an OOM with at least the request free met a limit below the capacity:
+     the budget is at most the bytes in use then, and BUDGET:DEVICE_LIMIT names
+     the cause and the bytes out of reach.
+  26. a recompute fallback next to X:FRAGMENTATION is offered only together
+     with the allocator fix, its allocated peak + the gap the finding saw at
+     the OOM stated against the budget.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -159,6 +172,25 @@ BIGCODE = ["--num-layers", "24", "--hidden-size", "2048", "--ffn-hidden-size", "
            "--max-position-embeddings", "32768", "--vocab-size", "49152", "--bf16",
            "--micro-batch-size", "1", "--global-batch-size", "2", "--sim-world-size", "1",
            "--transformer-impl", "local", "--seq-length", "8192"]
+# Qwen3-30B-A3B-like MoE and a 20B dense model (public OOM reports replayed,
+# issue 14 B): the layer shapes of the reports' models
+Q30 = ["--num-layers", "48", "--hidden-size", "2048", "--ffn-hidden-size", "6144",
+       "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "4",
+       "--kv-channels", "128", "--qk-layernorm", "--num-experts", "128", "--moe-router-topk", "8",
+       "--moe-ffn-hidden-size", "768", "--moe-grouped-gemm", "--moe-token-dispatcher-type",
+       "alltoall", "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+       "--seq-length", "4096", "--max-position-embeddings", "4096", "--vocab-size", "151936",
+       "--untie-embeddings-and-output-weights", "--attention-dropout", "0.0",
+       "--hidden-dropout", "0.0", "--bf16", "--transformer-impl", "transformer_engine",
+       "--disable-bias-linear", "--use-distributed-optimizer"]
+G20 = ["--num-layers", "48", "--hidden-size", "6144", "--ffn-hidden-size", "16384",
+       "--num-attention-heads", "48", "--swiglu", "--normalization", "RMSNorm",
+       "--position-embedding-type", "rope", "--seq-length", "4096",
+       "--max-position-embeddings", "4096", "--vocab-size", "128256",
+       "--untie-embeddings-and-output-weights", "--attention-dropout", "0.0",
+       "--hidden-dropout", "0.0", "--bf16", "--disable-bias-linear", "--micro-batch-size", "1",
+       "--pipeline-model-parallel-size", "4", "--sim-world-size", "8",
+       "--use-distributed-optimizer", "--global-batch-size", "16", "--train-iters", "3"]
 SCENARIOS = [
     # the README's main job, and the same job capped at 768 KiB of trace
     sc("main", MAIN),
@@ -384,6 +416,50 @@ SCENARIOS = [
        expect=("R:SELECTIVE[moe]", "least replay cost"), within=0.02),
     sc("VPP uneven first/last mixed dense/MoE at 15 GiB",
        ta.flagsets.VPP_UNEVEN, 15, within=0.02),
+    # issue 14 B, hplay5 case 2 (Qwen3-30B-A3B-like, mxfp8, full_iteration
+    # graphs, MBS8 on 270 GiB): the job completes with a 10 GiB margin and one
+    # recovered cudaMalloc failure; the graph pools' share of the capacity
+    # alone made X:CUDA_GRAPH_POOL the verdict, quoting "allocated 0 B,
+    # reserved 0 B at the OOM"
+    sc("full_iteration graphs over half the device, job fits", Q30 + [
+        "--micro-batch-size", "8", "--global-batch-size", "128", "--expert-model-parallel-size",
+        "8", "--sim-world-size", "8", "--sim-only-ranks", "0", "--fp8-format", "e4m3",
+        "--fp8-recipe", "mxfp8", "--cuda-graph-impl", "full_iteration",
+        "--cuda-graph-warmup-steps", "1", "--train-iters", "3"], 270, converge=False,
+       expect=("OK:FITS", "WARNING X:CUDA_GRAPH_POOL")),
+    # issue 14 B, hplay5 rF2 (20B dense PP4, full[uniform,1], 79 GiB): the job
+    # ran with a few hundred MiB spare, inside the 2 GiB headroom; the verdict
+    # said "recompute cannot help" as if it had run out of memory
+    sc("20B PP4 full[uniform,1] inside the headroom", G20 + ta.FULL1 + ["--sim-only-ranks", "0"],
+       79, converge=False, expect=("X:OPTIMIZER_STATE", "MARGINAL, not an OOM")),
+    # issue 14 D, hplay5 case 6: a capped trace (RECOMPSHIM_MAX_BYTES) where a
+    # cudaMalloc failed after the limit and the allocator's retry succeeded;
+    # the job completes, but the failure was reported as the job's OOM (its
+    # live set that of the last recorded event) with a "would read" hint
+    # derived from it. The 63rd cudaMalloc (iteration 1) fails once
+    sc("capped, a cudaMalloc failure recovered after the limit", ta.SMALLJOB +
+       ["--global-batch-size", "2"], env={"RECOMPSHIM_MAX_BYTES": "516K",
+                                          "MOCK_CUDA_FAIL": "cudaMalloc@63=2"},
+       converge=False, expect=("n/a", "OOM not recorded")),
+    # issue 14 E, hplay5 case 3a: an OOM with far more free than the request
+    # (a limit below the capacity: a memory fraction, MPS/MIG/container, or
+    # in megasim then the driver double's mapping table) was budgeted against
+    # the capacity (R:INSUFFICIENT). Three cudaMalloc failures in a row (the
+    # allocator's two retries) make the 63rd request fatal with ~64 GiB free
+    sc("OOM with the request free: a limit below the capacity", ta.SMALLJOB +
+       ["--global-batch-size", "2"],
+       env={"MOCK_CUDA_FAIL": "cudaMalloc@63=2,cudaMalloc@64=2,cudaMalloc@65=2"},
+       converge=False),
+    # issue 14 C, hplay5 case 3 (Qwen3-30B-A3B-like, mxfp8, full_iteration
+    # graphs, MBS4 on 179 GiB): X:FRAGMENTATION with ~24 GiB free in the
+    # non-graph pools at the OOM; the fallback selective[layernorm] was
+    # projected with a nominal cache (165 GiB reserved) and OOMed again when run
+    sc("full_iteration graphs, fragmentation, fallback with the gap", Q30 + [
+        "--micro-batch-size", "4", "--global-batch-size", "64", "--expert-model-parallel-size",
+        "8", "--sim-world-size", "8", "--sim-only-ranks", "0", "--fp8-format", "e4m3",
+        "--fp8-recipe", "mxfp8", "--cuda-graph-impl", "full_iteration",
+        "--cuda-graph-warmup-steps", "1", "--train-iters", "3"], 179, converge=False,
+       expect=("X:FRAGMENTATION", "Fallback at a compute cost")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -433,6 +509,15 @@ def run_scenario(s, extra_flags=()):
 
 
 # ---- the invariants ----
+
+def verdict_evidence(why):
+    """an X: verdict's why from its finding's evidence on: a job that ran,
+    over its budget only inside the headroom, prefaces it with "MARGINAL, not
+    an OOM: ... What fills it: " (invariant 22)"""
+    if why.startswith("MARGINAL, not an OOM") and "What fills it: " in why:
+        return why.split("What fills it: ", 1)[1]
+    return why
+
 
 def ooms(c):
     return [r for r in c.doc.get("ranks", []) if r.get("oom")]
@@ -704,7 +789,7 @@ def inv7_loaded_state(c):
         bad.append("no checkpoint was loaded, yet a loaded_state finding: %s" %
                    loaded[0]["evidence"][:300])
     if resume and v.get("code") == "X:PARAM_STATE":
-        if not v.get("why", "").startswith("the loaded state: "):
+        if not verdict_evidence(v.get("why", "")).startswith("the loaded state: "):
             bad.append("a resumed job's X:PARAM_STATE does not name the loaded state: %s" %
                        v.get("why", "")[:300])
         if "map_location='cpu'" not in v.get("change", ""):
@@ -1245,6 +1330,11 @@ def inv19_bytes_decide(c):
         return bad
     xs = [f for f in fs if f["code"].startswith("X:")]
     prim, code, why = expected_primary(xs), v.get("code", ""), v.get("why", "")
+    why = verdict_evidence(why)
+    # no OOM and every rank within its budget as it runs: the finding is a
+    # warning, the verdict OK:FITS (invariant 22)
+    fits = not ooms(c) and code == "OK:FITS" and all(r.get("margin_bytes") is not None and r["margin_bytes"] >= 0
+                               for r in v.get("ranks", []))
     if code.startswith("X:"):
         if prim is None or prim["code"] != code or \
                 not why.startswith("%s (rank %d)" % (prim["evidence"], prim["rank"])):
@@ -1253,10 +1343,118 @@ def inv19_bytes_decide(c):
                         (prim["code"], prim["subtype"], prim["rank"], prim["bytes"],
                          prim["fix_bytes"], prim["deficit_bytes"])))
     elif prim is not None and (code == "OK:FITS" or re.match(r"R:(SELECTIVE|FULL)\[", code)):
-        if not prim["ranked"] or not (prim["subtype"] == "state_growth" or
-                                      prim["code"] == "X:LOGITS"):
+        if not fits and (not prim["ranked"] or not (prim["subtype"] == "state_growth" or
+                                                    prim["code"] == "X:LOGITS")):
             bad.append("the verdict %s passes over the primary finding %s/%s" %
                        (code, prim["code"], prim["subtype"]))
+    return bad
+
+
+def inv23_triage_needs_oom(c):
+    """a triage code is the verdict only with an OOM or a negative margin
+    (issue 14 B): with no rank out of memory, an X: verdict has a rank over
+    its budget (margin < 0) or is retention growth projected to pass it; one
+    over its budget only inside the headroom (capacity - outside PyTorch -
+    reserved >= 0) on a job that ran says MARGINAL, not an OOM; without an
+    OOM no finding quotes OOM-time figures ("at the OOM")"""
+    bad = []
+    if ooms(c):
+        return bad
+    v = c.v
+    code = v.get("code") or ""
+    ranks = v.get("ranks", [])
+    growth = any(f.get("code") == "X:RETENTION" and f.get("subtype") == "growth"
+                 for f in v.get("findings", []))
+    neg = [r for r in ranks if r.get("margin_bytes") is not None and r["margin_bytes"] < 0]
+    if code.startswith("X:") and not neg and not growth:
+        bad.append("no OOM, every rank within its budget, and the verdict is %s" % code)
+    ran = c.scenario is not None and c.rc == 0
+    if code.startswith("X:") and neg and ran and all(
+            r.get("capacity_bytes") and r["capacity_bytes"] - r["outside_pytorch_bytes"] -
+            r["predicted_reserved_bytes"] >= 0 for r in ranks):
+        if "MARGINAL, not an OOM" not in v.get("why", ""):
+            bad.append("the job ran, over its budget only inside the headroom, and the %s "
+                       "verdict does not say it is marginal, not an OOM" % code)
+    for f in v.get("findings", []):
+        if "at the OOM" in f.get("evidence", ""):
+            bad.append("no OOM, but finding %s/%s quotes figures at the OOM: %s" %
+                       (f.get("code"), f.get("subtype"), f.get("evidence", "")[:200]))
+    return bad
+
+
+def inv24_retry_not_oom(c):
+    """a failed allocation followed by a successful retry of the same request
+    is not the OOM (issue 14 D): a job that exited 0 reports no OOM on any
+    rank; a failure injected into a job that completes is counted as an
+    allocator retry; a rank whose OOM came after the byte limit gets no
+    reading from the recorded part ("would read")"""
+    bad = []
+    if c.scenario is not None and c.rc == 0:
+        for r in ooms(c):
+            bad.append("the job exited 0 but rank %d reports an OOM of %s bytes (iteration %s)" %
+                       (r["rank"], r["oom"].get("requested_bytes"), r["oom"].get("iteration")))
+        if "cudaMalloc@" in c.scenario["env"].get("MOCK_CUDA_FAIL", "") and \
+                not any(r.get("alloc_retries") for r in c.doc.get("ranks", [])):
+            bad.append("a cudaMalloc failure was injected and recovered, but no rank counts an "
+                       "allocator retry")
+    if any(r["oom"].get("past_limit") for r in ooms(c)) and "would read" in c.v.get("why", ""):
+        bad.append("the OOM came after the byte limit, and the verdict still gives a reading "
+                   "from the recorded part")
+    return bad
+
+
+def inv25_limit_below_capacity(c):
+    """an OOM with at least the request free on the device (cudaMemGetInfo in
+    the OOM record) met a limit below the capacity (issue 14 E): the rank's
+    budget is at most the bytes in use then (total - free), and an
+    BUDGET:DEVICE_LIMIT finding names the cause and the bytes out of reach"""
+    bad = []
+    for r in ooms(c):
+        o = r["oom"]
+        free, total, req = o.get("free_bytes"), o.get("total_bytes"), o.get("requested_bytes")
+        if free is None or not total or not req or free < req + (2 << 20):
+            continue
+        used = total - free
+        vr = next((x for x in c.v.get("ranks", []) if x["rank"] == r["rank"]), None)
+        if vr and vr.get("budget_bytes") is not None and vr["budget_bytes"] > used:
+            bad.append("rank %d: OOM with %d bytes free for a request of %d, but the budget %d "
+                       "is above the %d in use then" % (r["rank"], free, req, vr["budget_bytes"],
+                                                        used))
+        f = [x for x in c.v.get("findings", []) if x.get("code") == "BUDGET:DEVICE_LIMIT" and
+             x.get("rank") == r["rank"]]
+        if not f or not f[0].get("bytes") or abs(f[0]["bytes"] - free) > max(free // 100, 1 << 20):
+            bad.append("rank %d: OOM with the request free, but no BUDGET:DEVICE_LIMIT finding with "
+                       "the %d bytes out of reach: %s" % (r["rank"], free, f[:1]))
+    return bad
+
+
+def inv26_fallback_under_fragmentation(c):
+    """a recompute fallback offered next to X:FRAGMENTATION (issue 14 C) is
+    offered only together with the allocator fix (expandable segments): the
+    gap the finding saw (its bytes: reserved but unallocated, or free in the
+    non-graph pools, at the OOM) stays while the allocator is unchanged and
+    does not keep its size when the allocations change; the why states the
+    setting's allocated peak + that gap against the budget"""
+    bad = []
+    v = c.v
+    m = re.search(r"Fallback at a compute cost: (R:\S+)", v.get("why", ""))
+    if not m or v.get("code") != "X:FRAGMENTATION":
+        return bad
+    f = next((x for x in v.get("findings", []) if x.get("code") == "X:FRAGMENTATION"), None)
+    if not f or not f.get("bytes"):
+        return bad
+    tail = v["why"].split(m.group(0), 1)[1][:700]
+    if "only together with the allocator fix" not in tail:
+        bad.append("fallback %s next to X:FRAGMENTATION is not said to need the allocator fix"
+                   % m.group(1))
+    cand = next((k for k in v.get("candidates", []) if k.get("code") == m.group(1)), None)
+    if not cand:
+        return bad + ["the fallback %s is not among the candidates" % m.group(1)]
+    peak = cand.get("predicted_peak_bytes", {}).get(str(f["rank"]), 0)
+    gib = lambda b: "%.2f GiB" % (b / GIB)
+    if gib(peak + f["bytes"]) not in tail and "%.2f" % ((peak + f["bytes"]) / GIB) not in tail:
+        bad.append("fallback %s: the why does not state its %s allocated + the %s gap" %
+                   (m.group(1), gib(peak), gib(f["bytes"])))
     return bad
 
 
@@ -1288,7 +1486,15 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("21 full[uniform,1] never above a selective setting; no state verdict "
                "over a fitting recompute", inv21_monotone),
               ("22 the replay units a recorded setting implies come from the configuration",
-               inv22_units_from_config)]
+               inv22_units_from_config),
+
+              ("23 a triage code is the verdict only with an OOM or a negative margin",
+               inv23_triage_needs_oom),
+              ("24 a recovered allocation failure is not the OOM", inv24_retry_not_oom),
+              ("25 an OOM with the request free: the budget ends at the limit it met",
+               inv25_limit_below_capacity),
+              ("26 a fallback under fragmentation is judged with the gap it leaves",
+               inv26_fallback_under_fragmentation)]
 
 
 def diagnosis_run(v):

@@ -47,7 +47,12 @@
 #define DRV_CTX_BASE     0x5c000000ull
 #define DRV_CTX_STRIDE   0x1000ull
 #define DRV_GRANULARITY  2097152ull
-#define DRV_MAX_ENTRIES  4096
+/* Entries per table. Each expandable segment maps its pages one by one
+ * (PyTorch's kLargeBuffer, 20 MiB, per page): 4096 capped every device that
+ * used expandable_segments:True near 80 GiB whatever MOCK_CUDA_CAPACITY said
+ * (a full table read as CUDA_ERROR_OUT_OF_MEMORY). 65536 pages of 20 MiB are
+ * 1.25 TiB; a full table is now said on stderr, not passed off as an OOM. */
+#define DRV_MAX_ENTRIES  65536
 
 typedef struct drv_entry {
     uint64_t key;          /* pointer or handle; 0 = free slot */
@@ -82,21 +87,34 @@ cur_dev(void)
     return t_ctx_set ? t_ctx_dev : 0;
 }
 
+/* One past the highest slot index ever used in any table: scans stop there. */
+static int g_hw;
+
 static drv_entry *
 find(drv_entry *t, uint64_t key)
 {
-    for (int i = 0; i < DRV_MAX_ENTRIES; i++)
+    for (int i = 0; i < g_hw; i++)
         if (t[i].key == key && key)
             return &t[i];
     return NULL;
 }
 
+/* A free slot of table t (the caller fills its key), or NULL when all
+ * DRV_MAX_ENTRIES are taken: said once on stderr, since the caller then
+ * fails with CUDA_ERROR_OUT_OF_MEMORY although the device may have room. */
 static drv_entry *
 slot(drv_entry *t)
 {
     for (int i = 0; i < DRV_MAX_ENTRIES; i++)
-        if (!t[i].key)
+        if (!t[i].key) {
+            if (i >= g_hw)
+                g_hw = i + 1;
             return &t[i];
+        }
+    static int told;
+    if (!told++)
+        fprintf(stderr, "mock cuda driver: all %d entries of a table are in use (a limit of "
+                        "the double, not of the device)\n", DRV_MAX_ENTRIES);
     return NULL;
 }
 
@@ -491,7 +509,7 @@ cuMemRelease(CUmemGenericAllocationHandle handle)
 static int
 in_reservation(uint64_t p, uint64_t size)
 {
-    for (int i = 0; i < DRV_MAX_ENTRIES; i++)
+    for (int i = 0; i < g_hw; i++)
         if (g_vas[i].key && p >= g_vas[i].key && size <= g_vas[i].size &&
             p - g_vas[i].key <= g_vas[i].size - size)
             return 1;

@@ -727,6 +727,30 @@ Test(fragmentation, r09_like_fits_with_expandable_segments, .timeout = 120)
     run_free(&r);
 }
 
+/* Expandable segments reach the whole device (hplay5 case 3a): the driver
+ * double's mapping table held 4096 pages of 20 MiB, so every device under
+ * expandable_segments:True ran out near 80 GiB whatever its capacity; on a
+ * 120 GiB device the llama3-8b job now fills it: its OOM comes with more
+ * than 110 GiB reserved, less than the request free. */
+Test(fragmentation, expandable_segments_reach_the_capacity, .timeout = 120)
+{
+    run r;
+    megasim(&r, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "--sim-preset", "llama3-8b",
+            "--sim-world-size", "1", "--global-batch-size", "2", "--train-iters", "2",
+            "--sim-capacity-gib", "120", NULL);
+    cr_assert_neq(r.status, 0, "no OOM");
+    const char *line = strstr(r.err, "megasim: allocator at OOM:");
+    cr_assert(line, "%s", r.err);
+    char b[64];
+    uint64_t req = strtoull(field(line, "requested", b, sizeof b), NULL, 10);
+    uint64_t res = strtoull(field(line, "reserved", b, sizeof b), NULL, 10);
+    cr_expect_gt(res, 110 * GIB, "reserved %llu at the OOM: capped below the 120 GiB device",
+                 (unsigned long long)res);
+    cr_expect_gt(res + req, 120 * GIB - 2 * GIB, "the request would have fit the device");
+    cr_expect_null(strstr(r.err, "entries of a table are in use"), "%s", r.err);
+    run_free(&r);
+}
+
 /* --------------------------------------------------------------- faults */
 
 Test(faults, resume_allocates_optimizer_state_before_first_forward, .timeout = 60)
