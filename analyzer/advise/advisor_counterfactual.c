@@ -706,9 +706,49 @@ typedef struct sweep {
     size_t nouts, capouts;
     xev *xe;                  /* one replay's recorded extras, in replay order */
     size_t nxe, capxe;
+    int replayed;             /* a replay ran (replay_thread_buffers) */
+    FILE *dump;               /* RECOMP_ADVISOR_DUMP_STREAM: the rewritten stream, or NULL */
+    uint32_t pos;             /* the op position being swept (for the dump) */
 } sweep;
 
 static void sweep_alloc(sweep *w, uint32_t id, uint64_t size);
+
+/* RECOMP_ADVISOR_DUMP_STREAM=DIR (a debugging aid, docs/advisor.md): each
+ * candidate's rewritten stream as it reaches the allocator model, one line per
+ * event ("+"/"-", allocation id, bytes, op position, the allocation's phase,
+ * iteration and thread, the model's reserved and live bytes after it) in
+ * DIR/<setting>.<n>.txt, n counting the sweeps of this process. NULL when the
+ * variable is unset or the file cannot be made (the sweep goes on). */
+static FILE *
+dump_open(const adv_setting *s)
+{
+    static unsigned seq;
+    const char *dir = getenv("RECOMP_ADVISOR_DUMP_STREAM");
+    if (!dir || !*dir)
+        return NULL;
+    static const char *const meth[] = {"", "uniform", "block"};
+    char path[4096];
+    unsigned n = __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED);
+    if (s->full_method)
+        snprintf(path, sizeof path, "%s/full-%s-%d.%u.txt", dir,
+                 meth[s->full_method < 3 ? s->full_method : 0], s->full_n, n);
+    else
+        snprintf(path, sizeof path, "%s/labels-%x.%u.txt", dir, s->labels, n);
+    return fopen(path, "w");
+}
+
+/* one dump line (dump_open) for an event of the rewritten stream */
+static void
+dump_event(const sweep *w, char kind, uint32_t id, uint64_t size)
+{
+    if (!w->dump)
+        return;
+    const adv_alloc *x = id < w->t->na ? &w->t->a[id] : NULL;
+    fprintf(w->dump, "%c %u %llu p=%u ph=%s it=%d bwd=%d res=%llu live=%llu\n", kind, id,
+            (unsigned long long)size, w->pos, x ? am_phase_name(x->phase) : "oom",
+            x ? x->iteration : -1, x ? x->bwd : 0,
+            (unsigned long long)adv_cache_reserved(w->sim), (unsigned long long)w->live);
+}
 
 /* x was made in the projected window of a truncated trace and outlives it
  * (the persistent bytes the window's step created) */
@@ -811,6 +851,7 @@ sweep_alloc(sweep *w, uint32_t id, uint64_t size)
     w->live += size;
     if (w->sim)
         adv_cache_alloc(w->sim, id, size);
+    dump_event(w, '+', id, size);
 }
 
 /* allocation id's size bytes are freed (also in the allocator model) */
@@ -820,6 +861,7 @@ sweep_free(sweep *w, uint32_t id, uint64_t size)
     w->live -= size;
     if (w->sim)
         adv_cache_free(w->sim, id);
+    dump_event(w, '-', id, size);
 }
 
 /* a discard point: a live allocation's bytes are freed until its replay */
@@ -928,12 +970,45 @@ replay_op(sweep *w, uint32_t ui, uint32_t q, uint32_t p)
     return 0;
 }
 
+/* The first replay of the sweep, at op position p, makes the backward
+ * thread's own persistent buffers of that iteration: allocations the backward
+ * thread made later in it and never freed (PyTorch's cuBLAS workspace, one per
+ * thread's handle and stream, 32 MiB in the real Megatron-Core job here:
+ * made by that thread's first GEMM, CUDABlas.cpp getCUDABlasLtWorkspace). A
+ * replay is forward code run on the backward thread, so its first GEMM comes
+ * before the first one of the backward the trace recorded; kept at its
+ * recorded place the buffer is made after the replay's tensors instead of
+ * before, and the allocator lays the segments out differently (the real
+ * Megatron-Core job, full[uniform,1]: the replay's 128 MiB score tensor fit
+ * the cache in the model but opened a new segment in the run). Marked 3: their
+ * own op only notes the peak. A replay without a GEMM (a norm's) makes it
+ * early in the model, a conservative error of one buffer. */
+static void
+replay_thread_buffers(sweep *w, uint32_t p)
+{
+    const adv_trace *t = w->t;
+    if (w->replayed++ || p >= t->nops)
+        return;
+    int32_t v = t->ops[p];
+    int32_t it = t->a[(uint32_t)(v > 0 ? v : -v) - 1].iteration;
+    for (size_t i = 0; i < t->na; i++) {
+        const adv_alloc *x = &t->a[i];
+        if (x->bwd && x->a_pos >= p && x->f_pos == ADV_NONE && x->iteration == it &&
+            x->size && !x->graph && !w->alive[i] && w->c->owner[i] == ADV_NONE &&
+            !persistent_in_window(w, x)) {
+            sweep_alloc(w, (uint32_t)i, x->size);
+            w->alive[i] = 3;
+        }
+    }
+}
+
 /* unit ui replayed at position p: its region's ops and the recorded replay's
  * extras, then its outputs freed; -1 out of memory */
 static int
 replay_unit(sweep *w, uint32_t ui, uint32_t p)
 {
     const unit *u = &w->c->u[ui];
+    replay_thread_buffers(w, p);
     w->nouts = 0;
     if (collect_extras(w, u) < 0)
         return -1;
@@ -1004,6 +1079,7 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
     w.sim = reserved_out ? adv_cache_new(t->na + 1, limit) : NULL;
     if (w.sim)
         adv_cache_configure(w.sim, cfg);
+    w.dump = w.sim ? dump_open(s) : NULL;
     w.best_phase = AM_PH_other;
     cf c;
     memset(&c, 0, sizeof c);
@@ -1022,6 +1098,7 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
     sweep_window(&w, extra_state);
     size_t k = 0;
     for (uint32_t p = 0; p <= t->nops; p++) {
+        w.pos = p;
         /* discards and replays inserted before the op at p */
         for (; k < c.nin && c.in[k].pos == p; k++) {
             if (c.in[k].kind == 0)
@@ -1038,6 +1115,8 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
         sweep_op(&w, p);
     }
 out:
+    if (w.dump)
+        fclose(w.dump);
     free(w.outs);
     free(w.xe);
     cf_free(&c);
