@@ -707,6 +707,7 @@ typedef struct sweep {
     xev *xe;                  /* one replay's recorded extras, in replay order */
     size_t nxe, capxe;
     int replayed;             /* a replay ran (replay_thread_buffers) */
+    uint64_t step;            /* the largest adv_cache_step of a replayed block */
     FILE *dump;               /* RECOMP_ADVISOR_DUMP_STREAM: the rewritten stream, or NULL */
     uint32_t pos;             /* the op position being swept (for the dump) */
 } sweep;
@@ -864,6 +865,16 @@ sweep_free(sweep *w, uint32_t id, uint64_t size)
     dump_event(w, '-', id, size);
 }
 
+/* a block of size bytes allocated by a replay: the reserved peak's
+ * uncertainty is at least the segment it would open (adv_counterfactual_model) */
+static void
+note_step(sweep *w, uint64_t size)
+{
+    uint64_t b = adv_cache_step(w->sim, size);
+    if (b > w->step)
+        w->step = b;
+}
+
 /* a discard point: a live allocation's bytes are freed until its replay */
 static void
 sweep_discard(sweep *w, uint32_t id)
@@ -932,6 +943,7 @@ replay_extras_at(sweep *w, uint32_t q, uint32_t p, size_t *ei)
             continue;
         }
         sweep_alloc(w, e->id, x->size);
+        note_step(w, x->size);
         if (e->keep && x->f_pos != ADV_NONE && x->f_pos < p) {
             /* its own free already passed: gone with the replay */
             if (push_out(w, e->id) < 0)
@@ -959,6 +971,7 @@ replay_op(sweep *w, uint32_t ui, uint32_t q, uint32_t p)
     const adv_alloc *x = &t->a[id];
     if (v > 0) {
         sweep_alloc(w, id, x->size);
+        note_step(w, x->size);
         note_peak(w, p, AM_PH_backward_replay);
         if (c->cls[id] == C_I || c->cls[id] == C_D)
             w->alive[id] = 1;
@@ -1073,6 +1086,15 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
                             uint64_t extra_state, uint8_t *phase_out, uint64_t limit,
                             uint64_t *reserved_out)
 {
+    return adv_counterfactual_model(t, cfg, s, extra_state, phase_out, limit, reserved_out,
+                                    NULL);
+}
+
+uint64_t
+adv_counterfactual_model(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
+                         uint64_t extra_state, uint8_t *phase_out, uint64_t limit,
+                         uint64_t *reserved_out, uint64_t *step_out)
+{
     sweep w;
     memset(&w, 0, sizeof w);
     w.t = t;
@@ -1125,6 +1147,8 @@ out:
         *phase_out = w.best_phase;
     if (reserved_out)
         *reserved_out = w.best_res > w.best ? w.best_res : w.best;
+    if (step_out)
+        *step_out = w.step;
     adv_cache_del(w.sim);
     return w.best;
 }
