@@ -896,9 +896,10 @@ def recompute_on():
        json.dumps({k: v0[k] for k in ("code", "change", "why")}))
     # a budget that no recompute does not meet and mlp does
     r0 = v0["ranks"][0]
-    # mlp's prediction carries the 2% error bound before it fits
+    # mlp's prediction carries the 2% error bound and its reserved step before it fits
     target = (max(cand["none"]["predicted_reserved_bytes"].values()) +
-              int(max(cand["selective[mlp]"]["predicted_reserved_bytes"].values()) * 1.02)) // 2
+              int(max(cand["selective[mlp]"]["predicted_reserved_bytes"].values()) * 1.02) +
+              max(cand["selective[mlp]"]["reserved_step_bytes"].values())) // 2
     budget = target + r0["outside_pytorch_bytes"] + 2 * GIB
     v = analyze(run, "--budget", str(budget))["verdict"]
     detail = json.dumps({k: v[k] for k in ("code", "why", "findings")}, indent=1)[:3000]
