@@ -251,6 +251,9 @@ typedef struct adv_cand {
     uint64_t reserved[ADV_MAX_RANKS]; /* the caching allocator's reserved peak along the
                                        * candidate's own timeline (advisor_cache.c): what
                                        * must fit the budget, bytes */
+    uint64_t step[ADV_MAX_RANKS];     /* the reserved peak's uncertainty from the rewrite
+                                       * (adv_counterfactual_model's step_out), bytes; 0 for
+                                       * the current setting (measured) */
     int fails_rank;           /* worst rank not fitting, -1 fits */
     uint8_t fails_phase;
     uint64_t max_peak;
@@ -406,6 +409,16 @@ uint64_t adv_counterfactual(const adv_trace *t, const adv_cfg *c, const adv_sett
 uint64_t adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *c, const adv_setting *s,
                                      uint64_t extra_state, uint8_t *phase, uint64_t limit,
                                      uint64_t *reserved_out);
+/* The same, and *step_out (may be NULL) gets the reserved peak's uncertainty
+ * from the rewrite (bytes): the largest step (adv_cache_step) a block the
+ * candidate's replays allocate would add to the reserved bytes if the run
+ * found no cached block for it where the model did; 0 without replays.
+ * Measured on the real Megatron-Core job (docs/advisor.md "Reserved
+ * uncertainty"): a rewrite that under-predicts the allocated bytes by up to 1.9%
+ * opens one more such segment in the real run (-4.9% to -10% reserved). */
+uint64_t adv_counterfactual_model(const adv_trace *t, const adv_cfg *c, const adv_setting *s,
+                                  uint64_t extra_state, uint8_t *phase, uint64_t limit,
+                                  uint64_t *reserved_out, uint64_t *step_out);
 /* The most bytes one of a full-recompute setting's layer groups would
  * checkpoint that were allocated in forward outside Megatron's layer ranges
  * (a module of the job's own, before or between the layers' ranges: no NVTX
@@ -419,6 +432,9 @@ adv_cache_sim *adv_cache_new(size_t nids, uint64_t limit);
 void adv_cache_alloc(adv_cache_sim *s, uint32_t id, uint64_t size);
 void adv_cache_free(adv_cache_sim *s, uint32_t id);
 uint64_t adv_cache_reserved(const adv_cache_sim *s);
+/* The most one request of size bytes adds to the reserved bytes when no
+ * cached block holds it: its new segment (or pages, expandable segments). */
+uint64_t adv_cache_step(const adv_cache_sim *s, uint64_t size);
 void adv_cache_del(adv_cache_sim *s);
 /* Apply the recorded allocator settings (cfg->alloc_conf: max_split_size_mb,
  * expandable_segments) to a new model (advisor_cache.c). */
@@ -471,6 +487,7 @@ typedef struct adv_cf {
     uint8_t phase;            /* am_phase of the allocated peak */
     uint64_t peak, reserved;  /* allocated and modelled reserved peak (bytes) */
     uint64_t foreign;         /* full settings: adv_foreign_bytes of the trace (bytes) */
+    uint64_t step;            /* adv_counterfactual_model's step_out (bytes) */
 } adv_cf;
 
 typedef struct adv_rank_part {

@@ -486,6 +486,26 @@ adv_cache_free(adv_cache_sim *s, uint32_t id)
     fl_insert(s, i);
 }
 
+/* The most one request of size bytes can add to this model's reserved bytes
+ * when it finds no cached block (bytes; 0 for NULL): the segment PyTorch's
+ * alloc_block opens for it (get_allocation_size: small 2 MiB; large below
+ * 10 MiB 20 MiB; else the request rounded up to 2 MiB), or with expandable
+ * segments the request rounded up to the pool's pages (2 MiB / 20 MiB). */
+uint64_t
+adv_cache_step(const adv_cache_sim *s, uint64_t size)
+{
+    if (!s)
+        return 0;
+    uint64_t r = size < K_MIN_BLOCK ? K_MIN_BLOCK : (size + K_MIN_BLOCK - 1) / K_MIN_BLOCK *
+                                                     K_MIN_BLOCK;
+    int small = r <= K_SMALL_SIZE;
+    if (s->expandable)
+        return (r + xpage(small) - 1) / xpage(small) * xpage(small);
+    return small ? K_SMALL_BUF
+           : r < K_MIN_LARGE ? K_LARGE_BUF
+                             : (r + K_ROUND_LARGE - 1) / K_ROUND_LARGE * K_ROUND_LARGE;
+}
+
 /* The model's reserved bytes now (segments held), 0 for NULL. */
 uint64_t
 adv_cache_reserved(const adv_cache_sim *s)

@@ -753,9 +753,50 @@ typedef struct sweep {
     size_t nouts, capouts;
     xev *xe;                  /* one replay's recorded extras, in replay order */
     size_t nxe, capxe;
+    int replayed;             /* a replay ran (replay_thread_buffers) */
+    uint64_t step;            /* the largest adv_cache_step of a replayed block */
+    FILE *dump;               /* RECOMP_ADVISOR_DUMP_STREAM: the rewritten stream, or NULL */
+    uint32_t pos;             /* the op position being swept (for the dump) */
 } sweep;
 
 static void sweep_alloc(sweep *w, uint32_t id, uint64_t size);
+
+/* RECOMP_ADVISOR_DUMP_STREAM=DIR (a debugging aid, docs/advisor.md): each
+ * candidate's rewritten stream as it reaches the allocator model, one line per
+ * event ("+"/"-", allocation id, bytes, op position, the allocation's phase,
+ * iteration and thread, the model's reserved and live bytes after it) in
+ * DIR/<setting>.<n>.txt, n counting the sweeps of this process. NULL when the
+ * variable is unset or the file cannot be made (the sweep goes on). */
+static FILE *
+dump_open(const adv_setting *s)
+{
+    static unsigned seq;
+    const char *dir = getenv("RECOMP_ADVISOR_DUMP_STREAM");
+    if (!dir || !*dir)
+        return NULL;
+    static const char *const meth[] = {"", "uniform", "block"};
+    char path[4096];
+    unsigned n = __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED);
+    if (s->full_method)
+        snprintf(path, sizeof path, "%s/full-%s-%d.%u.txt", dir,
+                 meth[s->full_method < 3 ? s->full_method : 0], s->full_n, n);
+    else
+        snprintf(path, sizeof path, "%s/labels-%x.%u.txt", dir, s->labels, n);
+    return fopen(path, "w");
+}
+
+/* one dump line (dump_open) for an event of the rewritten stream */
+static void
+dump_event(const sweep *w, char kind, uint32_t id, uint64_t size)
+{
+    if (!w->dump)
+        return;
+    const adv_alloc *x = id < w->t->na ? &w->t->a[id] : NULL;
+    fprintf(w->dump, "%c %u %llu p=%u ph=%s it=%d bwd=%d res=%llu live=%llu\n", kind, id,
+            (unsigned long long)size, w->pos, x ? am_phase_name(x->phase) : "oom",
+            x ? x->iteration : -1, x ? x->bwd : 0,
+            (unsigned long long)adv_cache_reserved(w->sim), (unsigned long long)w->live);
+}
 
 /* x was made in the projected window of a truncated trace and outlives it
  * (the persistent bytes the window's step created) */
@@ -858,6 +899,7 @@ sweep_alloc(sweep *w, uint32_t id, uint64_t size)
     w->live += size;
     if (w->sim)
         adv_cache_alloc(w->sim, id, size);
+    dump_event(w, '+', id, size);
 }
 
 /* allocation id's size bytes are freed (also in the allocator model) */
@@ -867,6 +909,17 @@ sweep_free(sweep *w, uint32_t id, uint64_t size)
     w->live -= size;
     if (w->sim)
         adv_cache_free(w->sim, id);
+    dump_event(w, '-', id, size);
+}
+
+/* a block of size bytes allocated by a replay: the reserved peak's
+ * uncertainty is at least the segment it would open (adv_counterfactual_model) */
+static void
+note_step(sweep *w, uint64_t size)
+{
+    uint64_t b = adv_cache_step(w->sim, size);
+    if (b > w->step)
+        w->step = b;
 }
 
 /* a discard point: a live allocation's bytes are freed until its replay */
@@ -937,6 +990,7 @@ replay_extras_at(sweep *w, uint32_t q, uint32_t p, size_t *ei)
             continue;
         }
         sweep_alloc(w, e->id, x->size);
+        note_step(w, x->size);
         if (e->keep && x->f_pos != ADV_NONE && x->f_pos < p) {
             /* its own free already passed: gone with the replay */
             if (push_out(w, e->id) < 0)
@@ -964,6 +1018,7 @@ replay_op(sweep *w, uint32_t ui, uint32_t q, uint32_t p)
     const adv_alloc *x = &t->a[id];
     if (v > 0) {
         sweep_alloc(w, id, x->size);
+        note_step(w, x->size);
         note_peak(w, p, AM_PH_backward_replay);
         if (c->cls[id] == C_I || c->cls[id] == C_D)
             w->alive[id] = 1;
@@ -975,12 +1030,45 @@ replay_op(sweep *w, uint32_t ui, uint32_t q, uint32_t p)
     return 0;
 }
 
+/* The first replay of the sweep, at op position p, makes the backward
+ * thread's own persistent buffers of that iteration: allocations the backward
+ * thread made later in it and never freed (PyTorch's cuBLAS workspace, one per
+ * thread's handle and stream, 32 MiB in the real Megatron-Core job here:
+ * made by that thread's first GEMM, CUDABlas.cpp getCUDABlasLtWorkspace). A
+ * replay is forward code run on the backward thread, so its first GEMM comes
+ * before the first one of the backward the trace recorded; kept at its
+ * recorded place the buffer is made after the replay's tensors instead of
+ * before, and the allocator lays the segments out differently (the real
+ * Megatron-Core job, full[uniform,1]: the replay's 128 MiB score tensor fit
+ * the cache in the model but opened a new segment in the run). Marked 3: their
+ * own op only notes the peak. A replay without a GEMM (a norm's) makes it
+ * early in the model, a conservative error of one buffer. */
+static void
+replay_thread_buffers(sweep *w, uint32_t p)
+{
+    const adv_trace *t = w->t;
+    if (w->replayed++ || p >= t->nops)
+        return;
+    int32_t v = t->ops[p];
+    int32_t it = t->a[(uint32_t)(v > 0 ? v : -v) - 1].iteration;
+    for (size_t i = 0; i < t->na; i++) {
+        const adv_alloc *x = &t->a[i];
+        if (x->bwd && x->a_pos >= p && x->f_pos == ADV_NONE && x->iteration == it &&
+            x->size && !x->graph && !w->alive[i] && w->c->owner[i] == ADV_NONE &&
+            !persistent_in_window(w, x)) {
+            sweep_alloc(w, (uint32_t)i, x->size);
+            w->alive[i] = 3;
+        }
+    }
+}
+
 /* unit ui replayed at position p: its region's ops and the recorded replay's
  * extras, then its outputs freed; -1 out of memory */
 static int
 replay_unit(sweep *w, uint32_t ui, uint32_t p)
 {
     const unit *u = &w->c->u[ui];
+    replay_thread_buffers(w, p);
     w->nouts = 0;
     if (collect_extras(w, u) < 0)
         return -1;
@@ -1045,12 +1133,22 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
                             uint64_t extra_state, uint8_t *phase_out, uint64_t limit,
                             uint64_t *reserved_out)
 {
+    return adv_counterfactual_model(t, cfg, s, extra_state, phase_out, limit, reserved_out,
+                                    NULL);
+}
+
+uint64_t
+adv_counterfactual_model(const adv_trace *t, const adv_cfg *cfg, const adv_setting *s,
+                         uint64_t extra_state, uint8_t *phase_out, uint64_t limit,
+                         uint64_t *reserved_out, uint64_t *step_out)
+{
     sweep w;
     memset(&w, 0, sizeof w);
     w.t = t;
     w.sim = reserved_out ? adv_cache_new(t->na + 1, limit) : NULL;
     if (w.sim)
         adv_cache_configure(w.sim, cfg);
+    w.dump = w.sim ? dump_open(s) : NULL;
     w.best_phase = AM_PH_other;
     cf c;
     memset(&c, 0, sizeof c);
@@ -1069,6 +1167,7 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
     sweep_window(&w, extra_state);
     size_t k = 0;
     for (uint32_t p = 0; p <= t->nops; p++) {
+        w.pos = p;
         /* discards and replays inserted before the op at p */
         for (; k < c.nin && c.in[k].pos == p; k++) {
             if (c.in[k].kind == 0)
@@ -1085,6 +1184,8 @@ adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *cfg, const adv_se
         sweep_op(&w, p);
     }
 out:
+    if (w.dump)
+        fclose(w.dump);
     free(w.outs);
     free(w.xe);
     cf_free(&c);
@@ -1093,6 +1194,8 @@ out:
         *phase_out = w.best_phase;
     if (reserved_out)
         *reserved_out = w.best_res > w.best ? w.best_res : w.best;
+    if (step_out)
+        *step_out = w.step;
     adv_cache_del(w.sim);
     return w.best;
 }

@@ -251,6 +251,8 @@ verdict_json_candidate(yajl_gen g, const adv_verdict *v, size_t k)
     verdict_json_by_rank(g, v, c->peak);
     S(g, "predicted_reserved_bytes");
     verdict_json_by_rank(g, v, c->reserved);
+    S(g, "reserved_step_bytes");
+    verdict_json_by_rank(g, v, c->step);
     S(g, "max_predicted_peak_bytes"); u64(g, c->max_peak);
     S(g, "replay_cost_fraction"); yajl_gen_double(g, c->cost);
     S(g, "effect"); S(g, adv_effect_name(c->effect));

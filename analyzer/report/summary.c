@@ -717,6 +717,7 @@ v_part(sio *io, adv_rank_part *p)
         U64(f, peak);
         U64(f, reserved);
         U64(f, foreign);
+        U64(f, step);
     }
     INT(p, undo_by_size);
 }

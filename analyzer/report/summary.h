@@ -20,7 +20,7 @@
 #include "analysis.h"
 
 #define AM_SUMMARY_MAGIC "RSSUMMRY"
-#define AM_SUMMARY_MAJOR 4
+#define AM_SUMMARY_MAJOR 5
 #define AM_SUMMARY_MINOR 0
 #define AM_SUMMARY_HEADER 32 /* bytes before the payload */
 #define AM_SUMMARY_DEFLATE 1 /* flags: the payload is stored as its length (u64) and a

@@ -248,7 +248,7 @@ def reseal(payload, flags=0):
                        fnv(payload)) + payload
 
 
-FORMAT_MAJOR = 4  # docs/summary-format.md
+FORMAT_MAJOR = 5  # docs/summary-format.md
 
 
 def bad(label, data, tmp, *want):
