@@ -117,15 +117,6 @@ def check_layers(name, flags, run_dir):
               "expert GEMMs" % (name, stage), "\n".join(str(x) for x in bad_moe[:12]))
 
 
-def todo_gap(cond, name, why, detail=""):
-    """a known gap (TAP TODO: meson counts an unexpected pass once it is fixed)"""
-    ta.n += 1
-    print("%s %d - %s # TODO known gap: %s" % ("ok" if cond else "not ok", ta.n, name, why))
-    if not cond and detail:
-        print("#   " + detail.replace("\n", "\n#   "))
-    sys.stdout.flush()
-
-
 def check_job(name, flags, cap):
     base, rc, tmp, err = run(flags, cap)
     if not ta.ok(base is not None and rc == 0, "%s: megasim run without recompute" % name,
@@ -168,14 +159,7 @@ def check_job(name, flags, cap):
         unmatched = "replay units" in why and "only" in why
         detail = "%s: %s" % (doc2["verdict"]["code"], why[:400])
         what = "%s: the rerun with %s matches every replay unit it implies" % (name, sname)
-        if sname.startswith("full") and "uneven" in name:
-            # the unit count is right (one per chunk instance); matching a
-            # VPP full-recompute replay to its forward is issue 14 item 11's
-            # undo work (docs/advisor.md: the VPP full-recompute undo)
-            todo_gap(not unmatched, what, "VPP full-recompute undo: 95 of 96 units matched",
-                     detail)
-        else:
-            ta.ok(not unmatched, what, detail)
+        ta.ok(not unmatched, what, detail)
 
 
 # megatron-core 0.19.2's own placement (get_transformer_layer_offset and
