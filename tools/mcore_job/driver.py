@@ -70,8 +70,16 @@ def flag_parser():
     a("--moe-token-dispatcher-type", choices=["allgather", "alltoall"], default="allgather")
     a("--moe-router-load-balancing-type", default="aux_loss")
     a("--moe-aux-loss-coeff", type=float, default=0.0)
-    # Multi-Latent Attention: refused (parse_flags), kept so the refusal names it
+    a("--moe-grouped-gemm", action="store_true")
+    # Multi-Latent Attention (MLATransformerConfig; Transformer Engine spec only,
+    # see parse_flags); defaults are Megatron-LM's
     a("--multi-latent-attention", action="store_true")
+    a("--q-lora-rank", type=int)
+    a("--kv-lora-rank", type=int, default=32)
+    a("--qk-head-dim", type=int, default=128)
+    a("--qk-pos-emb-head-dim", type=int, default=64)
+    a("--v-head-dim", type=int, default=128)
+    a("--rope-type", choices=["rope", "yarn"])
     # parallelism
     a("--tensor-model-parallel-size", type=int, default=1)
     a("--pipeline-model-parallel-size", type=int, default=1)
@@ -119,13 +127,18 @@ def parse_flags(argv):
     if args.transformer_impl == "transformer_engine" and os.environ.get("MCORE_TE") != "1":
         p.error("--transformer-impl transformer_engine: Transformer Engine is not installed "
                 "(tools/mcore_job/run.sh installs it for this flag: tools/mcore_job/install-te.sh)")
-    if args.multi_latent_attention:
-        p.error("--multi-latent-attention: megatron-core 0.19.2's MLASelfAttention "
-                "(transformer/multi_latent_attention.py) builds its core attention with "
-                "k_channels/v_channels, which the local spec's DotProductAttention does not "
-                "take (TypeError: DotProductAttention.__init__() got an unexpected keyword "
-                "argument 'k_channels' when instantiating MLASelfAttention); MLA needs "
-                "Transformer Engine's attention, which does not load on the fake GPU")
+    if args.multi_latent_attention and args.transformer_impl != "transformer_engine":
+        p.error("--multi-latent-attention needs --transformer-impl transformer_engine: "
+                "megatron-core 0.19.2's MLASelfAttention (transformer/multi_latent_attention.py) "
+                "builds its core attention with k_channels/v_channels, which the local spec's "
+                "DotProductAttention does not take (TypeError: DotProductAttention.__init__() "
+                "got an unexpected keyword argument 'k_channels' when instantiating "
+                "MLASelfAttention); only TE's TEDotProductAttention takes them")
+    if args.moe_grouped_gemm and args.transformer_impl != "transformer_engine":
+        p.error("--moe-grouped-gemm needs --transformer-impl transformer_engine: megatron-core "
+                "0.19.2's local spec builds SequentialMLP experts whatever the flag says "
+                "(models/backends.py LocalSpecProvider.grouped_mlp_modules); grouped GEMM is "
+                "TE's GroupedLinear (TEGroupedMLP)")
     if args.num_query_groups and not args.group_query_attention:
         p.error("--num-query-groups needs --group-query-attention (as in Megatron)")
     if args.recompute_method and args.recompute_granularity != "full":
@@ -182,7 +195,20 @@ def transformer_config(args, world):
                   moe_token_dispatcher_type=args.moe_token_dispatcher_type,
                   moe_router_load_balancing_type=args.moe_router_load_balancing_type,
                   moe_aux_loss_coeff=args.moe_aux_loss_coeff)
-    return TransformerConfig(**{k: v for k, v in kw.items() if v is not None})
+    if args.moe_grouped_gemm:
+        kw["moe_grouped_gemm"] = True
+    cls = TransformerConfig
+    if args.multi_latent_attention:
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+        cls = MLATransformerConfig
+        # q_lora_rank None (no query compression, Moonlight) is passed as None
+        kw.update(q_lora_rank=args.q_lora_rank, kv_lora_rank=args.kv_lora_rank,
+                  qk_head_dim=args.qk_head_dim, qk_pos_emb_head_dim=args.qk_pos_emb_head_dim,
+                  v_head_dim=args.v_head_dim, rotary_base=args.rotary_base)
+        if args.rope_type:
+            kw["rope_type"] = args.rope_type
+        return cls(**{k: v for k, v in kw.items() if v is not None or k == "q_lora_rank"})
+    return cls(**{k: v for k, v in kw.items() if v is not None})
 
 
 def layer_spec(args):
@@ -194,7 +220,9 @@ def layer_spec(args):
     from megatron.core.models.gpt import gpt_layer_specs as specs
     if args.transformer_impl == "transformer_engine":
         return specs.get_gpt_layer_with_transformer_engine_spec(
-            num_experts=args.num_experts, qk_layernorm=args.qk_layernorm)
+            num_experts=args.num_experts, qk_layernorm=args.qk_layernorm,
+            moe_grouped_gemm=args.moe_grouped_gemm,
+            multi_latent_attention=args.multi_latent_attention)
     return specs.get_gpt_layer_local_spec(num_experts=args.num_experts,
                                           qk_layernorm=args.qk_layernorm,
                                           normalization=args.normalization)
