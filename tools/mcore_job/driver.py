@@ -61,6 +61,11 @@ def flag_parser():
     # --transformer-impl local on the command line when it is not given, and
     # installs Transformer Engine (install-te.sh) when it is transformer_engine.
     a("--transformer-impl", choices=["local", "transformer_engine"], default="transformer_engine")
+    # TransformerConfig.attention_backend (Megatron sets TE's NVTE_*_ATTN from
+    # it); run.sh records --attention-backend unfused with the TE spec when it
+    # is not given: the fake GPU has no flash-attn and cuDNN is a stub.
+    a("--attention-backend", choices=["flash", "fused", "unfused", "local", "auto"],
+      default="auto")
     # MoE (local SequentialMLP experts; capacity factor + padding, see docs)
     a("--num-experts", type=int)
     a("--moe-ffn-hidden-size", type=int)
@@ -134,6 +139,12 @@ def parse_flags(argv):
                 "DotProductAttention does not take (TypeError: DotProductAttention.__init__() "
                 "got an unexpected keyword argument 'k_channels' when instantiating "
                 "MLASelfAttention); only TE's TEDotProductAttention takes them")
+    if args.transformer_impl == "transformer_engine" and args.attention_backend in (
+            "flash", "fused", "auto"):
+        p.error("--attention-backend %s: on the fake GPU Transformer Engine has no flash-attn "
+                "package and cuDNN (its fused attention) is a load-only stub; use "
+                "--attention-backend unfused (TE's UnfusedDotProductAttention) or local"
+                % args.attention_backend)
     if args.moe_grouped_gemm and args.transformer_impl != "transformer_engine":
         p.error("--moe-grouped-gemm needs --transformer-impl transformer_engine: megatron-core "
                 "0.19.2's local spec builds SequentialMLP experts whatever the flag says "
@@ -160,6 +171,7 @@ def transformer_config(args, world):
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.enums import AttnBackend
     kw = dict(
         num_layers=args.num_layers, hidden_size=args.hidden_size,
         ffn_hidden_size=args.ffn_hidden_size, num_attention_heads=args.num_attention_heads,
@@ -176,6 +188,7 @@ def transformer_config(args, world):
         recompute_granularity=args.recompute_granularity,
         recompute_method=args.recompute_method,
         recompute_num_layers=args.recompute_num_layers,
+        attention_backend=AttnBackend[args.attention_backend],
         bf16=args.bf16, params_dtype=torch.bfloat16 if args.bf16 else torch.float32,
         pipeline_dtype=torch.bfloat16 if args.bf16 else torch.float32,
         # no fused kernels: they are torch.compile'd (Triton) or Apex/TE ones
