@@ -3,7 +3,8 @@
 
 Our own driver (not a copy of Megatron-LM's pretrain_gpt.py): it takes
 Megatron's own flag spellings, builds a GPTModel from a TransformerConfig
-(local layer spec: Megatron-Core modules only, no Transformer Engine),
+(local layer spec: Megatron-Core modules only; or Transformer Engine's spec
+with --transformer-impl transformer_engine, TE installed by run.sh),
 initialises parallel_state, wraps the model in Megatron's
 DistributedDataParallel, builds Megatron's optimizer (the DistributedOptimizer
 with --use-distributed-optimizer) and runs get_forward_backward_func()
@@ -227,9 +228,10 @@ def transformer_config(args, world):
 def layer_spec(args):
     """The layer spec of --transformer-impl: Megatron-Core's local spec, or its
     Transformer Engine spec (TE's modules: fused norm + linear, TE's attention,
-    which on the fake GPU is TE's unfused backend: run.sh sets NVTE_FLASH_ATTN=0
-    and NVTE_FUSED_ATTN=0, since flash-attn is not installed and cuDNN is a
-    load-only stub)."""
+    which on the fake GPU is TE's unfused backend: run.sh records
+    --attention-backend unfused, since flash-attn is not installed and cuDNN
+    is a stub), with TE's GroupedLinear experts for --moe-grouped-gemm and
+    MLASelfAttention for --multi-latent-attention."""
     from megatron.core.models.gpt import gpt_layer_specs as specs
     if args.transformer_impl == "transformer_engine":
         return specs.get_gpt_layer_with_transformer_engine_spec(
@@ -445,6 +447,11 @@ def main(argv):
         model_parallel_cuda_manual_seed(args.seed)
         config = transformer_config(args, dist.get_world_size())
         chunks, vocab = build_model(args, config)
+        # which implementation was built (TE's modules or the local ones)
+        counters["module_classes"] = sorted({type(m).__name__ for c in chunks
+                                             for m in c.modules()})
+        if args.transformer_impl == "transformer_engine":
+            counters["transformer_engine"] = version("transformer-engine")
         model = wrap_ddp(args, config, chunks)
         optimizer = build_optimizer(args, model)
         schedule_hooks(args, config, model)
