@@ -21,11 +21,12 @@ compiled by install-te.sh, TE's unfused attention). Checks:
      recompute lowers the predicted peak).
 
 Exit 77 (SKIP) as test_mcore.py (no PyPI or CPython 3.12), and when TE's
-PyTorch extension has not been built into RECOMPSHIM_TE_CACHE (compiling it,
+PyTorch extension in RECOMPSHIM_TE_CACHE is missing or stale (compiling it,
 tools/mcore_job/install-te.sh, takes 30-60 minutes on 2 cores: more than
 the README's test budget) unless RECOMPSHIM_TE_BUILD=1 asks for the build.
 """
 import glob
+import hashlib
 import json
 import os
 import subprocess
@@ -59,9 +60,20 @@ TE_RANGES = ("nvte_cublas_gemm_v2", "nvte_rmsnorm_fwd", "nvte_rmsnorm_bwd",
 
 
 def te_built(build):
-    """True when TE's PyTorch extension is in the TE cache (install-te.sh's stamp)."""
+    """True when TE's PyTorch extension in the TE cache is current: its stamp
+    (site/.te-torch) is install-te.sh's, the sha256 of te-torch-requirements.txt
+    followed by install-te.sh (a stale one would make run.sh rebuild it)."""
     cache = os.environ.get("RECOMPSHIM_TE_CACHE") or os.path.join(build, "te-cache")
-    return os.path.exists(os.path.join(cache, "site", ".te-torch"))
+    here = os.path.join(tm.ROOT, "tools", "mcore_job")
+    h = hashlib.sha256()
+    for f in ("te-torch-requirements.txt", "install-te.sh"):
+        with open(os.path.join(here, f), "rb") as fh:
+            h.update(fh.read())
+    try:
+        with open(os.path.join(cache, "site", ".te-torch")) as fh:
+            return fh.read().strip() == h.hexdigest()
+    except OSError:
+        return False
 
 
 def range_names(build, out):
@@ -105,7 +117,7 @@ def main():
     build = os.environ.get("RS_BUILD_DIR") or os.path.join(tm.ROOT, "build")
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(build, "tests", "mcore", "out-te-iter")
     if not te_built(build) and os.environ.get("RECOMPSHIM_TE_BUILD") != "1":
-        print("# SKIP: Transformer Engine's PyTorch extension is not built (run "
+        print("# SKIP: Transformer Engine's PyTorch extension is not built or stale (run "
               "tools/mcore_job/install-te.sh build/te-cache build/mcore-cache/site once, "
               "30-60 min, or set RECOMPSHIM_TE_BUILD=1)")
         return 77
