@@ -13,13 +13,18 @@
  *      size for a 256-thread block (8 blocks per SM by the 2048-thread
  *      limit: 132 clusters of 8, 1056 of 1), fewer with 100 KiB of dynamic
  *      shared memory (2 blocks per SM: 33 clusters of 8), and
- *      cudaErrorInvalidClusterSize without a cluster size or above 8.
+ *      cudaErrorInvalidClusterSize without a cluster size or above 8;
+ *   5. cudnnGetVersion (cudnn_te.c): 91900, which Transformer Engine's
+ *      get_cudnn_version decodes (major 10000, minor 100) as 9.19.0, the
+ *      cuDNN PyTorch 2.11.0's CUDA 13.0 wheel pins.
  */
 #include <cublasLt.h>
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <string.h>
+
+size_t cudnnGetVersion(void);  /* cudnn.h's declaration; the header is not needed */
 
 static int g_n, g_fail;
 
@@ -93,6 +98,10 @@ main(void)
     ok(clusters(16, 256, 0, &n) == cudaErrorInvalidClusterSize, "16-block clusters: cudaErrorInvalidClusterSize");
     ok(clusters(8, 0, 0, &n) == cudaErrorInvalidValue, "0-thread block: cudaErrorInvalidValue");
     (void)cudaGetLastError();
+
+    size_t v = cudnnGetVersion();
+    ok(v == 91900 && v / 10000 == 9 && v % 10000 / 100 == 19 && v % 100 == 0,
+       "cudnnGetVersion: 91900 (cuDNN 9.19.0, the release torch 2.11.0 pins)");
     printf("1..%d\n", g_n);
     return g_fail;
 }

@@ -69,6 +69,7 @@ PROVIDERS = {
     'libcublas.so.13': 'double (handles, workspaces, matmuls accepted)',
     'libcublasLt.so.13': 'double (heuristics return one algorithm, matmuls accepted)',
     'libnccl.so.2': 'double (communicators, collectives accepted, async-error polls)',
+    'libcudnn.so.9': 'double (cudnnGetVersion: the pinned 9.19.0; every other call prints one line and fails)',
 }
 LOAD_ONLY = 'load-only stub (loaded, never initialised; a call prints one line and fails)'
 

@@ -64,6 +64,40 @@ ROWS = {
                       "--moe-ffn-hidden-size 1408 --moe-router-topk 2 "
                       "--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity "
                       "--moe-token-dispatcher-type alltoall",
+    # Transformer Engine's spec (issue 16): TE 2.12.0's modules (fused norm +
+    # linear, TE's unfused attention on the fake GPU: run.sh), the llama-dense
+    # model otherwise.
+    "llama-te": "--num-layers 4 --hidden-size 1024 --ffn-hidden-size 2816 "
+                "--num-attention-heads 16 --group-query-attention --num-query-groups 4 "
+                "--seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 2 "
+                "--global-batch-size 4 --normalization RMSNorm --swiglu "
+                "--disable-bias-linear --position-embedding-type rope "
+                "--untie-embeddings-and-output-weights --transformer-impl transformer_engine",
+    # MoE with grouped GEMM (TE's GroupedLinear, TEGroupedMLP): moe-sequential's
+    # model, capacity factor 1 with padding to capacity (dropless routing
+    # would count the zeros the fake GPU reads back).
+    "moe-grouped": "--num-layers 2 --hidden-size 1024 --ffn-hidden-size 2816 "
+                   "--num-attention-heads 16 --seq-length 2048 "
+                   "--max-position-embeddings 2048 --micro-batch-size 1 "
+                   "--global-batch-size 2 --normalization RMSNorm --swiglu "
+                   "--disable-bias-linear --position-embedding-type rope "
+                   "--untie-embeddings-and-output-weights --num-experts 4 "
+                   "--moe-ffn-hidden-size 1408 --moe-router-topk 2 "
+                   "--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity "
+                   "--moe-token-dispatcher-type alltoall --moe-grouped-gemm "
+                   "--transformer-impl transformer_engine",
+    # Multi-Latent Attention, Moonlight-16B-A3B's attention (hidden 2048, 16
+    # heads, no query compression, kv_lora_rank 512, qk_head_dim 128,
+    # qk_pos_emb_head_dim 64, v_head_dim 128, RoPE base 50000 without YaRN,
+    # latent norms) with a dense SwiGLU MLP; MLA needs TE's attention.
+    "mla": "--num-layers 2 --hidden-size 2048 --ffn-hidden-size 11264 "
+           "--num-attention-heads 16 --multi-latent-attention --kv-lora-rank 512 "
+           "--qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 --qk-layernorm "
+           "--rope-type rope --rotary-base 50000 --seq-length 2048 "
+           "--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 2 "
+           "--normalization RMSNorm --swiglu --disable-bias-linear "
+           "--position-embedding-type rope --untie-embeddings-and-output-weights "
+           "--transformer-impl transformer_engine",
 }
 TOLERANCE = 0.02
 

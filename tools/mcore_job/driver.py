@@ -3,7 +3,8 @@
 
 Our own driver (not a copy of Megatron-LM's pretrain_gpt.py): it takes
 Megatron's own flag spellings, builds a GPTModel from a TransformerConfig
-(local layer spec: Megatron-Core modules only, no Transformer Engine),
+(local layer spec: Megatron-Core modules only; or Transformer Engine's spec
+with --transformer-impl transformer_engine, TE installed by run.sh),
 initialises parallel_state, wraps the model in Megatron's
 DistributedDataParallel, builds Megatron's optimizer (the DistributedOptimizer
 with --use-distributed-optimizer) and runs get_forward_backward_func()
@@ -61,6 +62,11 @@ def flag_parser():
     # --transformer-impl local on the command line when it is not given, and
     # installs Transformer Engine (install-te.sh) when it is transformer_engine.
     a("--transformer-impl", choices=["local", "transformer_engine"], default="transformer_engine")
+    # TransformerConfig.attention_backend (Megatron sets TE's NVTE_*_ATTN from
+    # it); run.sh records --attention-backend unfused with the TE spec when it
+    # is not given: the fake GPU has no flash-attn and cuDNN is a stub.
+    a("--attention-backend", choices=["flash", "fused", "unfused", "local", "auto"],
+      default="auto")
     # MoE (local SequentialMLP experts; capacity factor + padding, see docs)
     a("--num-experts", type=int)
     a("--moe-ffn-hidden-size", type=int)
@@ -70,8 +76,16 @@ def flag_parser():
     a("--moe-token-dispatcher-type", choices=["allgather", "alltoall"], default="allgather")
     a("--moe-router-load-balancing-type", default="aux_loss")
     a("--moe-aux-loss-coeff", type=float, default=0.0)
-    # Multi-Latent Attention: refused (parse_flags), kept so the refusal names it
+    a("--moe-grouped-gemm", action="store_true")
+    # Multi-Latent Attention (MLATransformerConfig; Transformer Engine spec only,
+    # see parse_flags); defaults are Megatron-LM's
     a("--multi-latent-attention", action="store_true")
+    a("--q-lora-rank", type=int)
+    a("--kv-lora-rank", type=int, default=32)
+    a("--qk-head-dim", type=int, default=128)
+    a("--qk-pos-emb-head-dim", type=int, default=64)
+    a("--v-head-dim", type=int, default=128)
+    a("--rope-type", choices=["rope", "yarn"])
     # parallelism
     a("--tensor-model-parallel-size", type=int, default=1)
     a("--pipeline-model-parallel-size", type=int, default=1)
@@ -119,13 +133,24 @@ def parse_flags(argv):
     if args.transformer_impl == "transformer_engine" and os.environ.get("MCORE_TE") != "1":
         p.error("--transformer-impl transformer_engine: Transformer Engine is not installed "
                 "(tools/mcore_job/run.sh installs it for this flag: tools/mcore_job/install-te.sh)")
-    if args.multi_latent_attention:
-        p.error("--multi-latent-attention: megatron-core 0.19.2's MLASelfAttention "
-                "(transformer/multi_latent_attention.py) builds its core attention with "
-                "k_channels/v_channels, which the local spec's DotProductAttention does not "
-                "take (TypeError: DotProductAttention.__init__() got an unexpected keyword "
-                "argument 'k_channels' when instantiating MLASelfAttention); MLA needs "
-                "Transformer Engine's attention, which does not load on the fake GPU")
+    if args.multi_latent_attention and args.transformer_impl != "transformer_engine":
+        p.error("--multi-latent-attention needs --transformer-impl transformer_engine: "
+                "megatron-core 0.19.2's MLASelfAttention (transformer/multi_latent_attention.py) "
+                "builds its core attention with k_channels/v_channels, which the local spec's "
+                "DotProductAttention does not take (TypeError: DotProductAttention.__init__() "
+                "got an unexpected keyword argument 'k_channels' when instantiating "
+                "MLASelfAttention); only TE's TEDotProductAttention takes them")
+    if args.transformer_impl == "transformer_engine" and args.attention_backend in (
+            "flash", "fused", "auto"):
+        p.error("--attention-backend %s: on the fake GPU Transformer Engine has no flash-attn "
+                "package and cuDNN (its fused attention) is a load-only stub; use "
+                "--attention-backend unfused (TE's UnfusedDotProductAttention) or local"
+                % args.attention_backend)
+    if args.moe_grouped_gemm and args.transformer_impl != "transformer_engine":
+        p.error("--moe-grouped-gemm needs --transformer-impl transformer_engine: megatron-core "
+                "0.19.2's local spec builds SequentialMLP experts whatever the flag says "
+                "(models/backends.py LocalSpecProvider.grouped_mlp_modules); grouped GEMM is "
+                "TE's GroupedLinear (TEGroupedMLP)")
     if args.num_query_groups and not args.group_query_attention:
         p.error("--num-query-groups needs --group-query-attention (as in Megatron)")
     if args.recompute_method and args.recompute_granularity != "full":
@@ -147,6 +172,7 @@ def transformer_config(args, world):
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.enums import AttnBackend
     kw = dict(
         num_layers=args.num_layers, hidden_size=args.hidden_size,
         ffn_hidden_size=args.ffn_hidden_size, num_attention_heads=args.num_attention_heads,
@@ -163,6 +189,7 @@ def transformer_config(args, world):
         recompute_granularity=args.recompute_granularity,
         recompute_method=args.recompute_method,
         recompute_num_layers=args.recompute_num_layers,
+        attention_backend=AttnBackend[args.attention_backend],
         bf16=args.bf16, params_dtype=torch.bfloat16 if args.bf16 else torch.float32,
         pipeline_dtype=torch.bfloat16 if args.bf16 else torch.float32,
         # no fused kernels: they are torch.compile'd (Triton) or Apex/TE ones
@@ -182,19 +209,35 @@ def transformer_config(args, world):
                   moe_token_dispatcher_type=args.moe_token_dispatcher_type,
                   moe_router_load_balancing_type=args.moe_router_load_balancing_type,
                   moe_aux_loss_coeff=args.moe_aux_loss_coeff)
-    return TransformerConfig(**{k: v for k, v in kw.items() if v is not None})
+    if args.moe_grouped_gemm:
+        kw["moe_grouped_gemm"] = True
+    cls = TransformerConfig
+    if args.multi_latent_attention:
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+        cls = MLATransformerConfig
+        # q_lora_rank None (no query compression, Moonlight) is passed as None
+        kw.update(q_lora_rank=args.q_lora_rank, kv_lora_rank=args.kv_lora_rank,
+                  qk_head_dim=args.qk_head_dim, qk_pos_emb_head_dim=args.qk_pos_emb_head_dim,
+                  v_head_dim=args.v_head_dim, rotary_base=args.rotary_base)
+        if args.rope_type:
+            kw["rope_type"] = args.rope_type
+        return cls(**{k: v for k, v in kw.items() if v is not None or k == "q_lora_rank"})
+    return cls(**{k: v for k, v in kw.items() if v is not None})
 
 
 def layer_spec(args):
     """The layer spec of --transformer-impl: Megatron-Core's local spec, or its
     Transformer Engine spec (TE's modules: fused norm + linear, TE's attention,
-    which on the fake GPU is TE's unfused backend: run.sh sets NVTE_FLASH_ATTN=0
-    and NVTE_FUSED_ATTN=0, since flash-attn is not installed and cuDNN is a
-    load-only stub)."""
+    which on the fake GPU is TE's unfused backend: run.sh records
+    --attention-backend unfused, since flash-attn is not installed and cuDNN
+    is a stub), with TE's GroupedLinear experts for --moe-grouped-gemm and
+    MLASelfAttention for --multi-latent-attention."""
     from megatron.core.models.gpt import gpt_layer_specs as specs
     if args.transformer_impl == "transformer_engine":
         return specs.get_gpt_layer_with_transformer_engine_spec(
-            num_experts=args.num_experts, qk_layernorm=args.qk_layernorm)
+            num_experts=args.num_experts, qk_layernorm=args.qk_layernorm,
+            moe_grouped_gemm=args.moe_grouped_gemm,
+            multi_latent_attention=args.multi_latent_attention)
     return specs.get_gpt_layer_local_spec(num_experts=args.num_experts,
                                           qk_layernorm=args.qk_layernorm,
                                           normalization=args.normalization)
@@ -404,6 +447,11 @@ def main(argv):
         model_parallel_cuda_manual_seed(args.seed)
         config = transformer_config(args, dist.get_world_size())
         chunks, vocab = build_model(args, config)
+        # which implementation was built (TE's modules or the local ones)
+        counters["module_classes"] = sorted({type(m).__name__ for c in chunks
+                                             for m in c.modules()})
+        if args.transformer_impl == "transformer_engine":
+            counters["transformer_engine"] = version("transformer-engine")
         model = wrap_ddp(args, config, chunks)
         optimizer = build_optimizer(args, model)
         schedule_hooks(args, config, model)

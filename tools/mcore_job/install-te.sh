@@ -60,7 +60,12 @@ src="$(echo "$cache"/te-build/transformer_engine_torch-*)"
 grep -q 'cxx_flags = \["-O3", ' "$src/build_tools/pytorch.py" || {
     echo "install-te: $src/build_tools/pytorch.py: no -O3 flag list to replace" >&2; exit 1; }
 sed -i 's/cxx_flags = \["-O3", /cxx_flags = ["-O0", /' "$src/build_tools/pytorch.py"
-if ! (cd "$src" && NVTE_PYTORCH_FORCE_BUILD=TRUE MAX_JOBS="${MAX_JOBS:-2}" \
+# NVTE_NO_LOCAL_VERSION=1: TE's te_version() otherwise appends the short
+# commit of whatever git repository encloses the build directory (this one:
+# build/ is inside the checkout), "2.12.0+50d8fe3", and TE's loader asserts
+# that the extension's version equals transformer-engine's (AssertionError:
+# Transformer Engine package version mismatch).
+if ! (cd "$src" && NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_NO_LOCAL_VERSION=1 MAX_JOBS="${MAX_JOBS:-2}" \
         CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
         "$py" setup.py bdist_wheel -d "$cache/te-build/dist") >>"$log" 2>&1; then
     echo "install-te: building transformer_engine_torch failed, see $log" >&2

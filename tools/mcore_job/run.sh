@@ -41,18 +41,27 @@ export LD_LIBRARY_PATH="$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$site" PYTHONWARNINGS="${PYTHONWARNINGS:-ignore}" PYTHONFAULTHANDLER=1
 export TORCHINDUCTOR_CACHE_DIR="$out/.inductor" TRITON_CACHE_DIR="$out/.triton"
 impl=(--transformer-impl local)
-te=0 prev=
+te=0 prev= backend=
 for a in "$@"; do
     case "$a" in --transformer-impl|--transformer-impl=*) impl=() ;; esac
     case "$prev $a" in "--transformer-impl transformer_engine"|*" --transformer-impl=transformer_engine") te=1 ;; esac
+    case "$a" in --attention-backend|--attention-backend=*) backend=given ;; esac
     prev="$a"
 done
 # Transformer Engine's spec (issue 16): TE 2.12.0 and its PyTorch extension,
 # built once into build/te-cache (install-te.sh); its attention runs TE's
-# unfused backend (flash-attn is not installed, cuDNN is a load-only stub).
+# unfused backend (--attention-backend unfused unless given: flash-attn is not
+# installed, cuDNN is a load-only stub).
 if [ $te = 1 ]; then
-    te_site="$("$root/tools/mcore_job/install-te.sh" "${RECOMPSHIM_TE_CACHE:-$bdir/te-cache}" "$site")" || exit $?
-    export PYTHONPATH="$te_site:$site" MCORE_TE=1 NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0
+    te_cache="${RECOMPSHIM_TE_CACHE:-$bdir/te-cache}"
+    te_site="$("$root/tools/mcore_job/install-te.sh" "$te_cache" "$site")" || exit $?
+    # onnxscript/onnx, imported by transformer_engine.pytorch (te-import-requirements.txt)
+    imp_site="$("$root/tools/fake_gpu/install-torch.sh" "$te_cache/imports" \
+        "$root/tools/mcore_job/te-import-requirements.txt")" || exit $?
+    export PYTHONPATH="$te_site:$imp_site:$site" MCORE_TE=1
+    # TE's unfused attention: Megatron sets NVTE_{FLASH,FUSED,UNFUSED}_ATTN
+    # from the config's attention_backend (and asserts they were not set)
+    [ -n "$backend" ] || impl+=(--attention-backend unfused)
     # TE's loader opens cuDNN, NVRTC and cuRAND by path, from <LIB>_HOME, else
     # CUDA_HOME, else /usr/local/cuda (never LD_LIBRARY_PATH): point it at a
     # directory holding only the fake GPU's (fake_gpu/ also holds meson's
