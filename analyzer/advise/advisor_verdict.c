@@ -951,6 +951,77 @@ run_undo_active(run_state *st)
     return 0;
 }
 
+/* Whether the traces recorded no region of label l in any layer it applies
+ * to, on any rank (1), so the counterfactual could free nothing for it and
+ * its saving is unknown, not zero; 0 when some layer has its region or the
+ * label is one whose region is not marked by a range of its own (layernorm,
+ * moe, shared_experts), or without traces (a merge of summaries). The region
+ * markers are those adv_trace_build sets from Megatron's NVTX ranges and TE's
+ * calls: core_attn the layer's core-attention region, mla_up_proj its Q/K/V
+ * up-projections, mlp a dense layer's MLP range, moe_act an MoE layer's expert
+ * activation. Found on the real Megatron-Core job (docs/validation/
+ * megatron-core.md, the MLA row): megatron-core 0.19.2's MLASelfAttention
+ * emits no range inside `self_attention`, and core_attn was called
+ * ineffective ("-0 B") where the real run saves 256 MiB. */
+static int
+label_unseen(const run_state *st, int l)
+{
+    if (!st->tr || st->mparts || (l != ADV_L_core_attn && l != ADV_L_mla_up_proj &&
+                                  l != ADV_L_mlp && l != ADV_L_moe_act))
+        return 0;
+    size_t applies = 0;
+    for (size_t i = 0; i < st->v->nranks; i++) {
+        const adv_trace *t = st->t0 ? &st->t0[i] : &st->tr[i];
+        for (size_t k = 0; k < t->nlayers; k++) {
+            const adv_layer *L = &t->layers[k];
+            int seen;
+            switch (l) {
+            case ADV_L_core_attn: seen = L->core_b != ADV_NONE; break;
+            case ADV_L_mla_up_proj:
+                if (!L->mla)
+                    continue;
+                seen = L->mla_up_b != ADV_NONE || L->mla_q != ADV_NONE;
+                break;
+            case ADV_L_mlp:
+                if (L->moe)
+                    continue;
+                seen = L->mlp_b != ADV_NONE;
+                break;
+            default: /* moe_act */
+                if (!L->moe)
+                    continue;
+                seen = L->moe_act != ADV_NONE;
+                break;
+            }
+            if (seen)
+                return 0;
+            applies++;
+        }
+    }
+    return applies > 0;
+}
+
+/* The candidate of a label whose region was never recorded (label_unseen):
+ * not ineffective but of unknown effect; said in its reason and the level
+ * note, no R:INEFFECTIVE finding. */
+static void
+unseen_single(run_state *st, int l, const adv_setting *s)
+{
+    adv_cand *c = (adv_cand *)find_cand(st->v, s);
+    if (c && (c->effect == ADV_E_INEFFECTIVE || c->effect == ADV_E_COUNTER))
+        c->effect = ADV_E_INSUFFICIENT;
+    if (c)
+        snprintf(c->reason, sizeof c->reason,
+                 "unknown effect: no %s region was recorded in any layer (no range of its own "
+                 "in the layers' code), so nothing of it was freed: a lower bound of its saving",
+                 adv_label_name(l));
+    size_t n = strlen(st->v->level_note);
+    snprintf(st->v->level_note + n, sizeof st->v->level_note - n,
+             "%s%s: no region recorded in any layer (the layers' code emits no range for it), "
+             "its saving is unknown, not zero; predicted as if it freed nothing",
+             n ? "; " : "", adv_label_name(l));
+}
+
 /* an R:INEFFECTIVE[label] finding for a single label that saves too little */
 static void
 ineffective_single(run_state *st, int l, const adv_cand *c)
@@ -1080,6 +1151,10 @@ run_sweep_candidates(run_state *st)
         if (c.effect != ADV_E_INEFFECTIVE && c.effect != ADV_E_COUNTER &&
             c.saving >= small_of(st->ref_max)) {
             singles[ns++] = l;
+            continue;
+        }
+        if (label_unseen(st, l)) {
+            unseen_single(st, l, &s);
             continue;
         }
         st->ineff |= 1u << l;

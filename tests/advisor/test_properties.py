@@ -95,6 +95,8 @@ violations):
   27. a candidate fits only if its reserved peak + the 2% bound + its
      reserved step (the segment its largest replayed block opens) is within
      the budget on every rank; within the bound but not the step: marginal.
+  28. a label whose region the trace never recorded is of unknown effect
+     (its candidate says so, the note names it), never R:INEFFECTIVE.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -469,6 +471,14 @@ SCENARIOS = [
         "--fp8-recipe", "mxfp8", "--cuda-graph-impl", "full_iteration",
         "--cuda-graph-warmup-steps", "1", "--train-iters", "3"], 179, converge=False,
        expect=("X:FRAGMENTATION", "Fallback at a compute cost")),
+    # issue 14/16 (the real Megatron-Core MLA row): megatron-core 0.19.2's
+    # MLASelfAttention emits no range inside self_attention, and without Python
+    # frames no core-attention region is seen; core_attn was called
+    # R:INEFFECTIVE ("-0 B") where the real run saves 256 MiB. Unfused
+    # attention, the core_attention range not emitted, no frames (invariant 28)
+    sc("core_attention range not emitted, no Python frames", L + [
+        "--transformer-impl", "local", "--sim-drop-nvtx-range", "core_attention"],
+       env={"RECOMPSHIM_PYSTACK": "0"}, converge=False),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -1506,6 +1516,44 @@ def inv26_fallback_under_fragmentation(c):
     return bad
 
 
+def unseen_labels(sc):
+    """the labels a scenario's trace holds no region of, from its flags alone:
+    core_attn when the core_attention range is not emitted
+    (--sim-drop-nvtx-range), attention is unfused (local) and no Python frames
+    are recorded (RECOMPSHIM_PYSTACK=0)"""
+    if not sc:
+        return set()
+    fl, env = sc["flags"], sc["env"]
+    drops = {fl[i + 1] for i, f in enumerate(fl[:-1]) if f == "--sim-drop-nvtx-range"}
+    impl = flag_value(fl, "--transformer-impl", "transformer_engine")
+    if "core_attention" in drops and impl == "local" and env.get("RECOMPSHIM_PYSTACK") == "0":
+        return {"core_attn"}
+    return set()
+
+
+def inv28_unseen_not_ineffective(c):
+    """a label whose region the trace never recorded (no range of its own in
+    the layers' code) is of unknown effect, never R:INEFFECTIVE: its candidate
+    says "unknown effect" and the note names the label"""
+    bad = []
+    v = c.v
+    if not v:
+        return bad
+    for lab in unseen_labels(c.scenario):
+        code = "R:INEFFECTIVE[%s]" % lab
+        if any(f.get("code") == code for f in v.get("findings", [])):
+            bad.append("%s for a label whose region was never recorded" % code)
+        for k in v.get("candidates", []):
+            if k.get("setting") == "selective[%s]" % lab and (
+                    k.get("effect") == "ineffective" or
+                    not k.get("reason", "").startswith("unknown effect")):
+                bad.append("%s: effect %s, reason %r" % (k["setting"], k.get("effect"),
+                                                        k.get("reason", "")[:80]))
+        if v.get("candidates") and "%s: no region recorded" % lab not in v.get("note", ""):
+            bad.append("the note does not say %s's saving is unknown" % lab)
+    return bad
+
+
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
@@ -1544,7 +1592,9 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("26 a fallback under fragmentation is judged with the gap it leaves",
                inv26_fallback_under_fragmentation),
               ("27 a fit holds by more than the reserved peak's uncertainty",
-               inv27_reserved_step)]
+               inv27_reserved_step),
+              ("28 a label whose region was never recorded is of unknown effect, never "
+               "ineffective", inv28_unseen_not_ineffective)]
 
 
 def diagnosis_run(v):

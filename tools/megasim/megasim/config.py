@@ -259,6 +259,11 @@ def build_parser():
                    help="fault: on the last pipeline stage the loss function hands back each "
                         "microbatch's logits undetached and the schedule's forward_data_store "
                         "keeps them until the training step returns")
+    g.add_argument("--sim-drop-nvtx-range", action="append", default=[], metavar="SUFFIX",
+                   help="fault: Megatron NVTX ranges whose name ends with SUFFIX are not emitted "
+                        "(repeatable), as in layers whose code has no such range: "
+                        "megatron-core 0.19.2's MLASelfAttention emits none inside "
+                        "self_attention (e.g. SUFFIX core_attention)")
     g.add_argument("--sim-moe-imbalance", type=float, default=None,
                    help="fault: dropless MoE routing imbalance: the share F of the EP group's "
                         "routed token copies that the hottest expert-parallel rank (EP rank 0) "

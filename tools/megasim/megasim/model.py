@@ -20,6 +20,7 @@ EMB = "megatron.core.models.common.embeddings.language_model_embedding.forward"
 
 class _NV:
     enabled = False     # megatron.core.utils._nvtx_enabled
+    drop = ()           # --sim-drop-nvtx-range: name suffixes never emitted
 
 
 NV = _NV()
@@ -33,7 +34,7 @@ class nvtx_range:
         self.name = name
 
     def __enter__(self):
-        self.on = NV.enabled
+        self.on = NV.enabled and not (NV.drop and self.name.endswith(NV.drop))
         if self.on:
             DEV_REF[0].push(self.name)
 

@@ -743,6 +743,7 @@ class Rank:
             self.leaked_this_iter = False
             if profile_here and it == a.profile_step_start and a.nvtx_ranges:
                 NV.enabled = True            # configure_nvtx_profiling(True)
+                NV.drop = tuple(a.sim_drop_nvtx_range)
             if a.cuda_graph_impl in ("transformer_engine", "local") and it == a.cuda_graph_warmup_steps:
                 self.capture_cuda_graphs(M)
             if a.cuda_graph_impl == "full_iteration" and it >= a.cuda_graph_warmup_steps:
