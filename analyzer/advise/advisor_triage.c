@@ -616,8 +616,11 @@ loaded_levers(adv_verdict *v, const adv_cfg *c, uint64_t peak, uint64_t without,
           peak > without ? peak - without : 0);
     LEVER("X:PARAM_STATE", "drop its references before the first step",
           peak > freed ? peak - freed : 0);
-    LEVER_UNKNOWN("X:PARAM_STATE", c->megatron ? "--ckpt-format torch_dist"
-                                               : "torch.distributed.checkpoint");
+    /* a Megatron job already on a distributed format (torch_dist, Megatron's
+     * default, or another but the legacy `torch`) is not told to use one */
+    if (!c->megatron || c->ckpt_torch)
+        LEVER_UNKNOWN("X:PARAM_STATE", c->megatron ? "--ckpt-format torch_dist"
+                                                   : "torch.distributed.checkpoint");
 }
 
 static int
@@ -679,7 +682,7 @@ triage_loaded_state(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
     free(drop);
     if (tr < ((uint64_t)256 << 20) || peak <= budget || (!in_load && without > budget))
         return 0;
-    char made[256], fmt[96];
+    char made[256], fmt[160];
     if (in_load)
         snprintf(made, sizeof made, "live when the OOM came inside the load (its %s request "
                  "made by %s; the optimizer state the load initialises, %s so far, would "
@@ -705,16 +708,17 @@ triage_loaded_state(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
         snprintf(drop_txt, sizeof drop_txt, "already dropped when loading ended here: no effect");
     else
         snprintf(drop_txt, sizeof drop_txt, "peak %s", GB(freed));
-    snprintf(fmt, sizeof fmt, "%s", c->megatron ? "; a distributed checkpoint format "
-             "(--ckpt-format torch_dist)" : "; a distributed checkpoint (torch.distributed."
-             "checkpoint)");
+    snprintf(fmt, sizeof fmt, "%s", !c->megatron ? "; a distributed checkpoint (torch."
+             "distributed.checkpoint), each rank loading only its own shards"
+             : c->ckpt_torch ? "; a distributed checkpoint format (--ckpt-format torch_dist), "
+             "each rank loading only its own shards" : "");
     adv_finding_add(v, "X:PARAM_STATE", "loaded_state", rank,
                     "the loaded state: %s in %zu tensors %s, %s: a loaded state dict or its "
                     "copy, not parameters, grads or optimizer state (the state the job keeps "
                     "holds %s there). The %s %s is over the %s left for allocations by %s. "
                     "Levers: load it to CPU (map_location='cpu'): peak %s; drop its references "
                     "before the first step (del, gc.collect(), torch.cuda.empty_cache()): "
-                    "%s%s, each rank loading only its own shards%s",
+                    "%s%s%s",
                     GB(tr), n + (in_load && t->oom_load == AM_PYLOAD_COPY),
                     t->load_seen ? "made inside load_checkpoint (Python frames)"
                                  : "made before the first forward",

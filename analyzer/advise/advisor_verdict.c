@@ -1220,7 +1220,12 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
                "construction returns what the transient leaves cached (recompute and "
                "optimizer levers cannot help: the peak is before the first step)";
     if (strcmp(prim->subtype, "loaded_state") == 0)
-        return cfg->megatron
+        return cfg->megatron && !cfg->ckpt_torch
+                   ? "load the checkpoint to CPU (map_location='cpu') or drop the loaded "
+                     "state dict's references before the first step (del, gc.collect(), "
+                     "torch.cuda.empty_cache()); the job already loads a distributed "
+                     "checkpoint format"
+               : cfg->megatron
                    ? "load the checkpoint to CPU (map_location='cpu'), drop the loaded state "
                      "dict's references before the first step (del, gc.collect(), "
                      "torch.cuda.empty_cache()), or a distributed checkpoint format "

@@ -97,6 +97,8 @@ violations):
      the budget on every rank; within the bound but not the step: marginal.
   28. a label whose region the trace never recorded is of unknown effect
      (its candidate says so, the note names it), never R:INEFFECTIVE.
+  29. no fix names a setting the job already has: a Megatron job on a
+     distributed checkpoint format is not told --ckpt-format torch_dist.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -1554,6 +1556,29 @@ def inv28_unseen_not_ineffective(c):
     return bad
 
 
+def inv29_no_change_it_has(c):
+    """the advice never names as a fix a setting the job already has: a
+    Megatron job whose checkpoint format is distributed (torch_dist,
+    Megatron's and megasim's default; anything but the legacy `torch`) is not
+    told `--ckpt-format torch_dist` (hplay5 case 4, Megatron-LM#1746: a
+    torch_dist resume that ran out of memory was told to use torch_dist)"""
+    v = c.v
+    if not v or not c.scenario:
+        return []
+    if flag_value(c.scenario["flags"], "--ckpt-format", "torch_dist") == "torch":
+        return []
+    bad = []
+    texts = [("verdict change", v.get("change", ""))]
+    for f in v.get("findings", []):
+        texts.append((f.get("code", ""), f.get("evidence", "")))
+        texts += [(f.get("code", "") + " lever", lv.get("change", ""))
+                  for lv in f.get("levers") or []]
+    for where, t in texts:
+        if "--ckpt-format torch_dist" in (t or ""):
+            bad.append("%s names --ckpt-format torch_dist for a job already on it" % where)
+    return bad
+
+
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
@@ -1594,7 +1619,9 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("27 a fit holds by more than the reserved peak's uncertainty",
                inv27_reserved_step),
               ("28 a label whose region was never recorded is of unknown effect, never "
-               "ineffective", inv28_unseen_not_ineffective)]
+               "ineffective", inv28_unseen_not_ineffective),
+              ("29 no fix names a setting the job already has (a distributed checkpoint "
+               "format)", inv29_no_change_it_has)]
 
 
 def diagnosis_run(v):
