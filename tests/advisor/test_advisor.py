@@ -653,12 +653,23 @@ def load_oom():
            f and f["evidence"])
         ok(not any(x["subtype"] == "state_dominates" for x in v["findings"]) and
            "shard the parameters" not in v["change"] and
-           "--ckpt-format torch_dist" in v["change"] and "map_location='cpu'" in v["change"],
-           "%s: not blamed on parameters; levers: CPU load, drop, distributed format" % name,
+           "--ckpt-format torch_dist" not in v["change"] and
+           "already loads a distributed checkpoint format" in v["change"] and
+           "map_location='cpu'" in v["change"],
+           "%s: not blamed on parameters; levers: CPU load, drop (the job is already on "
+           "megasim's default distributed format, torch_dist: not offered it)" % name,
            json.dumps([v["change"]] + codes(v)))
+    # on the legacy `torch` checkpoint format a distributed format is a lever
+    # (invariant 29 of test_properties.py: never offered to a job already on one)
+    name, flags, cap, _ = LOAD_OOM_SCENARIOS[0]
+    v = scenario(name + ", legacy torch format", flags + ["--ckpt-format", "torch"], cap,
+                 expect_code="X:PARAM_STATE", profile=PROFILE_ALL)
+    if v is not None:
+        ok("--ckpt-format torch_dist" in v["change"] and "map_location='cpu'" in v["change"],
+           "%s, legacy torch format: levers CPU load, drop, a distributed format" % name,
+           v["change"])
     # without Python frames the trace cannot tell the loaded copy from
     # parameters: the verdict says so instead of naming either with confidence
-    name, flags, cap, _ = LOAD_OOM_SCENARIOS[0]
     os.environ["RECOMPSHIM_PYSTACK"] = "0"
     try:
         v = scenario(name + ", no Python frames", flags, cap, expect_code="X:PARAM_STATE",
