@@ -116,6 +116,24 @@ def check_counters(name, a, counters):
               % (name, r, dev, c["max_memory_reserved"]))
 
 
+def run_analyzed(build, outdir, runs):
+    """run each (name, flags) of runs under the shim in OUTDIR/name, check both
+    ranks exit 0 and the analyzer's peaks equal PyTorch's counters; returns
+    {name: (analysis, counters)}, or None when the analyzer cannot read a run"""
+    docs = {}
+    for name, flags in runs:
+        rc, counters = run_job(os.path.join(outdir, name), flags)
+        check(rc == 0 and sorted(counters) == [0, 1] and
+              all(c["exit_status"] == 0 for c in counters.values()),
+              "%s: exit 0 on both ranks (see %s/%s/job.log)" % (name, outdir, name))
+        a = analyze(build, os.path.join(outdir, name))
+        if not check(a is not None, "%s: recomp-analyze reads the run" % name):
+            return None
+        check_counters(name, a, counters)
+        docs[name] = (a, counters)
+    return docs
+
+
 def check_ranges(a, layers, mbs, seq, hidden):
     """Oracle 2: Megatron's NVTX ranges are the analyzer's module boundaries:
     layers counted by them, and the forward bytes live at the baseline peak

@@ -51,17 +51,10 @@ def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(build, "tests", "mcore",
                                                                  "out-pp2")
     t0 = time.time()
-    docs = {}
-    for name, flags in (("pp2_baseline", MODEL), ("pp2_full_uniform_1", MODEL + FULL)):
-        rc, counters = tm.run_job(os.path.join(outdir, name), flags)
-        tm.check(rc == 0 and sorted(counters) == [0, 1] and
-                 all(c["exit_status"] == 0 for c in counters.values()),
-                 "%s: exit 0 on both ranks (see %s/%s/job.log)" % (name, outdir, name))
-        a = tm.analyze(build, os.path.join(outdir, name))
-        if not tm.check(a is not None, "%s: recomp-analyze reads the run" % name):
-            return 1
-        tm.check_counters(name, a, counters)
-        docs[name] = (a, counters)
+    docs = tm.run_analyzed(build, outdir, (("pp2_baseline", MODEL),
+                                           ("pp2_full_uniform_1", MODEL + FULL)))
+    if docs is None:
+        return 1
     base = docs["pp2_baseline"][0]
     tm.check_advisor(base, "pp2 full uniform 1", "full[uniform,1]",
                      docs["pp2_full_uniform_1"][1])

@@ -48,17 +48,10 @@ def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(build, "tests", "mcore",
                                                                  "out-vpp")
     t0 = time.time()
-    docs = {}
-    for name, flags in (("vpp_baseline", MODEL), ("vpp_full_uniform_1", MODEL + FULL)):
-        rc, counters = tm.run_job(os.path.join(outdir, name), flags)
-        tm.check(rc == 0 and sorted(counters) == [0, 1] and
-                 all(c["exit_status"] == 0 for c in counters.values()),
-                 "%s: exit 0 on both ranks (see %s/%s/job.log)" % (name, outdir, name))
-        a = tm.analyze(build, os.path.join(outdir, name))
-        if not tm.check(a is not None, "%s: recomp-analyze reads the run" % name):
-            return 1
-        tm.check_counters(name, a, counters)
-        docs[name] = (a, counters)
+    docs = tm.run_analyzed(build, outdir, (("vpp_baseline", MODEL),
+                                           ("vpp_full_uniform_1", MODEL + FULL)))
+    if docs is None:
+        return 1
     base = docs["vpp_baseline"][0]
     tm.check_advisor(base, "vpp full uniform 1", "full[uniform,1]",
                      docs["vpp_full_uniform_1"][1])
