@@ -29,18 +29,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_mcore as tm  # noqa: E402  (run_job, analyze, check, check_counters, check_advisor)
+import test_mcore_pp2 as pp2  # noqa: E402  (MODEL, FULL)
 
-MODEL = ("--num-layers 4 --hidden-size 1024 --ffn-hidden-size 2816 --num-attention-heads 16 "
-         "--group-query-attention --num-query-groups 4 --seq-length 2048 "
-         "--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 4 "
-         "--normalization RMSNorm --swiglu --disable-bias-linear "
-         "--position-embedding-type rope --untie-embeddings-and-output-weights "
-         "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "
-         "--train-iters 3 --bf16 --use-distributed-optimizer --attention-dropout 0 "
-         "--hidden-dropout 0 --profile --nvtx-ranges --profile-step-start 0 "
-         "--profile-step-end 3").split()
-FULL = ["--recompute-granularity", "full", "--recompute-method", "uniform",
-        "--recompute-num-layers", "1"]
+# the PP=2 job of test_mcore_pp2.py with one layer per virtual pipeline stage
+MODEL = pp2.MODEL + ["--num-layers-per-virtual-pipeline-stage", "1"]
+FULL = pp2.FULL
 
 
 def main():
