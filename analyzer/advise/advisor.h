@@ -157,8 +157,11 @@ typedef struct adv_layer {
     uint32_t attn_b, attn_e, core_b, core_e, mlp_b, mlp_e;
     /* standalone norms: alloc ids of their outputs (ADV_NONE absent) */
     uint32_t in_ln, pre_ln;
-    /* moe_act: the expert activation output and the op after the fc2 output */
-    uint32_t moe_act, moe_act_discard;
+    /* moe_act: the expert activation's first allocation (alloc id), the op
+     * after its last one (the region [a_pos(moe_act), moe_act_e): the fused
+     * activation's output, or the unfused GLU's intermediates and output)
+     * and the op after the fc2 output (the discard point) */
+    uint32_t moe_act, moe_act_discard, moe_act_e;
     /* mla_up_proj: Q, K, V alloc ids; region start op */
     uint32_t mla_q, mla_k, mla_v, mla_up_b;
 } adv_layer;

@@ -533,6 +533,67 @@ discard_unit(cf *c, uint32_t id, uint32_t disc)
     return push_ins(c, R, 1, ui);
 }
 
+/* moe_act (TEGroupedMLP's activation under CheckpointWithoutOutput): the
+ * region [a_pos(moe_act), moe_act_e) runs under no_grad. Of its allocations
+ * that the recorded run kept into backward, the last is the activation's
+ * output (saved by fc2): freed at the discard point, after fc2; the others
+ * (the unfused GLU's silu output, its linear half plus the offset and their
+ * product, which autograd saved) are internals, freed where the no_grad
+ * forward drops them (nograd_free). Transients stay transients. At R(discard)
+ * the region is replayed: internals and output kept until their recorded
+ * free. So the saving follows from the trace: the fused weighted SwiGLU
+ * saves one tensor, the unfused GLU four (megatron-core 0.19.2
+ * moe/experts.py bias_act_func; docs/validation/megatron-core.md). */
+static int
+moe_act_unit(cf *c, const adv_layer *L)
+{
+    const adv_trace *t = c->t;
+    if (L->moe_act == ADV_NONE || L->moe_act_e == ADV_NONE || L->moe_act_discard == ADV_NONE)
+        return 0;
+    uint32_t b = t->a[L->moe_act].a_pos, e = L->moe_act_e, disc = L->moe_act_discard;
+    uint32_t R = reach(c, L->inst, disc), out = ADV_NONE;
+    uint32_t ui = (uint32_t)c->nu;
+    for (uint32_t p = b; p < e && p < t->nops; p++) {
+        int32_t v = t->ops[p];
+        if (v <= 0)
+            continue;
+        const adv_alloc *x = &t->a[v - 1];
+        if (x->inst == L->inst && !x->bwd && !x->state && c->owner[v - 1] == ADV_NONE &&
+            (x->f_pos == ADV_NONE || x->f_pos > disc))
+            out = (uint32_t)v - 1;
+    }
+    if (out == ADV_NONE || (t->a[out].f_pos != ADV_NONE && R != ADV_NONE && t->a[out].f_pos < R))
+        return 0; /* nothing kept past the discard, or freed before the hook fires */
+    for (uint32_t p = b; p < e && p < t->nops; p++) {
+        int32_t v = t->ops[p];
+        if (v <= 0)
+            continue;
+        uint32_t id = (uint32_t)v - 1;
+        const adv_alloc *x = &t->a[id];
+        if (x->inst != L->inst || x->bwd || x->state || c->owner[id] != ADV_NONE)
+            continue;
+        c->owner[id] = ui;
+        if (id == out) {
+            c->cls[id] = C_D;
+            if (push_ins(c, disc, 0, id) < 0)
+                return -1;
+        } else if (x->f_pos != ADV_NONE && x->f_pos < e) {
+            c->cls[id] = C_T;
+        } else if (x->f_pos != ADV_NONE && x->f_pos <= disc) {
+            c->cls[id] = C_T; /* dropped by fc2 in forward: not kept either way */
+        } else if (x->f_pos != ADV_NONE && R != ADV_NONE && x->f_pos < R) {
+            c->cls[id] = C_O;
+        } else {
+            c->cls[id] = C_I;
+            if (push_ins(c, nograd_free(t, id, e), 0, id) < 0)
+                return -1;
+        }
+    }
+    if (push_unit(c, (unit){b, e, R, L->inst}) < 0)
+        return -1;
+    return push_ins(c, R, 1, ui);
+}
+
 /* mla_up_proj: region [b, V] under no_grad, Q/K/V discarded after attention */
 static int
 mla_unit(cf *c, const adv_layer *L)
@@ -676,7 +737,7 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
             if (mla_unit(c, L) < 0)
                 return -1;
         if ((m & (1u << ADV_L_moe_act)) && L->moe && L->moe_act != ADV_NONE)
-            if (discard_unit(c, L->moe_act, L->moe_act_discard) < 0)
+            if (moe_act_unit(c, L) < 0)
                 return -1;
         if (m & (1u << ADV_L_layernorm)) {
             if (discard_unit(c, L->in_ln, L->attn_e) < 0)
@@ -1540,9 +1601,10 @@ undo_units_selective(undo_st *st, const adv_setting *s)
             L->mla_v != ADV_NONE)
             e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mla_up_b,
                         t->a[L->mla_v].a_pos + 1, L->core_e, 1, ADV_NONE, 0);
-        if ((m & (1u << ADV_L_moe_act)) && L->moe && L->moe_act != ADV_NONE)
-            e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, 0, 0, L->moe_act_discard, 1,
-                        L->moe_act, 0);
+        if ((m & (1u << ADV_L_moe_act)) && L->moe && L->moe_act != ADV_NONE &&
+            L->moe_act_e != ADV_NONE)
+            e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, t->a[L->moe_act].a_pos,
+                        L->moe_act_e, L->moe_act_discard, 1, ADV_NONE, 0);
         if (m & (1u << ADV_L_layernorm)) {
             if (L->in_ln != ADV_NONE)
                 e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, 0, 0, L->attn_e, 1,
@@ -2142,6 +2204,7 @@ undo_copy_meta(const undo_st *st, adv_trace *o)
         L.mlp_b = undo_np(st, L.mlp_b);
         L.mlp_e = undo_np(st, L.mlp_e);
         L.moe_act_discard = undo_np(st, L.moe_act_discard);
+        L.moe_act_e = undo_np(st, L.moe_act_e);
         L.mla_up_b = undo_np(st, L.mla_up_b);
         o->layers[i] = L;
     }

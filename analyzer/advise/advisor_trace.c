@@ -239,8 +239,16 @@ on_nvte(cap *c, int cls)
     if (L && L->end == ADV_NONE && c->tl.phase == AM_PH_forward) {
         if (cls == ADV_T_GROUPED && c->depth_mlp && !c->depth_sub) {
             c->grouped_groups++;
+            /* the experts' activation: every allocation between the fc1 and
+             * fc2 grouped GEMMs but the last, fc2's output (TE's
+             * GroupedLinear allocates it just before its GEMM): the fused
+             * weighted SwiGLU makes one (its output), the unfused GLU of
+             * TEGroupedMLP.bias_act_func its intermediates too (silu's
+             * output, the linear half plus the offset, their product, the
+             * product with the probabilities) */
             if (c->grouped_groups == 2 && c->npend >= 2) {
                 L->moe_act = c->pend[0];
+                L->moe_act_e = t->a[c->pend[c->npend - 2]].a_pos + 1;
                 L->moe_act_discard = (uint32_t)t->nops;
             }
         }

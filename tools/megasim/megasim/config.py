@@ -97,6 +97,10 @@ def build_parser():
     a("--vocab-size", type=int, default=None)
     a("--make-vocab-size-divisible-by", type=int, default=128)
     a("--swiglu", action="store_true")
+    # Megatron-LM's flag: bias_activation_fusion off. megasim models it for the
+    # routed experts' activation (TEGroupedMLP's unfused GLU, model.py); the
+    # dense MLP keeps the fused SwiGLU's tensors (docs/megasim.md)
+    a("--no-bias-swiglu-fusion", action="store_false", dest="bias_swiglu_fusion")
     a("--normalization", default="LayerNorm", choices=["LayerNorm", "RMSNorm"])
     a("--position-embedding-type", default="learned_absolute",
       choices=["learned_absolute", "rope", "relative", "none"])

@@ -807,6 +807,13 @@ class TEGroupedMLP:
                                               S.beta * S.Nr * S.h, "experts.linear_fc2", grouped=True)
 
     def bias_act_func(self, fc1_output, probs):
+        """experts.py bias_act_func: with bias_activation_fusion (Megatron-LM's
+        default) weighted_bias_swiglu_impl, whose autograd function saves its
+        input and the probabilities and makes only its output; with
+        --no-bias-swiglu-fusion the unfused GLU, whose ops autograd saves
+        (_unfused_glu)."""
+        if not self.S.args.bias_swiglu_fusion:
+            return self._unfused_glu(fc1_output, probs)
         out = Tensor(self.S.expert_act_out, "moe_act_out")
         ag.record("WeightedSwiGLUFunctionBackward", [fc1_output, probs], self._act_backward)
         return out
@@ -814,6 +821,53 @@ class TEGroupedMLP:
     def _act_backward(self, node, g):
         d = Tensor(self.S.expert_fc1_out, "dmoe_act", "grad")
         del g
+        return d
+
+    def _unfused_glu(self, fc1_output, probs):
+        """megatron-core 0.19.2 TEGroupedMLP.bias_act_func without fusion, a
+        gated linear unit: glu(x) = silu(x_glu) * (x_linear + glu_linear_offset),
+        then * permuted_probs, then .to(dtype). Each is one [tokens, ffn] tensor
+        of the activation's dtype (the probabilities are the router's dtype,
+        bf16 by default, so the product is bf16 and .to() makes no copy;
+        measured on the real library: docs/validation/megatron-core.md). With
+        grad, autograd keeps silu's output, the offset linear half and their
+        product (saved by the two multiplications; silu saves its input, a view
+        of fc1's output) and fc2 keeps the result: four [tokens, ffn] tensors
+        per layer and microbatch. Under no_grad (moe_act's checkpoint) silu's
+        output and the linear half go when glu returns, the product when the
+        result is made."""
+        n = self.S.expert_act_out
+        silu_out = Tensor(n, "moe_glu_silu")
+        linear = Tensor(n, "moe_glu_linear")
+        glu_out = Tensor(n, "moe_glu_out")
+        ag.record("GLUBackward", [fc1_output, silu_out, linear, glu_out, probs],
+                  self._unfused_glu_backward)
+        del silu_out, linear
+        out = Tensor(n, "moe_act_out")
+        del glu_out
+        return out
+
+    def _unfused_glu_backward(self, node, g):
+        """the unfused GLU's backward, in the real run's order: mul(glu, probs)
+        (the grad of the product, g*glu for the probabilities' grad, summed),
+        mul(silu, linear) (both grads), silu's backward, chunk's cat into the
+        [tokens, 2*ffn] input grad; each saved tensor freed when its op has run
+        (node.saved: fc1 output, silu, linear, product, probs)."""
+        n, sv = self.S.expert_act_out, node.saved
+        d_glu = Tensor(n, "dmoe_glu", "grad")
+        tmp = Tensor(n, "dmoe_probs_tmp", "grad")
+        d_probs = Tensor(2 * self.S.Nr, "dmoe_probs", "grad")
+        del tmp, g
+        sv[3] = sv[4] = None                  # the product and the probabilities
+        d_silu = Tensor(n, "dmoe_silu", "grad")
+        d_linear = Tensor(n, "dmoe_linear", "grad")
+        del d_glu
+        sv[1] = sv[2] = None                  # silu's output and the linear half
+        d_x_glu = Tensor(n, "dmoe_x_glu", "grad")
+        del d_silu
+        sv[0] = None                          # fc1's output (silu's saved input)
+        d = Tensor(self.S.expert_fc1_out, "dmoe_act", "grad")
+        del d_x_glu, d_linear, d_probs
         return d
 
     def forward(self, permuted_local_hidden_states, tokens_per_expert, permuted_probs):
