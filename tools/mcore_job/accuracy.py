@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The advisor against the real Megatron-Core: the accuracy matrix.
 
-  tools/mcore_job/accuracy.py OUTDIR [--rows NAME,...] [--markdown FILE]
+  tools/mcore_job/accuracy.py OUTDIR [--rows NAME,...] [--markdown FILE] [--no-oom] [--reuse]
 
 For each row (a model and layout, below): the baseline runs under the shim on
 the fake GPU (tools/mcore_job/run.sh), recomp-analyze ranks its candidates,
@@ -15,9 +15,9 @@ Then each row's OOM row (unless --no-oom): a device size (MOCK_CUDA_CAPACITY)
 chosen from the 80 GiB runs so that the baseline does not fit and a cheaper
 setting does not either (choose_capacity), the advisor's verdict for that
 budget, and the baseline, the recommended setting and every cheaper valid
-setting executed at that size. Targets: the baseline and every cheaper
-setting run out of memory, the recommendation fits (a miss counts like the
-above).
+setting the advisor ranks (measured at 80 GiB or not) executed at that size
+(oom_runs). Targets: the baseline and every cheaper setting run out of memory,
+the recommendation fits (a miss counts like the above).
 """
 import argparse
 import glob
@@ -102,12 +102,32 @@ ROWS = {
 TOLERANCE = 0.02
 
 
+REUSE = False  # --reuse: keep a run whose stamp says the same flags and capacity
+
+
 def run(out, flags, env):
-    """run.sh OUT FLAGS: (exit status, {rank: counters})."""
-    t0 = time.time()
-    rc = subprocess.call([os.path.join(ROOT, "tools", "mcore_job", "run.sh"), out] + flags,
-                         env=env)
-    print("accuracy: %s exit %d (%.0f s)" % (out, rc, time.time() - t0), file=sys.stderr)
+    """run.sh OUT FLAGS: (exit status, {rank: counters}). With --reuse, a run
+    already in OUT with the same flags and MOCK_CUDA_CAPACITY (its stamp,
+    OUT/accuracy-run.json, written after each run) is read instead of run
+    again: the real library's measurements do not depend on the advisor, so
+    a changed advisor is judged again on the same runs."""
+    stamp_path = os.path.join(out, "accuracy-run.json")
+    stamp = {"flags": flags, "capacity": env.get("MOCK_CUDA_CAPACITY")}
+    rc = None
+    if REUSE and os.path.exists(stamp_path):
+        with open(stamp_path) as f:
+            old = json.load(f)
+        if {k: old.get(k) for k in stamp} == stamp:
+            rc = old["exit"]
+            print("accuracy: %s reused (exit %d)" % (out, rc), file=sys.stderr)
+    if rc is None:
+        t0 = time.time()
+        rc = subprocess.call([os.path.join(ROOT, "tools", "mcore_job", "run.sh"), out] + flags,
+                             env=env)
+        print("accuracy: %s exit %d (%.0f s)" % (out, rc, time.time() - t0), file=sys.stderr)
+        if rc != 77 and os.path.isdir(out):
+            with open(stamp_path, "w") as f:
+                json.dump(dict(stamp, exit=rc), f)
     counters = {}
     for p in glob.glob(os.path.join(out, "counters-rank*.json")):
         with open(p) as f:
@@ -219,27 +239,38 @@ def cost_order(verdict, measured):
 
 
 def choose_capacity(verdict, measured):
-    """(setting K, capacity in bytes) from the 80 GiB runs: a device size at
-    which K surely fits and every cheaper setting (the baseline included)
+    """(setting K, capacity in bytes, basis) from the 80 GiB runs: a device
+    size at which K fits and every cheaper setting (the baseline included)
     surely does not, K chosen for the widest such window relative to its
-    size. Surely fits: K's largest max_memory_reserved over the ranks plus
-    what lies outside PyTorch (the fake GPU's context) is below the capacity.
-    Surely does not: a cheaper setting's max_memory_allocated plus the same
-    is above it (the caching allocator frees its cache and retries before it
-    raises, so reserved bytes above the capacity alone do not mean an OOM).
-    The capacity is the middle of the window, rounded down to MiB. (None,
-    None) when no setting has such a window."""
+    size; the capacity is the middle of the window, rounded down to MiB.
+
+    Surely does not fit: a cheaper setting's max_memory_allocated plus what
+    lies outside PyTorch (the fake GPU's context) is above the capacity (the
+    caching allocator frees its cache and retries before it raises, so
+    reserved bytes above the capacity alone do not mean an OOM).
+    K fits, by basis "reserved": K's largest max_memory_reserved over the
+    ranks plus the same is below the capacity (surely fits). Where no setting
+    has such a window (the moe-grouped row: settings that differ in allocated
+    bytes reserve the same 2,359,296,000 at a peak recompute does not touch,
+    so every reserved peak lies above the next cheaper setting's allocated
+    one), basis "allocated": K's max_memory_allocated plus the same is below
+    the capacity, so K fits only if the allocator, freeing its cache, finds
+    room (fragmentation decides; the run says). (None, None, None) when no
+    setting has even that window."""
     outside = max(r["outside_pytorch_bytes"] for r in verdict["ranks"])
     order = cost_order(verdict, measured)
     res = {s: max(c["max_memory_reserved"] for c in measured[s].values()) + outside for s in order}
     alloc = {s: max(c["max_memory_allocated"] for c in measured[s].values()) + outside
              for s in order}
-    best = (0.0, None, None)
-    for k in range(1, len(order)):
-        low, high = res[order[k]], min(alloc[s] for s in order[:k])
-        if high > low and (high - low) / high > best[0]:
-            best = ((high - low) / high, order[k], (low + high) // 2 >> 20 << 20)
-    return best[1], best[2]
+    for basis, need in (("reserved", res), ("allocated", alloc)):
+        best = (0.0, None, None)
+        for k in range(1, len(order)):
+            low, high = need[order[k]], min(alloc[s] for s in order[:k])
+            if high > low and (high - low) / high > best[0]:
+                best = ((high - low) / high, order[k], (low + high) // 2 >> 20 << 20)
+        if best[1] is not None:
+            return best[1], best[2], basis
+    return None, None, None
 
 
 def outcome(rc, counters):
@@ -253,34 +284,51 @@ def outcome(rc, counters):
     return "failed (exit %d)" % rc
 
 
+def oom_runs(v, order, measured, k, cap, outside):
+    """(setting, role, wanted outcome) to execute at capacity cap: the
+    baseline (OOM), the advisor's recommendation (fits) and every valid
+    candidate the advisor ranks cheaper than it (OOM), measured at 80 GiB or
+    not; with no recommendation (R:INSUFFICIENT) every setting that ran at 80
+    GiB within cap on allocated bytes, K among them (OOM: nothing fits, the
+    advisor says)."""
+    runs = [("none", "baseline", "OOM")]
+    chosen = next((c for c in v["candidates"] if c.get("chosen")), None) if v else None
+    if chosen:
+        runs.append((chosen["setting"], "recommended", "fits"))
+        cheaper = sorted((c for c in v["candidates"] if c["valid"] and c is not chosen and
+                          c["replay_cost_fraction"] < chosen["replay_cost_fraction"]),
+                         key=lambda c: (c["replay_cost_fraction"], c["setting"]))
+        runs += [(c["setting"], "cheaper", "OOM") for c in cheaper]
+    else:
+        runs += [(s, "cheapest that fits at 80 GiB" if s == k else "may fit", "OOM")
+                 for s in order[1:]
+                 if max(c["max_memory_allocated"] for c in measured[s].values()) + outside < cap]
+    return runs
+
+
 def do_oom_row(name, flags, outdir, build, env, a, measured, lines):
     """The row at a capacity its baseline does not fit (MOCK_CUDA_CAPACITY):
     the advisor's verdict for that budget from the 80 GiB baseline trace
     (headroom 0: the window is narrow and the fake GPU has no fragmentation
-    of its own), then the baseline, the recommended setting and every
-    cheaper valid setting executed at that capacity. Targets: the baseline
-    runs out of memory, the recommendation fits, no cheaper setting does.
-    Returns the number of targets missed."""
+    of its own), then the runs of oom_runs executed at that capacity.
+    Targets: the baseline and every cheaper setting run out of memory, the
+    recommendation fits. Returns the number of targets missed."""
     verdict = a["verdict"]
-    k, cap = choose_capacity(verdict, measured)
+    k, cap, basis = choose_capacity(verdict, measured)
     if k is None:
         lines.append("| %s | - | no capacity separates a setting from every cheaper one | "
                      "| | | |" % name)
         return 1
     v = verdict_at(build, os.path.join(outdir, name, "baseline"), cap, 0)
     v2 = verdict_at(build, os.path.join(outdir, name, "baseline"), cap, 2 << 30)
-    chosen = next((c["setting"] for c in v["candidates"] if c.get("chosen")), None) if v else None
-    order = cost_order(verdict, measured)
-    runs = [("none", "baseline", "OOM")]
-    if chosen:
-        runs.append((chosen, "recommended", "fits"))
-        if chosen in order:
-            runs += [(s, "cheaper", "OOM") for s in order[1:order.index(chosen)]]
+    outside = max(r["outside_pytorch_bytes"] for r in verdict["ranks"])
+    runs = oom_runs(v, cost_order(verdict, measured), measured, k, cap, outside)
     env = dict(env, MOCK_CUDA_CAPACITY=str(cap))
     missed = 0
     lines.append("| %s | %d | verdict (headroom 0) %s; with the default 2 GiB headroom %s; "
-                 "cheapest that fits at 80 GiB's measurements: %s | | | |"
-                 % (name, cap, v["code"] if v else "none", v2["code"] if v2 else "none", k))
+                 "cheapest that fits at 80 GiB's measurements: %s (by %s bytes) | | | |"
+                 % (name, cap, v["code"] if v else "none", v2["code"] if v2 else "none", k,
+                    basis))
     for setting, role, want in runs:
         out = os.path.join(outdir, name, "oom-" + setting.replace("[", "_").replace("]", "")
                            .replace(",", "_"))
@@ -292,6 +340,10 @@ def do_oom_row(name, flags, outdir, build, env, a, measured, lines):
         pred = ("%d" % max(c["predicted_reserved_bytes"].values()) if c else
                 "%d measured at 80 GiB" % max(x["max_memory_reserved"]
                                               for x in measured["none"].values()))
+        if setting in measured and setting != "none":
+            pred += " (80 GiB: %d allocated, %d reserved)" % (
+                max(x["max_memory_allocated"] for x in measured[setting].values()),
+                max(x["max_memory_reserved"] for x in measured[setting].values()))
         lines.append("| %s | %d | %s | %s | %s | %s | %s |" % (
             name, cap, setting, role, pred, got, "ok" if ok else "MISS (want %s)" % want))
     return missed
@@ -304,7 +356,12 @@ def main():
     ap.add_argument("--markdown")
     ap.add_argument("--no-oom", action="store_true",
                     help="skip the OOM rows (MOCK_CUDA_CAPACITY below the baseline's need)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="read a run already in OUTDIR with the same flags and capacity "
+                         "instead of running it again (the advisor judged anew)")
     a = ap.parse_args()
+    global REUSE
+    REUSE = a.reuse
     build = os.environ.get("RS_BUILD_DIR") or os.path.join(ROOT, "build")
     env = dict(os.environ)
     lines = ["| row | setting | rank | predicted allocated | measured allocated | error | "
