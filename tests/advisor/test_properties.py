@@ -299,6 +299,15 @@ SCENARIOS = [
     # the label matrix's small MoE and MLA+MoE models under budgets that need
     # recompute (issue 14 item 11), without it and with a label already on
     sc("MoE at 5 GiB", tm.MOE, 5),
+    # issue 16: the experts' activation unfused (--no-bias-swiglu-fusion, as the
+    # real Megatron-Core job runs TEGroupedMLP): moe_act frees four [tokens,
+    # ffn] tensors per layer, not the first one alone (the advisor's +3.1% on
+    # the real moe-grouped row). At 5.25 GiB moe_act clears rank 1's budget
+    # (from about 5.22 GiB; layernorm, no saving, from about 5.31); with one
+    # tensor freed it was short and selective[moe] (11.5% of the step) was chosen
+    sc("MoE unfused GLU at 5.25 GiB", tm.MOE + ["--no-bias-swiglu-fusion",
+                                              "--moe-ffn-hidden-size", "1408"], 5.25,
+       expect=("R:SELECTIVE[moe_act]", "least replay cost")),
     sc("MoE shared_experts on at 4.9 GiB", tm.MOE + ["--recompute-granularity", "selective",
                                                      "--recompute-modules", "shared_experts"],
        4.9),
