@@ -581,13 +581,28 @@ moment_name(const adv_trace *t, uint32_t at, char *buf, size_t n)
         snprintf(buf, n, "iteration %d, %s", (int)x->iteration, am_phase_name(ph));
 }
 
+/* The fp32 copy of the logits the unfused vocabulary-parallel cross entropy
+ * makes for one microbatch: 4*s/cp*b*V/tp bytes, V padded to 128*tp ([M] in
+ * docs/sources.md); 0 when the vocabulary is unknown. */
+static uint64_t
+fp32_logits(const adv_cfg *c)
+{
+    uint64_t tp = c->tp > 0 ? (uint64_t)c->tp : 1, cp = c->cp > 0 ? (uint64_t)c->cp : 1;
+    uint64_t unit = 128 * tp, vp = ((uint64_t)c->vocab + unit - 1) / unit * unit;
+    if (c->vocab <= 0)
+        return 0;
+    return 4 * ((uint64_t)c->seq / cp) * (uint64_t)(c->mbs > 0 ? c->mbs : 1) * vp / tp;
+}
+
 /* X:LOGITS (issue 14 item 10): at the OOM (its failed request counted when
  * the output layer or the loss made it) or the peak, the output layer's
  * logits and the loss's copies (boundaries output_layer, loss: the last
- * stage's post-process) hold more than every transformer layer's
- * activations together, the peak is over the budget, and the recorded run
+ * stage's post-process) decide the over-budget peak: they hold more than
+ * every transformer layer's activations together and the recorded run
  * replayed without them (peak_without_logits: every instant less what was
- * live at that instant) fits. A projection of the run beyond the trace
+ * live at that instant) fits, or the fused loss alone makes it fit. Not
+ * judged when the OOM came after the byte limit (its live set was not
+ * recorded). A projection of the run beyond the trace
  * (v->baseline above the recorded peak) is added to that replay whole: its
  * logits are not known. Layer recompute does not touch them. Levers with
  * bytes: the fused loss (--cross-entropy-loss-fusion) drops the fp32 copy of
@@ -601,7 +616,7 @@ static int
 triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, int rank)
 {
     uint32_t at = peak_pos(t);
-    if (at == ADV_NONE)
+    if (at == ADV_NONE || t->oom_past_limit) /* the OOM's live set was not recorded */
         return 0;
     uint64_t lg = 0, loss = 0, layers = 0;
     int nl = 0;
@@ -631,18 +646,22 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
     uint64_t budget = alloc_budget(v, i), peak = v->baseline[i];
     uint64_t proj = peak > rec ? peak - rec : 0; /* beyond the trace: logits unknown */
     uint64_t without = peak_without_logits(t, LG_DROP_OUTPUT | LG_DROP_LOSS, &w_at, &wl) + proj;
-    if (lg < ((uint64_t)1 << 30) || lg <= layers || peak <= budget || without > budget)
-        return 0;
-    uint64_t tp = c->tp > 0 ? (uint64_t)c->tp : 1, cp = c->cp > 0 ? (uint64_t)c->cp : 1;
-    uint64_t unit = 128 * tp, vp = ((uint64_t)c->vocab + unit - 1) / unit * unit;
-    uint64_t fp32 = 4 * ((uint64_t)c->seq / cp) * (uint64_t)(c->mbs > 0 ? c->mbs : 1) * vp / tp;
-    int fusable = !c->ce_fusion && c->vocab && loss >= fp32;
+    uint64_t fp32 = fp32_logits(c);
+    int fusable = !c->ce_fusion && fp32 && loss >= fp32;
     uint64_t fpeak = fusable ? peak_without_logits(t, LG_DROP_LOSS, &f_at, &fl) + proj : peak;
+    /* the logits decide the peak: they outweigh the layers and the run fits
+     * without them, or the fused loss alone makes it fit (issue 14: a
+     * 151936-token vocabulary's 4.64 GiB fp32 copy, under the layers' bytes) */
+    int dominate = lg > layers && without <= budget, fixes = fusable && fpeak <= budget;
+    if (lg < ((uint64_t)1 << 30) || peak <= budget || (!dominate && !fixes))
+        return 0;
     uint64_t fused = fusable && peak > fpeak ? peak - fpeak : 0;
+    uint64_t tp = c->tp > 0 ? (uint64_t)c->tp : 1;
     char lever[256] = "", when[192], wmom[192], pmom[192];
     if (fused)
-        snprintf(lever, sizeof lever, "--cross-entropy-loss-fusion drops the fp32 copy of the "
-                 "logits (%s): the peak without it %s%s, %s; ", GB(fp32), fl ? "at least " : "",
+        snprintf(lever, sizeof lever, "--cross-entropy-loss-fusion drops the loss's fp32 "
+                 "copies of the logits (%s at the %s): the peak without them %s%s, %s; ",
+                 GB(loss), t->oom ? "OOM" : "peak", fl ? "at least " : "",
                  GB(fpeak), fpeak > budget ? "still over" : fl ? "fits as far as recorded"
                                                                 : "fits");
     moment_name(t, at, when, sizeof when);
@@ -652,20 +671,22 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
                                                                          : "logits_dominate",
                     rank,
                     "the output layer's logits and the loss's copies hold %s at the %s "
-                    "(%s; the loss %s), more than the %s of activations of %d transformer layers there; "
-                    "%s live then in all. The peak %s (%s%s) is over the %s left for "
+                    "(%s; the loss %s), %s the %s of activations of %d transformer layers "
+                    "there; %s live then in all. The peak %s (%s%s) is over the %s left for "
                     "allocations (the budget less the allocator cache) by %s; without them, "
                     "every moment of the run less the logits live at that same moment, it "
-                    "would peak at %s%s (%s%s), which fits%s. Layer recompute does not touch "
+                    "would peak at %s%s (%s%s), which %s%s. Layer recompute does not touch "
                     "them. Levers: %sBF16 logits / chunked cross-entropy; "
                     "--tensor-model-parallel-size %d splits the vocabulary-parallel "
                     "logits (-%s); an uneven pipeline layout "
                     "(--decoder-last-pipeline-num-layers) moves layers off this stage",
-                    GB(lg), t->oom ? "OOM" : "peak", when, GB(loss), GB(layers), nl, GB(moment),
+                    GB(lg), t->oom ? "OOM" : "peak", when, GB(loss),
+                    lg > layers ? "more than" : "less than", GB(layers), nl, GB(moment),
                     GB(peak), pmom, proj ? ", with the projection of the run beyond the trace"
                                          : "",
                     GB(budget), GB(peak - budget), wl ? "at least " : "", GB(without), wmom,
                     proj ? ", the projection added whole" : "",
+                    without <= budget ? "fits" : "is still over",
                     wl ? " as far as recorded: the rest of the iteration the OOM cut was not "
                          "recorded and no complete iteration precedes it, so this is a lower "
                          "bound" : "",
@@ -1632,11 +1653,27 @@ triage_moe_imbalance(const adv_trace *t, adv_verdict *v, int rank)
         }
     }
     uint64_t above = (uint64_t)((double)live * (1.0 - 1.0 / R));
+    /* what the MoE layers held at that moment, stated only as the trace shows
+     * it: nothing live is no cause of that OOM/peak; past the byte limit the
+     * OOM's live set was not recorded (issue 14 E) */
+    const char *when = t->oom ? "the OOM" : "the peak";
+    char held[320];
+    if (t->oom && t->oom_past_limit)
+        snprintf(held, sizeof held, "What its MoE layers held at the OOM was not recorded (the "
+                 "OOM came after the byte limit), so the imbalance is not shown to be a cause "
+                 "of it");
+    else if (!live)
+        snprintf(held, sizeof held, "Its MoE layers hold no activations at %s: the imbalance "
+                 "is not a cause of %s", when, when);
+    else
+        snprintf(held, sizeof held, "Its MoE layers hold %s at %s, at most %s of it above the "
+                 "balanced share", GB(live), when, GB(above));
+    if (t->oom && t->oom_past_limit)
+        above = 0;
     adv_finding_add(v, "X:MOE_IMBALANCE", "dropless", rank,
                     "MoE routing is uneven: this rank's experts received up to %.2fx the "
                     "tokens it sent in one MoE layer's dispatch (layer %d, iteration %d; "
-                    "balanced dropless routing receives what it sends). Its MoE layers hold "
-                    "%s at %s, at most %s of it above the balanced share. Levers on the "
+                    "balanced dropless routing receives what it sends). %s. Levers on the "
                     "imbalance: --moe-expert-capacity-factor 1.0 with "
                     "--moe-pad-expert-input-to-capacity caps each expert's tokens (drops the "
                     "excess), a larger --moe-aux-loss-coeff balances the router, more "
@@ -1644,8 +1681,7 @@ triage_moe_imbalance(const adv_trace *t, adv_verdict *v, int rank)
                     "remove expert activations between forward and backward (their predicted "
                     "peaks are among the candidates) but not the dispatch's buffers nor the "
                     "imbalance",
-                    R, m->layer, m->iteration, GB(live), t->oom ? "the OOM" : "the peak",
-                    GB(above));
+                    R, m->layer, m->iteration, held);
     /* its bytes are stated, but it is not ranked: never the primary by bytes */
     adv_finding_held(v, "X:MOE_IMBALANCE", above);
     LEVER_UNKNOWN("X:MOE_IMBALANCE", "--moe-expert-capacity-factor 1.0 "

@@ -562,8 +562,8 @@ def logits():
            "%s: logits 3.94 GiB + the failed 7.81 GiB fp32 copy" % name, f["evidence"])
         ok(v["change"] == "--cross-entropy-loss-fusion", "%s: change is the fused loss" % name,
            v["change"])
-        m = re.search(r"drops the fp32 copy of the logits \((\S+ GiB)\): the peak without it "
-                      r"(\S+ GiB)", f["evidence"])
+        m = re.search(r"drops the loss's fp32 copies of the logits \((\S+ GiB) at the OOM\): "
+                      r"the peak without them (\S+ GiB)", f["evidence"])
         run, rc, tmp, err = run_megasim(LOGITS_JOB + ["--cross-entropy-loss-fusion"] +
                                         PROFILE_ALL, cap)
         sim = tensor_peaks(analyze(run))[1]
