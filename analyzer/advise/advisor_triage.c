@@ -436,11 +436,12 @@ recorded_peak_pos(const adv_trace *t)
 }
 
 /* Op position of the OOM, else of the recorded tensor-level peak (ADV_NONE
- * when there is none). */
+ * when there is none); an OOM recorded after the byte limit has no live set
+ * of its own (issue 14 E): the recorded peak. */
 static uint32_t
 peak_pos(const adv_trace *t)
 {
-    return t->oom ? t->oom_pos : recorded_peak_pos(t);
+    return t->oom && !t->oom_past_limit ? t->oom_pos : recorded_peak_pos(t);
 }
 
 static int
@@ -1255,7 +1256,7 @@ triage_optimizer_state(const triage_rank *k, adv_verdict *v, uint64_t loaded)
     uint64_t act = 0, all = 0;
     /* a library's failed request (NCCL, cuBLAS) says nothing about what
      * PyTorch needed then: judge PyTorch's own tensor-level peak instead */
-    int oom = t->oom && t->oom_lib == AM_LIB_PYTORCH;
+    int oom = t->oom && t->oom_lib == AM_LIB_PYTORCH && !t->oom_past_limit;
     uint32_t at = oom ? t->oom_pos : ADV_NONE;
     uint8_t ph = oom ? t->oom_phase : r->peak[AM_L_TENSOR].phase;
     if (!oom && r->peak[AM_L_TENSOR].known)
@@ -1656,20 +1657,19 @@ triage_moe_imbalance(const adv_trace *t, adv_verdict *v, int rank)
     /* what the MoE layers held at that moment, stated only as the trace shows
      * it: nothing live is no cause of that OOM/peak; past the byte limit the
      * OOM's live set was not recorded (issue 14 E) */
-    const char *when = t->oom ? "the OOM" : "the peak";
-    char held[320];
-    if (t->oom && t->oom_past_limit)
-        snprintf(held, sizeof held, "What its MoE layers held at the OOM was not recorded (the "
-                 "OOM came after the byte limit), so the imbalance is not shown to be a cause "
-                 "of it");
-    else if (!live)
-        snprintf(held, sizeof held, "Its MoE layers hold no activations at %s: the imbalance "
-                 "is not a cause of %s", when, when);
+    int past = t->oom && t->oom_past_limit; /* peak_pos: the recorded peak */
+    const char *when = t->oom && !past ? "the OOM" : past ? "the recorded peak" : "the peak";
+    char held[400];
+    int off = past ? snprintf(held, sizeof held, "What its MoE layers held at the OOM was not "
+                              "recorded (the OOM came after the byte limit): the imbalance is "
+                              "not shown to be a cause of it. ")
+                   : 0;
+    if (!live)
+        snprintf(held + off, sizeof held - (size_t)off, "Its MoE layers hold no activations "
+                 "at %s: the imbalance is not a cause of it", when);
     else
-        snprintf(held, sizeof held, "Its MoE layers hold %s at %s, at most %s of it above the "
-                 "balanced share", GB(live), when, GB(above));
-    if (t->oom && t->oom_past_limit)
-        above = 0;
+        snprintf(held + off, sizeof held - (size_t)off, "Its MoE layers hold %s at %s, at "
+                 "most %s of it above the balanced share", GB(live), when, GB(above));
     adv_finding_add(v, "X:MOE_IMBALANCE", "dropless", rank,
                     "MoE routing is uneven: this rank's experts received up to %.2fx the "
                     "tokens it sent in one MoE layer's dispatch (layer %d, iteration %d; "

@@ -567,7 +567,9 @@ def logits():
         run, rc, tmp, err = run_megasim(LOGITS_JOB + ["--cross-entropy-loss-fusion"] +
                                         PROFILE_ALL, cap)
         sim = tensor_peaks(analyze(run))[1]
-        ok(m is not None and rc == 0 and abs(sim - gib_of(m.group(2))) <= 0.01 * GIB,
+        # the run replayed without the loss's copies, the rest of the iteration the
+        # OOM cut estimated from the one before: within 0.5% (the model's bound is 2%)
+        ok(m is not None and rc == 0 and abs(sim - gib_of(m.group(2))) <= 0.005 * sim,
            "%s: fused loss predicted peak %s, megasim %.2f GiB" %
            (name, m and m.group(2), sim / GIB), f["evidence"])
         shutil.rmtree(tmp, ignore_errors=True)
