@@ -703,6 +703,30 @@ run_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     return 0;
 }
 
+/* The decoder layers a hybrid model's --hybrid-layer-pattern (or the
+ * deprecated --hybrid-override-pattern) describes: one symbol per layer, the
+ * MTP patterns after '/' none; Megatron-Core takes the layer count from it
+ * whatever --num-layers says (arguments.py validate_args). -1: no pattern; 0:
+ * pipeline segments ('|'), a placement not modelled here. Without it the
+ * post-process of a hybrid model's last stage was taken for a layer (issue
+ * 14 B: megasim's nemotron-h-like job, "layernorm layer 14"). */
+static int
+hybrid_layers(const am_meta *m)
+{
+    const char *v = am_argv_value(m, "--hybrid-layer-pattern");
+    if (!v)
+        v = am_argv_value(m, "--hybrid-override-pattern");
+    if (!v)
+        return -1;
+    int n = 0;
+    for (const char *p = v; *p && *p != '/'; p++) {
+        if (*p == '|')
+            return 0;
+        n += *p != '"' && *p != '\'' && *p != ' ';
+    }
+    return n;
+}
+
 /* Layers of this rank's pipeline stage, all its model chunks (*stage_n),
  * and of one model chunk (return) under an uneven first/last stage
  * (--decoder-first/last-pipeline-num-layers), with or without virtual
@@ -755,9 +779,10 @@ layer_numbering(am_rank *r, const am_meta *m)
         r->stage = 0;
         r->stage_source = pp ? "command line" : "no pipeline parallelism recorded";
     }
-    if (!nl || r->stage < 0)
+    int hl = hybrid_layers(m);
+    if ((!nl && hl < 0) || r->stage < 0)
         return;
-    int nlayers = atoi(nl);
+    int nlayers = hl >= 0 ? hl : atoi(nl);
     const char *vl = am_argv_value(m, "--num-layers-per-virtual-pipeline-stage");
     const char *vs = am_argv_value(m, "--num-virtual-stages-per-pipeline-rank");
     if (vl && atoi(vl) > 0)
@@ -781,7 +806,7 @@ layer_numbering(am_rank *r, const am_meta *m)
                    "mapped to global layer numbers");
         return;
     }
-    int n = atoi(nl);
+    int n = nlayers;
     if (n <= 0 || n % r->pp)
         return;
     r->layers_per_stage = n / r->pp;
