@@ -225,6 +225,8 @@ typedef struct adv_trace {
     uint8_t oom_phase, oom_lib, oom_in_capture;
     uint8_t oom_boundary;     /* am_boundary the failed request would have had */
     uint64_t oom_request, oom_allocated, oom_reserved, oom_device_live;
+    int oom_past_limit;       /* recorded after the byte limit: phase, boundary, reserved and
+                               * device live unknown (0); oom_allocated is a lower bound */
     uint64_t init_bytes;      /* tensor bytes allocated in init and alive at the end */
     uint8_t oom_load;         /* the failed request's AM_PYLOAD_* */
     int load_seen;            /* allocations made while loading a checkpoint were seen */

@@ -767,6 +767,16 @@ record_oom(build *b, const am_event *ev)
     t->oom_device_live = c->dev_live;
     if (c->capture)
         t->graph_capture_oom = 1;
+    /* recorded after the byte limit: the ranges, the reserved bytes and the
+     * live set here are the last recorded event's, not the OOM's (issue 14
+     * E): none is the OOM's, so no rule reads them as such */
+    if (am_past_limit(&c->r->src->meta, ev->t_ns)) {
+        t->oom_past_limit = 1;
+        t->oom_phase = AM_PH_unknown;
+        t->oom_boundary = AM_BD_unknown;
+        t->oom_reserved = 0;
+        t->oom_device_live = 0;
+    }
 }
 
 /* one event the timeline has seen, by kind: ranges, device memory (tensor

@@ -436,11 +436,12 @@ recorded_peak_pos(const adv_trace *t)
 }
 
 /* Op position of the OOM, else of the recorded tensor-level peak (ADV_NONE
- * when there is none). */
+ * when there is none); an OOM recorded after the byte limit has no live set
+ * of its own (issue 14 E): the recorded peak. */
 static uint32_t
 peak_pos(const adv_trace *t)
 {
-    return t->oom ? t->oom_pos : recorded_peak_pos(t);
+    return t->oom && !t->oom_past_limit ? t->oom_pos : recorded_peak_pos(t);
 }
 
 static int
@@ -449,22 +450,174 @@ is_logits(uint8_t boundary)
     return boundary == AM_BD_output_layer || boundary == AM_BD_loss;
 }
 
+/* Which of the output layer's forward tensors a replay leaves out. */
+enum { LG_DROP_OUTPUT = 1, LG_DROP_LOSS = 2 };
+
+static int
+logits_dropped(uint8_t boundary, uint8_t phase, int drop)
+{
+    return phase == AM_PH_forward &&
+           ((boundary == AM_BD_output_layer && (drop & LG_DROP_OUTPUT)) ||
+            (boundary == AM_BD_loss && (drop & LG_DROP_LOSS)));
+}
+
+/* The most bytes an iteration's forward and backward added over its floor:
+ * over the ops from `from` (its first forward allocation) to `to` (the next
+ * iteration's), with the forward tensors `drop` selects left out (LG_DROP_*),
+ * the highest activation moment's live bytes made in the iteration and not
+ * kept past `to` (what it keeps, such as the optimizer state or buffers made
+ * once, is in the next iteration's floor already). 0 when none. */
+static uint64_t
+iteration_activations(const adv_trace *t, int drop, uint32_t from, uint32_t to)
+{
+    int64_t live = 0, mx = 0;
+    for (uint32_t p = from; p < to && p < t->nops; p++) {
+        int32_t o = t->ops[p];
+        const adv_alloc *x = &t->a[o > 0 ? o - 1 : -o - 1];
+        if (logits_dropped(x->boundary, x->phase, drop) || x->a_pos < from ||
+            x->f_pos == ADV_NONE || x->f_pos >= to)
+            continue;
+        live += o > 0 ? (int64_t)x->size : -(int64_t)x->size;
+        if (is_act(x) && live > mx)
+            mx = live;
+    }
+    return (uint64_t)mx;
+}
+
+/* The highest moment of t's recorded tensor-level timeline (bytes) with the
+ * forward tensors `drop` selects left out (LG_DROP_*: the output layer's
+ * logits, the loss's copies), a fatal PyTorch OOM's failed request counted at
+ * its position unless it is itself left out; *at: that moment's op position
+ * (ADV_NONE when nothing was live). Each moment is one instant of the trace:
+ * what is left out is what was live at that same instant, never bytes of
+ * another moment (issue 14 B: logits live at an OOM were once subtracted from
+ * a construction peak that held none). An OOM in the forward or backward of
+ * iteration k cut the rest of it: that rest is estimated from iteration k-1
+ * (iteration_activations: what its forward and backward added, `drop` left
+ * out) on the floor of iteration k (the live bytes at its first forward
+ * allocation, the state the step added included); *lower = 1 when there is
+ * no such iteration (the figure is then a lower bound). */
+static uint64_t
+peak_without_logits(const adv_trace *t, int drop, uint32_t *at, int *lower)
+{
+    enum { NIT = 64 };
+    uint32_t first[NIT];
+    uint64_t floor_[NIT] = {0};
+    for (int q = 0; q < NIT; q++)
+        first[q] = ADV_NONE;
+    for (size_t k = 0; k < t->na; k++) {
+        const adv_alloc *x = &t->a[k];
+        if (x->iteration >= 0 && x->iteration < NIT && !x->bwd && x->phase == AM_PH_forward &&
+            (first[x->iteration] == ADV_NONE || x->a_pos < first[x->iteration]))
+            first[x->iteration] = x->a_pos;
+    }
+    uint64_t live = 0, mx = 0;
+    int req = t->oom && t->oom_lib == AM_LIB_PYTORCH &&
+              !logits_dropped(t->oom_boundary, t->oom_phase, drop);
+    int cut = -1; /* the iteration the OOM cut */
+    *at = ADV_NONE;
+    *lower = 0;
+    for (uint32_t p = 0; p <= t->nops; p++) {
+        if (t->oom && p == t->oom_pos && p > 0) {
+            int32_t o = t->ops[p - 1];
+            cut = t->a[o > 0 ? o - 1 : -o - 1].iteration;
+        }
+        if (req && p == t->oom_pos && live + t->oom_request > mx) {
+            mx = live + t->oom_request;
+            *at = p;
+        }
+        if (p == t->nops)
+            break;
+        int32_t o = t->ops[p];
+        const adv_alloc *x = &t->a[o > 0 ? o - 1 : -o - 1];
+        int it = x->iteration;
+        if (it >= 0 && it < NIT && first[it] == p)
+            floor_[it] = live;
+        if (logits_dropped(x->boundary, x->phase, drop))
+            continue;
+        live = o > 0 ? live + x->size : live - x->size;
+        if (live > mx) {
+            mx = live;
+            *at = p + 1;
+        }
+    }
+    if (cut >= 0 && cut < NIT && (t->oom_phase == AM_PH_forward || t->oom_phase == AM_PH_backward ||
+                                  t->oom_phase == AM_PH_backward_replay)) {
+        uint64_t act = cut > 0 && first[cut - 1] != ADV_NONE && first[cut] != ADV_NONE
+                           ? iteration_activations(t, drop, first[cut - 1], first[cut])
+                           : 0;
+        if (!act) {
+            *lower = 1;
+        } else if (act + floor_[cut] > mx) {
+            mx = act + floor_[cut];
+            *at = (uint32_t)t->nops + 1; /* moment_name: the estimated rest */
+        }
+    }
+    return mx;
+}
+
+/* The moment of op position `at` in words: "iteration 1, forward" (an
+ * OOM's position: the failed request's phase), "model construction (before
+ * iteration 0)", "an unknown moment" (nothing live). */
+static void
+moment_name(const adv_trace *t, uint32_t at, char *buf, size_t n)
+{
+    if (at == ADV_NONE || at == 0 || !t->nops) {
+        snprintf(buf, n, "an unknown moment");
+        return;
+    }
+    if (at == t->nops + 1 && t->oom && t->oom_pos > 0) {
+        int32_t c = t->ops[t->oom_pos - 1];
+        int k = t->a[c > 0 ? c - 1 : -c - 1].iteration;
+        snprintf(buf, n, "the rest of iteration %d, which the OOM cut, estimated from "
+                 "iteration %d's forward and backward on iteration %d's floor", k, k - 1, k);
+        return;
+    }
+    int32_t o = t->ops[(at > t->nops ? t->nops : at) - 1];
+    const adv_alloc *x = &t->a[o > 0 ? o - 1 : -o - 1];
+    uint8_t ph = t->oom && at == t->oom_pos ? t->oom_phase : x->phase;
+    if (x->iteration < 0 || ph == AM_PH_init)
+        snprintf(buf, n, "model construction (before iteration 0)");
+    else
+        snprintf(buf, n, "iteration %d, %s", (int)x->iteration, am_phase_name(ph));
+}
+
+/* The fp32 copy of the logits the unfused vocabulary-parallel cross entropy
+ * makes for one microbatch: 4*s/cp*b*V/tp bytes, V padded to 128*tp ([M] in
+ * docs/sources.md); 0 when the vocabulary is unknown. */
+static uint64_t
+fp32_logits(const adv_cfg *c)
+{
+    uint64_t tp = c->tp > 0 ? (uint64_t)c->tp : 1, cp = c->cp > 0 ? (uint64_t)c->cp : 1;
+    uint64_t unit = 128 * tp, vp = ((uint64_t)c->vocab + unit - 1) / unit * unit;
+    if (c->vocab <= 0)
+        return 0;
+    return 4 * ((uint64_t)c->seq / cp) * (uint64_t)(c->mbs > 0 ? c->mbs : 1) * vp / tp;
+}
+
 /* X:LOGITS (issue 14 item 10): at the OOM (its failed request counted when
  * the output layer or the loss made it) or the peak, the output layer's
  * logits and the loss's copies (boundaries output_layer, loss: the last
- * stage's post-process) hold more than every transformer layer's
- * activations together, and without them the over-budget peak would fit.
- * Layer recompute does not touch them. Levers with bytes: the fused loss
- * (--cross-entropy-loss-fusion) drops the fp32 copy of the logits, 4*s/cp*b*
- * V/tp bytes (V padded to 128*tp, [M] in docs/sources.md), when the loss holds it;
- * twice the TP size halves the vocabulary-parallel logits; an uneven
- * pipeline layout moves layers (their activations) off this stage.
- * fix_bytes: the fused loss's saving (0 when it does not apply). */
+ * stage's post-process) decide the over-budget peak: they hold more than
+ * every transformer layer's activations together and the recorded run
+ * replayed without them (peak_without_logits: every instant less what was
+ * live at that instant) fits, or the fused loss alone makes it fit. Not
+ * judged when the OOM came after the byte limit (its live set was not
+ * recorded). A projection of the run beyond the trace
+ * (v->baseline above the recorded peak) is added to that replay whole: its
+ * logits are not known. Layer recompute does not touch them. Levers with
+ * bytes: the fused loss (--cross-entropy-loss-fusion) drops the fp32 copy of
+ * the logits, 4*s/cp*b*V/tp bytes (V padded to 128*tp, [M] in
+ * docs/sources.md), when the loss holds it: the peak with it is the replay
+ * without the loss's copies; twice the TP size halves the vocabulary-parallel
+ * logits; an uneven pipeline layout moves layers (their activations) off this
+ * stage. fix_bytes: what the fused loss removes from the peak (0 when it does
+ * not apply). */
 static int
 triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, int rank)
 {
     uint32_t at = peak_pos(t);
-    if (at == ADV_NONE)
+    if (at == ADV_NONE || t->oom_past_limit) /* the OOM's live set was not recorded */
         return 0;
     uint64_t lg = 0, loss = 0, layers = 0;
     int nl = 0;
@@ -482,35 +635,63 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
                 nl++;
         }
     }
+    int req_pt = t->oom && t->oom_lib == AM_LIB_PYTORCH;
+    uint64_t moment = live_at(t, at) + (req_pt ? t->oom_request : 0);
     if (t->oom && is_logits(t->oom_boundary) && t->oom_phase == AM_PH_forward) {
         lg += t->oom_request;
         loss += t->oom_boundary == AM_BD_loss ? t->oom_request : 0;
     }
+    uint32_t w_at, r_at, f_at;
+    int lower, wl = 0, fl = 0;
+    uint64_t rec = peak_without_logits(t, 0, &r_at, &lower);
     uint64_t budget = alloc_budget(v, i), peak = v->baseline[i];
-    if (lg < ((uint64_t)1 << 30) || lg <= layers || peak <= budget || peak - lg > budget)
+    uint64_t proj = peak > rec ? peak - rec : 0; /* beyond the trace: logits unknown */
+    uint64_t without = peak_without_logits(t, LG_DROP_OUTPUT | LG_DROP_LOSS, &w_at, &wl) + proj;
+    uint64_t fp32 = fp32_logits(c);
+    int fusable = !c->ce_fusion && fp32 && loss >= fp32;
+    uint64_t fpeak = fusable ? peak_without_logits(t, LG_DROP_LOSS, &f_at, &fl) + proj : peak;
+    /* the logits decide the peak: they outweigh the layers and the run fits
+     * without them, or the fused loss alone makes it fit (issue 14: a
+     * 151936-token vocabulary's 4.64 GiB fp32 copy, under the layers' bytes) */
+    int dominate = lg > layers && without <= budget, fixes = fusable && fpeak <= budget;
+    if (lg < ((uint64_t)1 << 30) || peak <= budget || (!dominate && !fixes))
         return 0;
-    uint64_t tp = c->tp > 0 ? (uint64_t)c->tp : 1, cp = c->cp > 0 ? (uint64_t)c->cp : 1;
-    uint64_t unit = 128 * tp, vp = ((uint64_t)c->vocab + unit - 1) / unit * unit;
-    uint64_t fp32 = 4 * ((uint64_t)c->seq / cp) * (uint64_t)(c->mbs > 0 ? c->mbs : 1) * vp / tp;
-    uint64_t fused = !c->ce_fusion && c->vocab && loss >= fp32 ? fp32 : 0;
-    char lever[256] = "";
+    uint64_t fused = fusable && peak > fpeak ? peak - fpeak : 0;
+    uint64_t tp = c->tp > 0 ? (uint64_t)c->tp : 1;
+    char lever[256] = "", when[192], wmom[192], pmom[192];
     if (fused)
-        snprintf(lever, sizeof lever, "--cross-entropy-loss-fusion drops the fp32 copy of the "
-                 "logits: -%s (peak %s, %s); ", GB(fused), GB(peak - fused),
-                 peak - fused <= budget ? "fits" : "still over");
+        snprintf(lever, sizeof lever, "--cross-entropy-loss-fusion drops the loss's fp32 "
+                 "copies of the logits (%s at the %s): the peak without them %s%s, %s; ",
+                 GB(loss), t->oom ? "OOM" : "peak", fl ? "at least " : "",
+                 GB(fpeak), fpeak > budget ? "still over" : fl ? "fits as far as recorded"
+                                                                : "fits");
+    moment_name(t, at, when, sizeof when);
+    moment_name(t, w_at, wmom, sizeof wmom);
+    moment_name(t, r_at, pmom, sizeof pmom);
     adv_finding_add(v, "X:LOGITS", t->oom && is_logits(t->oom_boundary) ? "oom_in_loss"
                                                                          : "logits_dominate",
                     rank,
-                    "the output layer's logits and the loss's copies hold %s at the %s (the "
-                    "loss %s), more than the %s of activations of %d transformer layers there; "
-                    "the peak %s is over the %s left for allocations (the budget less the "
-                    "allocator cache) by %s and would fit without them. Layer "
-                    "recompute does not touch them. Levers: %sBF16 logits / chunked cross-"
-                    "entropy; --tensor-model-parallel-size %d splits the vocabulary-parallel "
+                    "the output layer's logits and the loss's copies hold %s at the %s "
+                    "(%s; the loss %s), %s the %s of activations of %d transformer layers "
+                    "there; %s live then in all. The peak %s (%s%s) is over the %s left for "
+                    "allocations (the budget less the allocator cache) by %s; without them, "
+                    "every moment of the run less the logits live at that same moment, it "
+                    "would peak at %s%s (%s%s), which %s%s. Layer recompute does not touch "
+                    "them. Levers: %sBF16 logits / chunked cross-entropy; "
+                    "--tensor-model-parallel-size %d splits the vocabulary-parallel "
                     "logits (-%s); an uneven pipeline layout "
                     "(--decoder-last-pipeline-num-layers) moves layers off this stage",
-                    GB(lg), t->oom ? "OOM" : "peak", GB(loss), GB(layers), nl, GB(peak),
-                    GB(budget), GB(peak - budget), lever, (int)tp * 2, GB(lg / 2));
+                    GB(lg), t->oom ? "OOM" : "peak", when, GB(loss),
+                    lg > layers ? "more than" : "less than", GB(layers), nl, GB(moment),
+                    GB(peak), pmom, proj ? ", with the projection of the run beyond the trace"
+                                         : "",
+                    GB(budget), GB(peak - budget), wl ? "at least " : "", GB(without), wmom,
+                    proj ? ", the projection added whole" : "",
+                    without <= budget ? "fits" : "is still over",
+                    wl ? " as far as recorded: the rest of the iteration the OOM cut was not "
+                         "recorded and no complete iteration precedes it, so this is a lower "
+                         "bound" : "",
+                    lever, (int)tp * 2, GB(lg / 2));
     set_bytes(v, "X:LOGITS", lg, fused);
     if (fused)
         LEVER("X:LOGITS", "--cross-entropy-loss-fusion", fused);
@@ -1075,7 +1256,7 @@ triage_optimizer_state(const triage_rank *k, adv_verdict *v, uint64_t loaded)
     uint64_t act = 0, all = 0;
     /* a library's failed request (NCCL, cuBLAS) says nothing about what
      * PyTorch needed then: judge PyTorch's own tensor-level peak instead */
-    int oom = t->oom && t->oom_lib == AM_LIB_PYTORCH;
+    int oom = t->oom && t->oom_lib == AM_LIB_PYTORCH && !t->oom_past_limit;
     uint32_t at = oom ? t->oom_pos : ADV_NONE;
     uint8_t ph = oom ? t->oom_phase : r->peak[AM_L_TENSOR].phase;
     if (!oom && r->peak[AM_L_TENSOR].known)
@@ -1473,11 +1654,26 @@ triage_moe_imbalance(const adv_trace *t, adv_verdict *v, int rank)
         }
     }
     uint64_t above = (uint64_t)((double)live * (1.0 - 1.0 / R));
+    /* what the MoE layers held at that moment, stated only as the trace shows
+     * it: nothing live is no cause of that OOM/peak; past the byte limit the
+     * OOM's live set was not recorded (issue 14 E) */
+    int past = t->oom && t->oom_past_limit; /* peak_pos: the recorded peak */
+    const char *when = t->oom && !past ? "the OOM" : past ? "the recorded peak" : "the peak";
+    char held[400];
+    int off = past ? snprintf(held, sizeof held, "What its MoE layers held at the OOM was not "
+                              "recorded (the OOM came after the byte limit): the imbalance is "
+                              "not shown to be a cause of it. ")
+                   : 0;
+    if (!live)
+        snprintf(held + off, sizeof held - (size_t)off, "Its MoE layers hold no activations "
+                 "at %s: the imbalance is not a cause of it", when);
+    else
+        snprintf(held + off, sizeof held - (size_t)off, "Its MoE layers hold %s at %s, at "
+                 "most %s of it above the balanced share", GB(live), when, GB(above));
     adv_finding_add(v, "X:MOE_IMBALANCE", "dropless", rank,
                     "MoE routing is uneven: this rank's experts received up to %.2fx the "
                     "tokens it sent in one MoE layer's dispatch (layer %d, iteration %d; "
-                    "balanced dropless routing receives what it sends). Its MoE layers hold "
-                    "%s at %s, at most %s of it above the balanced share. Levers on the "
+                    "balanced dropless routing receives what it sends). %s. Levers on the "
                     "imbalance: --moe-expert-capacity-factor 1.0 with "
                     "--moe-pad-expert-input-to-capacity caps each expert's tokens (drops the "
                     "excess), a larger --moe-aux-loss-coeff balances the router, more "
@@ -1485,8 +1681,7 @@ triage_moe_imbalance(const adv_trace *t, adv_verdict *v, int rank)
                     "remove expert activations between forward and backward (their predicted "
                     "peaks are among the candidates) but not the dispatch's buffers nor the "
                     "imbalance",
-                    R, m->layer, m->iteration, GB(live), t->oom ? "the OOM" : "the peak",
-                    GB(above));
+                    R, m->layer, m->iteration, held);
     /* its bytes are stated, but it is not ranked: never the primary by bytes */
     adv_finding_held(v, "X:MOE_IMBALANCE", above);
     LEVER_UNKNOWN("X:MOE_IMBALANCE", "--moe-expert-capacity-factor 1.0 "

@@ -1833,16 +1833,47 @@ most_saving(const adv_verdict *v)
  * byte figures called lower bounds. Found by replaying public OOM reports
  * (an OOM at layer 30 of 32 in the first forward: full[block,11] predicted
  * at 73.95 GiB, 85.14 GiB when executed). */
+/* What the OOM that cut rank i's first step left unrecorded, in words, as
+ * the trace shows it (issue 14 E: a job that OOMed on the loss's own request
+ * was told the logits and the loss were never recorded): a stage without the
+ * output layer (not the last pipeline stage) has only later layers to come;
+ * where the output layer or the loss made the failed request, what follows
+ * it; else later layers, the logits and the loss. */
+static void
+unrecorded_rest(const run_state *st, size_t i, char *buf, size_t n)
+{
+    const am_rank *r = &st->j->ranks[i];
+    const adv_trace *t = st->tr && !st->mparts ? &st->tr[i] : NULL;
+    uint8_t b = t && t->oom && !t->oom_past_limit ? t->oom_boundary : AM_BD_unknown;
+    if (r->pp > 1 && r->stage >= 0 && r->stage != r->pp - 1)
+        snprintf(buf, n, "the rest of that forward (this stage's later layers; the output "
+                         "layer and the loss are on the last stage) and the backward");
+    else if (b == AM_BD_loss)
+        snprintf(buf, n, "the rest of the loss (its own request failed, with the logits live) "
+                         "and the backward");
+    else if (b == AM_BD_output_layer)
+        snprintf(buf, n, "the rest of that forward (the output layer's request failed; the "
+                         "loss) and the backward");
+    else
+        snprintf(buf, n, "the rest of that forward (later layers, logits and loss) and the "
+                         "backward");
+}
+
 static void
 cutoff_guard(run_state *st)
 {
     adv_verdict *v = st->v;
     const am_rank *r = NULL;
+    size_t ri = 0;
     for (size_t i = 0; i < v->nranks && !r; i++)
-        if (oom_cut_first_step(&st->j->ranks[i]))
+        if (oom_cut_first_step(&st->j->ranks[i])) {
             r = &st->j->ranks[i];
+            ri = i;
+        }
     if (!r)
         return;
+    char rest[192];
+    unrecorded_rest(st, ri, rest, sizeof rest);
     char where[160];
     if (r->oom->iteration < 0)
         snprintf(where, sizeof where, "before iteration 0 (model and buffer construction or "
@@ -1873,13 +1904,12 @@ cutoff_guard(run_state *st)
         config_diff(v, best, diff, sizeof diff, flags, sizeof flags);
     withhold(v,
              "the job ran out of memory on rank %d %s, before one forward and backward had "
-             "completed: the rest of that forward (later layers, logits and loss) and the "
-             "backward were never recorded, so every prediction is a lower bound (%s: at "
+             "completed: %s were never recorded, so every prediction is a lower bound (%s: at "
              "least %s reserved; no recompute: at least %s; budget %s) and no setting can be "
              "claimed to fit. To diagnose, rerun with the setting that saves the most%s%s so "
              "that one iteration completes, and analyse that run: the advisor undoes its "
              "recompute to predict every other setting from it",
-             r->rank, where, was, GB(was_max), GB(base_max), GB(budget),
+             r->rank, where, rest, was, GB(was_max), GB(base_max), GB(budget),
              best ? ", " : "", best ? best->name : "");
     if (best) {
         snprintf(v->change, sizeof v->change, "rerun with %.400s (to record one whole "

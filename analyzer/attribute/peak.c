@@ -703,6 +703,64 @@ run_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     return 0;
 }
 
+/* The decoder layers a hybrid model's --hybrid-layer-pattern (or the
+ * deprecated --hybrid-override-pattern) describes: one symbol per layer, the
+ * MTP patterns after '/' none; Megatron-Core takes the layer count from it
+ * whatever --num-layers says (arguments.py validate_args). -1: no pattern; 0:
+ * pipeline segments ('|'), a placement not modelled here. Without it the
+ * post-process of a hybrid model's last stage was taken for a layer (issue
+ * 14 B: megasim's nemotron-h-like job, "layernorm layer 14"). */
+static int
+hybrid_layers(const am_meta *m)
+{
+    const char *v = am_argv_value(m, "--hybrid-layer-pattern");
+    if (!v)
+        v = am_argv_value(m, "--hybrid-override-pattern");
+    if (!v)
+        return -1;
+    int n = 0;
+    for (const char *p = v; *p && *p != '/'; p++) {
+        if (*p == '|')
+            return 0;
+        n += *p != '"' && *p != '\'' && *p != ' ';
+    }
+    return n;
+}
+
+/* Layers of this rank's pipeline stage, all its model chunks (*stage_n),
+ * and of one model chunk (return) under an uneven first/last stage
+ * (--decoder-first/last-pipeline-num-layers), with or without virtual
+ * stages: Megatron-Core 0.19.2 get_num_layers_to_build gives the first and
+ * the last stage their own counts and the other stages the rest evenly, then
+ * divides by the virtual stages per rank. 0 unknown (an even split, a
+ * --pipeline-model-parallel-layout, counts that do not divide). Without the
+ * post-process stage's own count the output layer and the loss after its last
+ * layer are not found (issue 14 B). */
+static int
+uneven_stage_layers(const am_meta *m, int pp, int stage, int nlayers, int *stage_n)
+{
+    const char *f = am_argv_value(m, "--decoder-first-pipeline-num-layers");
+    const char *l = am_argv_value(m, "--decoder-last-pipeline-num-layers");
+    const char *vl = am_argv_value(m, "--num-layers-per-virtual-pipeline-stage");
+    const char *vs = am_argv_value(m, "--num-virtual-stages-per-pipeline-rank");
+    *stage_n = 0;
+    if ((!f && !l) || pp < 2 || stage < 0 || stage >= pp || nlayers <= 0 ||
+        am_argv_value(m, "--pipeline-model-parallel-layout"))
+        return 0;
+    int first = f ? atoi(f) : -1, last = l ? atoi(l) : -1;
+    int mid = pp - (first >= 0) - (last >= 0);
+    int rest = nlayers - (first > 0 ? first : 0) - (last > 0 ? last : 0);
+    int n = stage == 0 && first >= 0 ? first : stage == pp - 1 && last >= 0 ? last
+            : mid > 0 && rest >= 0 && rest % mid == 0 ? rest / mid : -1;
+    int vp = vs && atoi(vs) > 0 ? atoi(vs) : 1;
+    if (vl && atoi(vl) > 0)
+        vp = 0; /* layers per virtual stage with an uneven split: not modelled */
+    if (n <= 0 || vp <= 0 || n % vp)
+        return 0;
+    *stage_n = n;
+    return n / vp;
+}
+
 /* Pipeline stage and layers per stage from the recorded command line
  * ([M] in docs/sources.md: stage = rank / (world / pp)). */
 static void
@@ -721,9 +779,10 @@ layer_numbering(am_rank *r, const am_meta *m)
         r->stage = 0;
         r->stage_source = pp ? "command line" : "no pipeline parallelism recorded";
     }
-    if (!nl || r->stage < 0)
+    int hl = hybrid_layers(m);
+    if ((!nl && hl < 0) || r->stage < 0)
         return;
-    int nlayers = atoi(nl);
+    int nlayers = hl >= 0 ? hl : atoi(nl);
     const char *vl = am_argv_value(m, "--num-layers-per-virtual-pipeline-stage");
     const char *vs = am_argv_value(m, "--num-virtual-stages-per-pipeline-rank");
     if (vl && atoi(vl) > 0)
@@ -735,6 +794,9 @@ layer_numbering(am_rank *r, const am_meta *m)
              !am_argv_value(m, "--pipeline-model-parallel-layout") && nlayers > 0 &&
              nlayers % r->pp == 0)
         r->layers_per_chunk = nlayers / r->pp;
+    int own = uneven_stage_layers(m, r->pp, r->stage, nlayers, &r->layers_per_stage);
+    if (own)
+        r->layers_per_chunk = own;
     if (am_argv_value(m, "--num-layers-per-virtual-pipeline-stage") ||
         am_argv_value(m, "--num-virtual-stages-per-pipeline-rank") ||
         am_argv_value(m, "--decoder-first-pipeline-num-layers") ||
@@ -744,7 +806,7 @@ layer_numbering(am_rank *r, const am_meta *m)
                    "mapped to global layer numbers");
         return;
     }
-    int n = atoi(nl);
+    int n = nlayers;
     if (n <= 0 || n % r->pp)
         return;
     r->layers_per_stage = n / r->pp;

@@ -186,17 +186,32 @@ new_forward_pass(tl *t)
  * which has no NVTX range ([M] in docs/sources.md): it is the main thread's
  * forward after the model chunk's last layer, with no layer range open. */
 static int
-in_post_process(const tl *t, const tl_thread *th)
+post_process_place(const tl *t, const tl_thread *th)
 {
     const am_rank *o = t->out;
     if (th->role != AM_ROLE_MAIN || t->phase != AM_PH_forward || o->layers_per_chunk <= 0 ||
-        o->layers_per_chunk != o->layers_per_stage || t->fwd_layer < o->layers_per_chunk ||
-        o->stage < 0 || o->stage != o->pp - 1)
+        t->fwd_layer < o->layers_per_chunk || o->stage < 0 || o->stage != o->pp - 1)
         return 0;
+    /* the interleaved schedule's own sections (warmup, steady, cooldown)
+     * stay open around its forward steps */
     for (size_t k = 0; k < th->depth; k++)
-        if (!(th->stack[k].m.flags & AM_CF_NVTE))
+        if (!(th->stack[k].m.flags & AM_CF_NVTE) && th->stack[k].m.signal != AM_SIG_PIPE)
             return 0;
     return 1;
+}
+
+/* With virtual pipeline stages (layers per chunk below the stage's layers, or
+ * the stage's count unknown) only the last model chunk runs the
+ * post-process, and which chunk a forward is is not known here: after a
+ * chunk's last layer it is the post-process only from the final norm's TE
+ * call on (no other chunk makes a TE call outside a layer). */
+static int
+in_post_process(const tl *t, const tl_thread *th)
+{
+    const am_rank *o = t->out;
+    if (!post_process_place(t, th))
+        return 0;
+    return o->layers_per_chunk == o->layers_per_stage || t->post_norm_seen;
 }
 
 /* An iteration that ends in grad sync and is followed by the next forward
@@ -438,7 +453,7 @@ push(tl *t, tl_thread *th, const am_event *ev)
                (parent && parent->replay);
     f.eval = m.signal == AM_SIG_EVAL || (parent && parent->eval);
     f.save = m.signal == AM_SIG_SAVE || (parent && parent->save);
-    if ((m.flags & AM_CF_NVTE) && in_post_process(t, th)) {
+    if ((m.flags & AM_CF_NVTE) && post_process_place(t, th)) {
         if (f.boundary == AM_BD_layernorm)
             t->post_norm_seen = 1;
         else if (t->post_norm_seen)

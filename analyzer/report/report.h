@@ -65,6 +65,10 @@ void am_rank_groups_free(am_rank_group *g, size_t n);
 
 /* "0-7,9,12-15" for the ranks of a group, into buf. */
 const char *am_rank_list(const am_job *j, const am_rank_group *g, char *buf, size_t n);
+/* An OOM's place and live bytes in words from its own record (oom_words.c):
+ * past the byte limit the iteration, phase and live set are unknown. */
+const char *am_oom_when(const am_oom *o, char *buf, size_t n);
+const char *am_oom_live(const am_rank *r, const am_oom *o, char *buf, size_t n);
 
 /* The JSON document (docs/json-schema.md) on f. Returns 0, -1 on error. */
 int am_report_json(FILE *f, const am_job *j, const am_report_opts *o);

@@ -162,8 +162,9 @@ oom(yajl_gen g, const am_rank *r)
     yajl_gen_map_open(g);
     K(g, "rank"); I(g, r->rank);
     K(g, "time_ns"); u64(g, o->t_ns);
-    K(g, "iteration"); iter_or_null(g, o->iteration);
-    K(g, "phase"); S(g, am_phase_name(o->phase));
+    /* past the byte limit the record does not say (issue 14 E) */
+    K(g, "iteration"); iter_or_null(g, o->past_limit ? -1 : o->iteration);
+    K(g, "phase"); S(g, am_phase_name(o->past_limit ? AM_PH_unknown : o->phase));
     K(g, "requested_bytes"); u64(g, o->requested);
     K(g, "requested_note"); S(g, "at the CUDA API: the allocation the failing call asked for "
                                  "(a segment for PyTorch's caching allocator), not PyTorch's "
@@ -183,9 +184,9 @@ oom(yajl_gen g, const am_rank *r)
     K(g, "past_limit"); B(g, o->past_limit);
     K(g, "caveat");
     if (o->past_limit)
-        S(g, "recorded after the byte limit stopped recording: iteration, phase and live set "
-             "are those of the last recorded event, not of the OOM; what ran in between is "
-             "missing");
+        S(g, "recorded after the byte limit stopped recording: its iteration and phase are "
+             "unknown (null, unknown); the live set is that of the last recorded event, not of "
+             "the OOM; what ran in between is missing");
     else if (!r->coverage.complete)
         S(g, r->coverage.meaning);
     else

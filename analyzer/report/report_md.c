@@ -48,8 +48,7 @@ groups_table(FILE *f, const am_job *j, const am_rank_group *g, size_t ng)
         range_cell(f, x, AM_L_TENSOR);
         range_cell(f, x, AM_L_DEVICE);
         if (x->oom && r0->oom)
-            fprintf(f, " OOM in iteration %d, %s", r0->oom->iteration,
-                    am_phase_name(r0->oom->phase));
+            fprintf(f, " OOM in %s", am_oom_when(r0->oom, (char[96]){0}, 96));
         else
             fprintf(f, " no OOM");
         fprintf(f, "%s |\n", x->majority ? "" : " (**differs** from its stage)");

@@ -106,18 +106,22 @@ print_oom(FILE *f, const am_rank *r, const am_meta *m, int top)
     const am_oom *x = r->oom;
     fprintf(f, "  OOM: %s requested at %.3f s", am_fmt_bytes(x->requested, b, sizeof b),
             (double)x->t_ns / 1e9);
-    if (x->iteration >= 0)
+    if (x->past_limit)
+        fprintf(f, ", %s", am_oom_when(x, (char[96]){0}, 96));
+    else if (x->iteration >= 0)
         fprintf(f, ", iteration %d", x->iteration);
-    fprintf(f, ", phase %s, caller %s", am_phase_name(x->phase), am_lib_name(x->lib));
+    if (!x->past_limit)
+        fprintf(f, ", phase %s", am_phase_name(x->phase));
+    fprintf(f, ", caller %s", am_lib_name(x->lib));
     if (x->total_bytes)
         fprintf(f, ", free %s of %s", am_fmt_bytes(x->free_bytes, b, sizeof b),
                 am_fmt_bytes(x->total_bytes, (char[32]){0}, 32));
     fprintf(f, " (%zu fatal OOM(s))\n", r->noom_fatal);
     if (x->past_limit)
         fprintf(f, "    NOTE: recorded %.3f s after the byte limit stopped recording: the "
-                   "iteration, phase and live set here are those of the last recorded "
-                   "event, not of the OOM; what ran in between is missing\n",
-                (double)(x->t_ns - m->limit_ns) / 1e9);
+                   "live set below is that of the last recorded event (iteration %d, %s), "
+                   "not of the OOM; what ran in between is missing\n",
+                (double)(x->t_ns - m->limit_ns) / 1e9, x->iteration, am_phase_name(x->phase));
     int olow = (r->levels & AM_LVL_TENSOR) && x->live[AM_L_DEVICE] < x->live[AM_L_TENSOR];
     fprintf(f, "    live then: device %s%s", olow ? "at least " : "",
             am_fmt_bytes(x->live[AM_L_DEVICE], b, sizeof b));
@@ -290,8 +294,8 @@ stage_lines(FILE *f, const am_job *j, const am_rank_group *g, size_t ng)
         }
         const am_rank *r0 = &j->ranks[x->idx[0]];
         if (x->oom && r0->oom)
-            fprintf(f, ", OOM (rank %d: iteration %d, %s)", r0->rank, r0->oom->iteration,
-                    am_phase_name(r0->oom->phase));
+            fprintf(f, ", OOM (rank %d: %s)", r0->rank,
+                    am_oom_when(r0->oom, (char[96]){0}, 96));
         fprintf(f, "%s\n", x->majority ? "" : "  <- differs");
     }
 }
@@ -349,12 +353,14 @@ rank_brief(FILE *f, const am_rank *r, int top)
     }
     if (r->oom) {
         const am_oom *x = r->oom;
-        fprintf(f, "  OOM: %s requested at %.3f s, iteration %d, phase %s; live device %s",
-                GB(x->requested), (double)x->t_ns / 1e9, x->iteration, am_phase_name(x->phase),
-                GB(x->live[AM_L_DEVICE]));
-        if (r->levels & AM_LVL_TENSOR)
-            fprintf(f, ", tensor %s", GB(x->live[AM_L_TENSOR]));
-        fputc('\n', f);
+        char when[96], live[256];
+        if (x->past_limit)
+            snprintf(when, sizeof when, "%s", am_oom_when(x, (char[96]){0}, 96));
+        else
+            snprintf(when, sizeof when, "iteration %d, phase %s", x->iteration,
+                     am_phase_name(x->phase));
+        fprintf(f, "  OOM: %s requested at %.3f s, %s; %s\n", GB(x->requested),
+                (double)x->t_ns / 1e9, when, am_oom_live(r, x, live, sizeof live));
         if (x->where[0])
             fprintf(f, "    ranges: %s\n", x->where);
     }

@@ -556,17 +556,20 @@ def logits():
             continue
         if not ok(f is not None, "%s: finding" % name, v and codes(v)):
             continue
-        ok(f["subtype"] == "oom_in_loss" and "hold 11.75 GiB at the OOM (the loss 7.81 GiB)" in
-           f["evidence"], "%s: logits 3.94 GiB + the failed 7.81 GiB fp32 copy" % name,
-           f["evidence"])
+        ok(f["subtype"] == "oom_in_loss" and
+           re.search(r"hold 11\.75 GiB at the OOM \(iteration \d+, forward; the loss 7\.81 GiB\)",
+                     f["evidence"]) is not None,
+           "%s: logits 3.94 GiB + the failed 7.81 GiB fp32 copy" % name, f["evidence"])
         ok(v["change"] == "--cross-entropy-loss-fusion", "%s: change is the fused loss" % name,
            v["change"])
-        m = re.search(r"drops the fp32 copy of the logits: -(\S+ GiB) \(peak (\S+ GiB)",
-                      f["evidence"])
+        m = re.search(r"drops the loss's fp32 copies of the logits \((\S+ GiB) at the OOM\): "
+                      r"the peak without them (\S+ GiB)", f["evidence"])
         run, rc, tmp, err = run_megasim(LOGITS_JOB + ["--cross-entropy-loss-fusion"] +
                                         PROFILE_ALL, cap)
         sim = tensor_peaks(analyze(run))[1]
-        ok(m is not None and rc == 0 and abs(sim - gib_of(m.group(2))) <= 0.01 * GIB,
+        # the run replayed without the loss's copies, the rest of the iteration the
+        # OOM cut estimated from the one before: within 0.5% (the model's bound is 2%)
+        ok(m is not None and rc == 0 and abs(sim - gib_of(m.group(2))) <= 0.005 * sim,
            "%s: fused loss predicted peak %s, megasim %.2f GiB" %
            (name, m and m.group(2), sim / GIB), f["evidence"])
         shutil.rmtree(tmp, ignore_errors=True)

@@ -99,6 +99,25 @@ violations):
      (its candidate says so, the note names it), never R:INEFFECTIVE.
   29. no fix names a setting the job already has: a Megatron job on a
      distributed checkpoint format is not told --ckpt-format torch_dist.
+  36. the last stage's output layer and loss are found under any stage
+     layout (uneven first/last stages, virtual stages): a peak set by an
+     allocation whose Python stack is the post-process (megasim's
+     OutputLayer.forward, Megatron-Core's GPTModel._postprocess) is labelled
+     output_layer or loss, never a layer.
+  37. bytes of one moment: X:LOGITS states the moment it judges (the OOM or
+     the peak: its live bytes, those of the logits) and the peak without the
+     logits, and that figure is checked against the same instant (no less
+     than the moment less its logits; no less than a recorded peak that held
+     no logits, such as one in model construction); "fits" only within the
+     budget it states.
+  38. an OOM's iteration, phase and bytes come from its own record: an OOM
+     recorded after the byte limit has no iteration or phase in the JSON, no
+     finding reads its allocator state or live set (no X:FRAGMENTATION, no
+     "the OOM in phase", no logits at it), and the verdict names no iteration
+     for it; no finding anywhere states "0 B at the OOM" as a cause.
+  39. what a cut trace did not record agrees with the trace: a verdict that
+     says the logits and the loss were never recorded has an OOM whose live
+     set holds none of them, on the last pipeline stage.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -490,6 +509,61 @@ SCENARIOS = [
     sc("core_attention range not emitted, no Python frames", L + [
         "--transformer-impl", "local", "--sim-drop-nvtx-range", "core_attention"],
        env={"RECOMPSHIM_PYSTACK": "0"}, converge=False),
+]
+
+# issue 14 B and E, the inputs of a tester's replay of public OOM reports
+# (hplay6), one scenario each, analysed like every other (invariants 36-39):
+# Llama-3-8B-like, 8 layers PP2 over 4 ranks at 4096 tokens
+L8 = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--pipeline-model-parallel-size", "2",
+      "--sim-world-size", "4", "--use-distributed-optimizer", "--global-batch-size", "8",
+      "--seq-length", "4096", "--max-position-embeddings", "8192", "--train-iters", "3",
+      "--ckpt-format", "torch_dist"]
+# uneven pipeline stages 1/2/2/3 (Megatron-Bridge PR 5077): the last stage heaviest
+UNEVEN_PP = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--pipeline-model-parallel-size",
+             "4", "--decoder-first-pipeline-num-layers", "1",
+             "--decoder-last-pipeline-num-layers", "3", "--sim-world-size", "4",
+             "--use-distributed-optimizer", "--seq-length", "8192", "--global-batch-size", "8"]
+# Qwen2.5-0.5B-like at 8192 tokens (ISEEKYAN/Megatron-LM PR 132): a 151936-token
+# vocabulary's fp32 cross-entropy copy of 4.64 GiB
+QWEN05 = ["--sim-preset", "llama3-8b", "--num-layers", "24", "--hidden-size", "896",
+          "--ffn-hidden-size", "4864", "--num-attention-heads", "14", "--num-query-groups", "2",
+          "--vocab-size", "151936", "--make-vocab-size-divisible-by", "128", "--seq-length",
+          "8192", "--max-position-embeddings", "32768", "--sim-world-size", "1",
+          "--global-batch-size", "2", "--micro-batch-size", "1", "--train-iters", "3"]
+SCENARIOS += [
+    # c1-res22: the logits live at the OOM were subtracted from a construction
+    # peak (20.83 GiB, the loaded state, no logits): X:LOGITS "would fit without them"
+    sc("hplay6 c1-res22: resume, a construction peak, logits at the OOM",
+       L8 + ["--sim-resume-optimizer"], 22, converge=False,
+       known_gaps={"7": "hplay6 class A/D (issue 14): the headline is taken from ranks 0,1, "
+                        "which did not OOM, and the resume's freed copy left as cache is not "
+                        "recognised (another engineer's item)"}),
+    # c1-fresh21: the same claim for an OOM in iteration 1's forward, whose
+    # backward (after the first step's state) was never recorded
+    sc("hplay6 c1-fresh21: OOM in iteration 1's forward, logits at the OOM", L8, 21,
+       converge=False),
+    # c3-30: uneven stages; the output GEMM was labelled layernorm layer 3
+    sc("hplay6 c3-30: uneven pipeline stages, the logits on the last", UNEVEN_PP, 30,
+       converge=False),
+    # the same class under virtual stages (interleaved schedule), uneven last stage
+    sc("virtual and uneven pipeline stages, the logits on the last", [
+        "--sim-preset", "llama3-8b", "--num-layers", "8", "--pipeline-model-parallel-size",
+        "2", "--sim-world-size", "2", "--use-distributed-optimizer", "--seq-length", "4096",
+        "--global-batch-size", "8", "--train-iters", "2", "--num-virtual-stages-per-pipeline-rank",
+        "2", "--decoder-last-pipeline-num-layers", "6"], 80, converge=False),
+    # c2-26: the n/a said the logits and the loss were never recorded while
+    # the job OOMed on the loss's own request
+    sc("hplay6 c2-26: OOM on the loss's own request in the first forward", QWEN05, 26,
+       converge=False, expect=("n/a", "the rest of the loss (its own request failed")),
+    # c6-cut3M: an OOM after RECOMPSHIM_MAX_BYTES named "iteration 0, backward,
+    # 62.77 GiB" from the last recorded event (real: iteration 1, forward, 92.93
+    # GiB) and X:MOE_IMBALANCE said "0 B at the OOM"
+    sc("hplay6 c6-cut3M: MoE imbalance, OOM after the byte limit", Q30 + [
+        "--max-position-embeddings", "40960", "--micro-batch-size", "1",
+        "--global-batch-size", "128", "--sim-world-size", "64", "--sim-only-ranks", "0",
+        "--train-iters", "3", "--expert-model-parallel-size", "4", "--sim-moe-imbalance", "0.6"],
+       96, env={"RECOMPSHIM_MAX_BYTES": "3M"}, converge=False,
+       expect=("n/a", "iteration and phase unknown")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -1588,6 +1662,136 @@ def inv29_no_change_it_has(c):
     return bad
 
 
+# post-process frames: megasim's OutputLayer.forward, Megatron-Core's
+# GPTModel._postprocess (final norm, output layer, loss)
+POST_FRAMES = re.compile(r"\bOutputLayer\.forward\b|\bGPTModel\._postprocess\b")
+
+
+def inv36_output_layer_any_layout(c):
+    """a peak set by the post-process is labelled output_layer or loss, under
+    any stage layout (uneven first/last, virtual stages)"""
+    bad = []
+    for r in c.doc.get("ranks", []):
+        for key in ("peak", "device_peak"):
+            s = (r.get(key) or {}).get("set_by") or {}
+            py = s.get("python") or ""
+            # innermost frames first: the post-process frame before any layer's
+            head = py.split(" < TransformerLayer")[0].split(" < TransformerBlock")[0]
+            if POST_FRAMES.search(head) and s.get("boundary") not in ("output_layer", "loss"):
+                bad.append("rank %d: the %s is set in the post-process (%s) but labelled "
+                           "%s layer %s" % (r["rank"], key, py[:160], s.get("boundary"),
+                                            s.get("layer")))
+    return bad
+
+
+def bytes_tol(x):
+    """a byte figure's slack: 2 decimals of its unit and 1% (the 2% bound's half)"""
+    return 0.006 * GIB + 0.01 * x
+
+
+def inv37_logits_one_moment(c):
+    """X:LOGITS: the moment it judges, the peak without the logits, checked
+    against the same instant"""
+    bad = []
+    ranks = {r["rank"]: r for r in c.doc.get("ranks", [])}
+    for f in c.v.get("findings", []):
+        if f["code"] != "X:LOGITS":
+            continue
+        ev, r = f["evidence"], ranks.get(f["rank"]) or {}
+        m1 = re.search(r"hold (\S+ \S+) at the (OOM|peak) \(([^;]*); the loss (\S+ \S+)\)", ev)
+        m2 = re.search(r"; (\S+ \S+) live then in all", ev)
+        m3 = re.search(r"would peak at (at least )?(\S+ \S+) \(", ev)
+        m4 = re.search(r"which (fits|is still over)", ev)
+        m5 = re.search(r"over the (\S+ \S+) left for allocations", ev)
+        if not (m1 and m2 and m3 and m4 and m5):
+            bad.append("rank %s: X:LOGITS does not state its moment, that moment's bytes and "
+                       "the peak without the logits: %s" % (f["rank"], ev[:300]))
+            continue
+        lg, moment, w, b = nbytes(m1.group(1)), nbytes(m2.group(1)), nbytes(m3.group(2)), \
+            nbytes(m5.group(1))
+        o, pk = r.get("oom") or {}, r.get("peak") or {}
+        if m1.group(2) == "OOM" and o and o.get("library") == "pytorch" and \
+                o.get("live_tensor_bytes") is not None and not o.get("past_limit"):
+            ref = o["live_tensor_bytes"] + o["requested_bytes"]
+            if abs(moment - ref) > bytes_tol(ref):
+                bad.append("rank %d: X:LOGITS' moment %s is not the OOM's live %d + request %d"
+                           % (r["rank"], m2.group(1), o["live_tensor_bytes"],
+                              o["requested_bytes"]))
+        if m1.group(2) == "peak" and pk.get("level") == "tensor" and \
+                abs(moment - pk["bytes"]) > bytes_tol(pk["bytes"]):
+            bad.append("rank %d: X:LOGITS' moment %s is not the tensor-level peak %d"
+                       % (r["rank"], m2.group(1), pk["bytes"]))
+        if lg > moment + bytes_tol(moment):
+            bad.append("rank %d: logits %s above the moment's %s" % (f["rank"], m1.group(1),
+                                                                      m2.group(1)))
+        if w < moment - lg - bytes_tol(moment):
+            bad.append("rank %d: the peak without the logits %s is below that same moment "
+                       "less them (%s - %s)" % (f["rank"], m3.group(2), m2.group(1),
+                                                m1.group(1)))
+        held = [g for g in pk.get("contributors") or []
+                if g.get("boundary") in ("output_layer", "loss")]
+        if pk.get("level") == "tensor" and not held and w < pk["bytes"] - bytes_tol(pk["bytes"]):
+            bad.append("rank %d: the peak without the logits %s is below a recorded peak %d "
+                       "that held none (%s, iteration %s)" % (f["rank"], m3.group(2),
+                                                              pk["bytes"], pk.get("phase"),
+                                                              pk.get("iteration")))
+        if (m4.group(1) == "fits") != (w <= b + bytes_tol(b)):
+            bad.append("rank %d: 'which %s' with %s without the logits against %s" %
+                       (f["rank"], m4.group(1), m3.group(2), m5.group(1)))
+    return bad
+
+
+def inv38_oom_from_its_record(c):
+    """an OOM after the byte limit: no iteration or phase, no reading of its
+    allocator state or live set; nothing stated as a cause with 0 B at the OOM"""
+    bad = []
+    for f in c.v.get("findings", []):
+        if re.search(r"\b0 B at the OOM|hold 0 B at", f.get("evidence", "")):
+            bad.append("rank %s: %s states 0 B at the OOM: %s" % (f.get("rank"), f["code"],
+                                                                 f["evidence"][:200]))
+    why = c.v.get("why", "")
+    for r in ooms(c):
+        o = r["oom"]
+        if not o.get("past_limit"):
+            continue
+        if o.get("iteration") is not None or o.get("phase") != "unknown":
+            bad.append("rank %d: an OOM after the byte limit has iteration %s, phase %s"
+                       % (r["rank"], o.get("iteration"), o.get("phase")))
+        if re.search(r"rank %d in iteration \d+, phase" % r["rank"], why):
+            bad.append("rank %d: the verdict names an iteration for an OOM after the byte "
+                       "limit: %s" % (r["rank"], why[:300]))
+        for f in c.v.get("findings", []):
+            ev = f.get("evidence", "")
+            if f.get("rank") == r["rank"] and (
+                    f["code"] in ("X:FRAGMENTATION", "X:LOGITS") or "the OOM in phase" in ev or
+                    re.search(r"(\S+ \S+) allocated \(\+ request", ev)):
+                bad.append("rank %d: %s reads a live set at an OOM after the byte limit: %s"
+                           % (r["rank"], f["code"], ev[:200]))
+    return bad
+
+
+def inv39_unrecorded_agrees(c):
+    """'the logits and loss were never recorded' only where the OOM's live set
+    holds neither, on the last pipeline stage"""
+    bad = []
+    why = c.v.get("why", "")
+    if "logits and loss) and the backward were never recorded" not in why:
+        return bad
+    for r in ooms(c):
+        if ("rank %d " % r["rank"]) not in why:
+            continue
+        live = [g for g in r["oom"].get("live") or [] if g.get("phase") == "forward" and
+                g.get("boundary") in ("output_layer", "loss")]
+        p = r.get("pipeline") or {}
+        if live:
+            bad.append("rank %d: the logits and the loss are said never recorded, yet %d bytes "
+                       "of them were live at the OOM" % (r["rank"], sum(g["bytes"] for g in live)))
+        if p.get("stages") and p.get("stage") != p["stages"] - 1:
+            bad.append("rank %d (stage %s of %s): logits and loss named on a stage without "
+                       "them" % (r["rank"], p.get("stage"), p["stages"]))
+    return bad
+
+
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
@@ -1630,7 +1834,14 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("28 a label whose region was never recorded is of unknown effect, never "
                "ineffective", inv28_unseen_not_ineffective),
               ("29 no fix names a setting the job already has (a distributed checkpoint "
-               "format)", inv29_no_change_it_has)]
+               "format)", inv29_no_change_it_has),
+              ("36 the output layer and loss are found under any stage layout",
+               inv36_output_layer_any_layout),
+              ("37 X:LOGITS judges bytes of one moment", inv37_logits_one_moment),
+              ("38 an OOM's iteration, phase and bytes from its own record",
+               inv38_oom_from_its_record),
+              ("39 what a cut trace did not record agrees with the trace",
+               inv39_unrecorded_agrees)]
 
 
 def diagnosis_run(v):
@@ -1965,9 +2176,13 @@ def main():
     for c in cases:
         for iname, f in INVARIANTS:
             bad = f(c)
-            ta.ok(not bad, "%s: invariant %s" % (c.name, iname),
-                  "\n".join(bad) + "\nverdict: %s\nwhy: %s\nchange: %s" %
-                  (c.v.get("code"), c.v.get("why", "")[:600], c.v.get("change")))
+            detail = "\n".join(bad) + "\nverdict: %s\nwhy: %s\nchange: %s" % (
+                c.v.get("code"), c.v.get("why", "")[:600], c.v.get("change"))
+            gap = c.scenario and c.scenario["known_gaps"].get(iname.split()[0])
+            if gap:
+                todo(not bad, "%s: invariant %s" % (c.name, iname), gap, detail)
+            else:
+                ta.ok(not bad, "%s: invariant %s" % (c.name, iname), detail)
         exp = c.scenario and c.scenario.get("expect")
         if exp:
             ta.ok(c.v.get("code") == exp[0] and exp[1] in c.v.get("why", ""),
