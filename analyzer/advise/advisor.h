@@ -112,6 +112,8 @@ enum {
     ADV_C_BDA = 1 << 4,       /* inside a bda step */
     ADV_C_MEGA = 1 << 5,      /* inside any Megatron layer range */
     ADV_C_ATTN2 = 1 << 6,     /* made for the second fused-attention call (softmax stats) */
+    ADV_C_QKV = 1 << 7,       /* main thread, inside attention.forward.qkv (the QKV
+                               * projection: its output, views of which attention gets) */
 };
 
 /* TE call class of the nvte range an allocation is attributed to (the next

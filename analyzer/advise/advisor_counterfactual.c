@@ -49,7 +49,7 @@ typedef struct unit {
 
 typedef struct ins {
     uint32_t pos;
-    int kind;                 /* 0 discard, 1 replay */
+    int kind;                 /* 0 discard, 1 replay, 2 release a kept input */
     uint32_t v;               /* alloc id or unit index */
 } ins;
 
@@ -69,6 +69,10 @@ typedef struct cf {
                                * ended: the last op position at which its forward
                                * made a tensor never freed (not forward state);
                                * ADV_NONE none */
+    uint32_t *keep_to;        /* per allocation: a checkpoint's input kept to this op
+                               * position (its recorded forward free skipped; freed by
+                               * an insertion of kind 2 there); ADV_NONE not kept
+                               * (checkpoint_inputs) */
 } cf;
 
 static int
@@ -462,9 +466,76 @@ nograd_free(const adv_trace *t, uint32_t id, uint32_t e)
     return e;
 }
 
+/* 1 when a same-size allocation of the same instance, made on the main thread
+ * after allocation id and before op b, is freed on the backward thread (saved
+ * for backward): id was the input of a shape-preserving transform (RoPE, a
+ * norm) whose output the code goes on with (checkpoint_inputs). */
 static int
-checkpoint_unit(cf *c, int32_t k, uint32_t b, uint32_t e, uint32_t pre_e, const adv_layer *L,
-                member_fn mf, int unfused_core)
+superseded(const adv_trace *t, uint32_t id, uint32_t b)
+{
+    const adv_alloc *x = &t->a[id];
+    for (uint32_t p = x->a_pos + 1; p < b && p < t->nops; p++) {
+        int32_t v = t->ops[p];
+        if (v <= 0)
+            continue;
+        const adv_alloc *y = &t->a[v - 1];
+        if (y->size == x->size && !y->bwd && y->fbwd && y->inst == x->inst)
+            return 1;
+    }
+    return 0;
+}
+
+/* The inputs a checkpoint keeps: Megatron-Core's CheckpointFunction
+ * (tensor_parallel/random.py) saves its arguments with save_for_backward until
+ * its backward (the replay and the replayed region's backward) is done, and a
+ * view among them pins its whole base (the selective core_attn checkpoint's
+ * value, a view of the fused QKV output). The run without recompute frees
+ * what its region did not save when the caller lets go (attention.py: the key
+ * after RoPE and the fused QKV buffer at the attention's return).
+ *
+ * From the trace: allocations of instance k made on the main thread by the
+ * caller's own code before the region, ops [in_b, b), that are alive at the
+ * region's exit e and freed later in the forward (the region's backward did
+ * not need them) are what the caller holds when it calls the checkpoint; each
+ * is kept to where the backward has passed the region's start (R(b)), unless
+ * the recorded free comes later anyway. Not one that a same-size tensor made
+ * after it, before the region, and saved for backward superseded (superseded:
+ * a shape-preserving transform's input, the checkpoint gets its output:
+ * Megatron-Core's pre-RoPE query copy, which its qkv_output tuple holds to the
+ * attention's return, while the roped query goes in). Otherwise an upper
+ * bound: a tensor the caller holds without passing it is kept too
+ * (docs/advisor.md "Checkpoint inputs"). The
+ * checkpoints of mlp, moe, shared experts and full recompute take their input
+ * from an op that saves it anyway (a norm or a linear): in_b == b, none. */
+static int
+checkpoint_inputs(cf *c, int32_t k, uint32_t in_b, uint32_t b, uint32_t e)
+{
+    const adv_trace *t = c->t;
+    if (in_b == ADV_NONE || in_b >= b)
+        return 0;
+    uint32_t Rb = reach(c, k, b);
+    for (uint32_t p = in_b; p < b && p < t->nops; p++) {
+        int32_t v = t->ops[p];
+        if (v <= 0)
+            continue;
+        uint32_t id = (uint32_t)v - 1;
+        const adv_alloc *x = &t->a[id];
+        if (x->inst != k || x->bwd || x->fbwd || x->state || x->phase != AM_PH_forward ||
+            x->f_pos == ADV_NONE || x->f_pos < e || c->owner[id] != ADV_NONE)
+            continue;
+        if ((Rb != ADV_NONE && Rb <= x->f_pos) || superseded(t, id, b))
+            continue;
+        /* never reached (a trace cut before): kept to the end */
+        c->keep_to[id] = Rb != ADV_NONE ? Rb : (uint32_t)t->nops + 1;
+        if (push_ins(c, Rb, 2, id) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int
+checkpoint_unit(cf *c, int32_t k, uint32_t b, uint32_t e, uint32_t pre_e, uint32_t in_b,
+                const adv_layer *L, member_fn mf, int unfused_core)
 {
     const adv_trace *t = c->t;
     if (b == ADV_NONE || e == ADV_NONE || e <= b)
@@ -505,7 +576,7 @@ checkpoint_unit(cf *c, int32_t k, uint32_t b, uint32_t e, uint32_t pre_e, const 
             if (push_ins(c, nograd_free(t, (uint32_t)v - 1, e), 0, (uint32_t)v - 1) < 0)
                 return -1;
     }
-    if (push_unit(c, (unit){b, e, R, k}) < 0)
+    if (push_unit(c, (unit){b, e, R, k}) < 0 || checkpoint_inputs(c, k, in_b, b, e) < 0)
         return -1;
     return push_ins(c, R, 1, ui);
 }
@@ -673,6 +744,7 @@ cf_free(cf *c)
     free(c->nsv);
     free(c->bwd_start);
     free(c->unreached);
+    free(c->keep_to);
     free(c->owner);
     free(c->cls);
     free(c->u);
@@ -697,13 +769,14 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
                     size_t last = g + n < nl ? g + n : nl;
                     const adv_layer *F = &t->layers[i + g];
                     if (checkpoint_unit(c, L->inst, F->pre_b, t->layers[i + last - 1].end,
-                                        F->begin, F, m_all, 0) < 0)
+                                        F->begin, ADV_NONE, F, m_all, 0) < 0)
                         return -1;
                 }
             } else {
                 for (size_t g = 0; g < n && g < nl; g++) {
                     const adv_layer *F = &t->layers[i + g];
-                    if (checkpoint_unit(c, L->inst, F->pre_b, F->end, F->begin, F, m_all, 0) < 0)
+                    if (checkpoint_unit(c, L->inst, F->pre_b, F->end, F->begin, ADV_NONE, F,
+                                        m_all, 0) < 0)
                         return -1;
                 }
             }
@@ -715,20 +788,27 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
     for (size_t i = 0; i < t->nlayers; i++) {
         const adv_layer *L = &t->layers[i];
         if ((m & (1u << ADV_L_moe)) && L->moe)
-            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L->mlp_b, L, m_all, 0) < 0)
-                return -1;
-        if ((m & (1u << ADV_L_mlp)) && !L->moe)
-            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L->mlp_b, L, m_all, 0) < 0)
-                return -1;
-        if ((m & (1u << ADV_L_shared_experts)) && L->moe && !cfg->shared_overlap)
-            if (checkpoint_unit(c, L->inst, L->mlp_b, shared_end(t, L), L->mlp_b, L, m_shared,
+            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L->mlp_b, ADV_NONE, L, m_all,
                                 0) < 0)
                 return -1;
+        if ((m & (1u << ADV_L_mlp)) && !L->moe)
+            if (checkpoint_unit(c, L->inst, L->mlp_b, L->mlp_e, L->mlp_b, ADV_NONE, L, m_all,
+                                0) < 0)
+                return -1;
+        if ((m & (1u << ADV_L_shared_experts)) && L->moe && !cfg->shared_overlap)
+            if (checkpoint_unit(c, L->inst, L->mlp_b, shared_end(t, L), L->mlp_b, ADV_NONE, L,
+                                m_shared, 0) < 0)
+                return -1;
         if (m & (1u << ADV_L_core_attn)) {
-            if (cfg->fused_attn)
-                checkpoint_unit(c, L->inst, L->core_b, L->core_e, L->core_b, L, m_core, 0);
-            else
-                checkpoint_unit(c, L->inst, L->core_b, L->core_e, L->core_b, L, m_all, 1);
+            /* fused attention owns its second call's tensors; under context
+             * parallelism TE's CP attention (Python autograd functions) saves
+             * copies of its own, all of which the checkpoint drops, as the
+             * unfused attention's: all the region's tensors but the output.
+             * Its inputs: what the attention's code made before it (qkv, RoPE) */
+            int own = cfg->fused_attn && cfg->cp <= 1;
+            if (checkpoint_unit(c, L->inst, L->core_b, L->core_e, L->core_b, L->attn_b, L,
+                                own ? m_core : m_all, !own) < 0)
+                return -1;
         }
     }
     for (size_t i = 0; i < t->nlayers; i++) {
@@ -993,6 +1073,16 @@ sweep_discard(sweep *w, uint32_t id)
     }
 }
 
+/* a checkpoint's kept input is freed where its checkpoint's backward is done */
+static void
+sweep_release(sweep *w, uint32_t id)
+{
+    if (w->alive[id] == 1) {
+        sweep_free(w, id, w->t->a[id].size);
+        w->alive[id] = 0;
+    }
+}
+
 /* keep allocation id as an output of the running replay: its bytes are freed
  * when the replay ends; -1 out of memory */
 static int
@@ -1142,6 +1232,7 @@ replay_unit(sweep *w, uint32_t ui, uint32_t p)
     return 0;
 }
 
+
 /* the failed request would have been allocated at the OOM's position p: it
  * enters the prediction (a request of a replay is 0 in an undone trace) */
 static void
@@ -1181,6 +1272,8 @@ sweep_op(sweep *w, uint32_t p)
             w->dalloc += x->size; /* a unit's: in D from the window's start */
         w->alive[id] = 1;
         note_peak(w, p, x->phase);
+    } else if (w->c->keep_to[id] != ADV_NONE && w->c->keep_to[id] > p) {
+        /* a checkpoint's input: freed at keep_to (sweep_release) */
     } else if (w->alive[id] == 1) {
         sweep_free(w, id, x->size);
         w->alive[id] = 0;
@@ -1216,11 +1309,13 @@ adv_counterfactual_model(const adv_trace *t, const adv_cfg *cfg, const adv_setti
     c.t = t;
     c.owner = malloc((t->na ? t->na : 1) * sizeof *c.owner);
     c.cls = calloc(t->na ? t->na : 1, 1);
+    c.keep_to = malloc((t->na ? t->na : 1) * sizeof *c.keep_to);
     w.c = &c;
     w.alive = calloc(t->na ? t->na : 1, 1);
-    if (!c.owner || !c.cls || !w.alive || prep(&c) < 0)
+    if (!c.owner || !c.cls || !c.keep_to || !w.alive || prep(&c) < 0)
         goto out;
     memset(c.owner, 0xff, (t->na ? t->na : 1) * sizeof *c.owner);
+    memset(c.keep_to, 0xff, (t->na ? t->na : 1) * sizeof *c.keep_to);
     if ((s->labels || s->full_method) && build_units(&c, cfg, s) < 0)
         goto out;
     if (c.nin > 1)
@@ -1233,6 +1328,8 @@ adv_counterfactual_model(const adv_trace *t, const adv_cfg *cfg, const adv_setti
         for (; k < c.nin && c.in[k].pos == p; k++) {
             if (c.in[k].kind == 0)
                 sweep_discard(&w, c.in[k].v);
+            else if (c.in[k].kind == 2)
+                sweep_release(&w, c.in[k].v);
             else if (replay_unit(&w, c.in[k].v, p) < 0)
                 goto out;
         }
@@ -1287,6 +1384,8 @@ typedef struct uundo {
     uint32_t *o;              /* its outputs: region tensors a consumer outside the
                                * unit saved (freed on the backward thread) */
     size_t no;
+    uint32_t attn_b;          /* core_attn of a non-MLA layer: its attention's first op
+                               * (undo_early_frees), else ADV_NONE */
 } uundo;
 
 /* the range flags a replay re-emits ([M] in docs/sources.md): full recompute
@@ -1331,6 +1430,7 @@ uu_add(uundo **u, size_t *n, size_t *cap, const adv_trace *t, int32_t k, uint32_
     memset(x, 0, sizeof *x);
     x->inst = k;
     x->key = key;
+    x->attn_b = ADV_NONE;
     x->discard = discard;
     if (only != ADV_NONE) {
         const adv_alloc *a = &t->a[only];
@@ -1515,6 +1615,9 @@ typedef struct undo_st {
     adv_extra *xr;            /* the replays' extras */
     size_t nxr, capxr;
     uint32_t *newpos;         /* t's op position -> the rewritten stream's (nops + 1) */
+    uint32_t *early;          /* early frees (undo_early_frees): pairs of op position, id,
+                               * sorted by position */
+    size_t nearly, capearly;
     uint32_t last_alloc;      /* op position of the trace's last allocation */
     int by_size;              /* selective units matched without their layer's window */
     int missing;              /* units the setting implies that the trace's layers lack */
@@ -1594,9 +1697,13 @@ undo_units_selective(undo_st *st, const adv_setting *s)
                 }
             }
         }
-        if (m & (1u << ADV_L_core_attn))
+        if (m & (1u << ADV_L_core_attn)) {
+            size_t c0 = st->nu;
             e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->core_b, L->core_e, L->core_e,
                         0, ADV_NONE, 0);
+            if (st->nu > c0 && !L->mla)
+                st->u[c0].attn_b = L->attn_b;
+        }
         if ((m & (1u << ADV_L_mla_up_proj)) && L->mla && L->mla_up_b != ADV_NONE &&
             L->mla_v != ADV_NONE)
             e |= uu_add(&st->u, &st->nu, &st->capu, t, L->inst, L->mla_up_b,
@@ -2067,6 +2174,69 @@ undo_match(undo_st *st, int *matched, int *units)
     return undo_match_pass(st, 0, matched, units);
 }
 
+/* The QKV projection's output that a core_attn checkpoint kept (Megatron-
+ * Core's CheckpointFunction saves the value, a view of it, to the end of its
+ * backward; docs/advisor.md "Checkpoint inputs"): without the checkpoint the
+ * attention saves its own copies of what it needs (TE's contiguous V, the
+ * local spec's GQA-expanded K and V), and the buffer is freed at the
+ * attention's return. Per matched core_attn unit of a non-MLA layer: among
+ * the frees that follow the last free of its replay's twins (the checkpoint's
+ * saved inputs go when its backward returns, before the next backward op
+ * allocates), the first-made main-thread allocation of the attention's .qkv
+ * range; its free moves to the region's exit (st->early). 0, -1 out of
+ * memory. */
+static int
+undo_early_frees(undo_st *st)
+{
+    const adv_trace *t = st->t;
+    for (size_t k = 0; k < st->nu; k++) {
+        const uundo *x = &st->u[k];
+        if (x->attn_b == ADV_NONE || !x->ok || x->hi <= x->lo)
+            continue;
+        uint32_t last = 0;
+        for (size_t j = x->lo; j < x->hi; j++) {
+            const adv_alloc *y = &t->a[st->bal[j]];
+            if (st->used[st->bal[j]] == 1 && y->f_pos != ADV_NONE && y->f_pos > last)
+                last = y->f_pos;
+        }
+        uint32_t best = ADV_NONE;
+        for (uint32_t q = last + 1; last && q < t->nops && t->ops[q] < 0; q++) {
+            uint32_t id = (uint32_t)-t->ops[q] - 1;
+            const adv_alloc *a = &t->a[id];
+            if (a->inst == x->inst && !a->bwd && (a->ctx & ADV_C_QKV) && a->a_pos >= x->attn_b &&
+                a->a_pos < x->rb && (best == ADV_NONE || a->a_pos < t->a[best].a_pos))
+                best = id;
+        }
+        if (best == ADV_NONE)
+            continue;
+        if (am_grow((void **)&st->early, &st->capearly, st->nearly + 2, sizeof *st->early,
+                    16) < 0)
+            return -1;
+        st->early[st->nearly++] = x->key;
+        st->early[st->nearly++] = best;
+    }
+    /* sort the pairs by position (few: insertion sort) */
+    for (size_t i = 2; i < st->nearly; i += 2)
+        for (size_t j = i; j >= 2 && st->early[j - 2] > st->early[j]; j -= 2) {
+            uint32_t p0 = st->early[j], p1 = st->early[j + 1];
+            st->early[j] = st->early[j - 2];
+            st->early[j + 1] = st->early[j - 1];
+            st->early[j - 2] = p0;
+            st->early[j - 1] = p1;
+        }
+    return 0;
+}
+
+/* 1 when allocation id's free moved early (undo_early_frees) */
+static int
+undo_is_early(const undo_st *st, uint32_t id)
+{
+    for (size_t i = 0; i + 1 < st->nearly; i += 2)
+        if (st->early[i + 1] == id)
+            return 1;
+    return 0;
+}
+
 /* The rewritten op stream in o (o->a, o->ops, o->nops) and st->newpos: a
  * replay's extras leave it (a late free stays), a replay twin's alloc and
  * free leave it (size 0), its forward twin's free moving there when the twin
@@ -2086,11 +2256,20 @@ undo_rewrite_ops(undo_st *st, adv_trace *o)
     memcpy(o->a, t->a, t->na * sizeof *o->a);
     o->na = o->capa = t->na;
     o->capops = t->nops ? t->nops : 1;
-    size_t np = 0;
+    size_t np = 0, ei = 0;
     for (size_t p = 0; p < t->nops; p++) {
         newpos[p] = (uint32_t)np;
+        for (; ei + 1 < st->nearly && st->early[ei] == p; ei += 2) {
+            uint32_t y = st->early[ei + 1];
+            o->ops[np] = -(int32_t)(y + 1);
+            o->a[y].f_pos = (uint32_t)np;
+            o->a[y].fbwd = 0;
+            np++;
+        }
         int32_t v = t->ops[p];
         uint32_t id = (uint32_t)(v > 0 ? v : -v) - 1;
+        if (v < 0 && st->nearly && undo_is_early(st, id))
+            continue;
         if (used[id] >= 2) {
             /* a replay's extra: gone from the stream; a late free stays */
             if (v > 0) {
@@ -2396,7 +2575,7 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     /* their replays among the backward thread's allocations, then the trace
      * without them */
     if (undo_backward_allocs(&st) < 0 || undo_match(&st, matched, units) < 0 ||
-        undo_rewrite_ops(&st, o) < 0)
+        undo_early_frees(&st) < 0 || undo_rewrite_ops(&st, o) < 0)
         goto out;
     *units -= undo_cut_tail(&st);
     undo_place_extras(&st, o);
@@ -2412,6 +2591,7 @@ out:
     free(st.u);
     free(st.twin);
     free(st.newpos);
+    free(st.early);
     free(st.bal);
     free(st.used);
     free(st.ext);

@@ -57,7 +57,7 @@ prefix(const char *s, uint32_t n, const char *pre)
     return s && n >= k && memcmp(s, pre, k) == 0;
 }
 
-enum { R_NONE, R_ATTN, R_CORE, R_MLP, R_SUB, R_BDA, R_MLPBDA, R_MAMBA };
+enum { R_NONE, R_ATTN, R_CORE, R_MLP, R_SUB, R_BDA, R_MLPBDA, R_MAMBA, R_QKV };
 
 static int
 region_of(const char *s, uint32_t n)
@@ -79,6 +79,8 @@ region_of(const char *s, uint32_t n)
      * Python frame (catalog.def) is the whole layer */
     if (suffix(s, n, "py:MambaLayer.forward"))
         return R_MAMBA;
+    if (suffix(s, n, "attention.forward.qkv"))
+        return R_QKV;
     return R_NONE;
 }
 
@@ -147,7 +149,7 @@ typedef struct cap {
     int fwd_iter, fwd_k;             /* iteration of the last forward instance, its
                                       * index among that iteration's forwards */
     int microbatches;                /* per iteration (adv_cfg_microbatches), 0 unknown */
-    int depth_attn, depth_core, depth_mlp, depth_sub, depth_bda;
+    int depth_attn, depth_core, depth_mlp, depth_sub, depth_bda, depth_qkv;
     uint32_t pend[64];               /* main-thread allocations waiting for an nvte call */
     int npend;
     uint32_t last_norm;              /* standalone norm output candidate */
@@ -351,6 +353,8 @@ on_push(cap *c, const am_event *ev, tl_thread *th)
         }
         c->last_norm = ADV_NONE;
         c->depth_attn++;
+    } else if (reg == R_QKV) {
+        c->depth_qkv++;
     } else if (reg == R_CORE) {
         adv_layer *L = cur(c);
         if (c->tl.phase == AM_PH_forward)
@@ -420,6 +424,10 @@ on_pop(cap *c, tl_thread *th, uint32_t domain)
             c->depth_attn--;
         if (L)
             L->attn_e = (uint32_t)t->nops;
+        break;
+    case R_QKV:
+        if (c->depth_qkv)
+            c->depth_qkv--;
         break;
     case R_CORE:
         if (c->depth_core)
@@ -496,7 +504,7 @@ stack_ctx(const tl_thread *th)
         [R_ATTN] = ADV_C_ATTN | ADV_C_MEGA, [R_CORE] = ADV_C_CORE | ADV_C_MEGA,
         [R_MLP] = ADV_C_MLP | ADV_C_MEGA, [R_SUB] = ADV_C_SUBMLP | ADV_C_MEGA,
         [R_BDA] = ADV_C_BDA | ADV_C_MEGA, [R_MLPBDA] = ADV_C_BDA | ADV_C_MEGA,
-        [R_MAMBA] = ADV_C_MEGA,
+        [R_MAMBA] = ADV_C_MEGA, [R_QKV] = 0,
     };
     uint8_t ctx = 0;
     for (size_t i = 0; i < th->depth; i++)
@@ -612,6 +620,8 @@ on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
             ctx |= ADV_C_SUBMLP | ADV_C_MEGA;
         if (c->depth_bda)
             ctx |= ADV_C_BDA | ADV_C_MEGA;
+        if (c->depth_qkv)
+            ctx |= ADV_C_QKV;
         x->ctx = ctx;
         if (L && L->mla && (ctx & ADV_C_ATTN) && L->mla_q == ADV_NONE && x->inst == L->inst)
             for (int k = 0; k < 3; k++)

@@ -1035,13 +1035,14 @@ ineffective_single(run_state *st, int l, const adv_cand *c)
                     GB(c->max_peak), GB(st->ref_max), c->saving >= 0 ? "-" : "+",
                     GB((uint64_t)(c->saving >= 0 ? c->saving : -c->saving)),
                     l == ADV_L_core_attn && st->cfg->fused_attn && st->cfg->cp > 1
-                        ? "with context parallelism only the softmax statistics are counted "
-                          "(a lower bound: TE's CP attention also saves its exchanged K/V "
-                          "or copies, which core_attn frees while its checkpoint keeps q, k, "
-                          "v instead); the exchange's buffers (cp_comm) come back in the replay"
+                        ? "with context parallelism core_attn frees what TE's CP attention "
+                          "saves (its exchanged K/V or copies, the softmax statistics) while "
+                          "its checkpoint keeps q, k and the QKV buffer its value view pins; "
+                          "the exchange's buffers (cp_comm) come back in the replay"
                     : l == ADV_L_core_attn && st->cfg->fused_attn
                         ? "with TE fused/flash attention core_attn frees only the "
-                          "softmax statistics; Q, K, V and O stay saved"
+                          "softmax statistics; Q, K, V and O stay saved, and its checkpoint "
+                          "keeps the fused QKV buffer its value view pins"
                     : l == ADV_L_layernorm
                         ? "the norms are fused into the linears (IdentityOp) or hold little"
                         : "its region holds little at the peak");

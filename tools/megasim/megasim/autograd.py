@@ -126,8 +126,12 @@ class CheckpointFunction:
             RETAINED.append(outputs)
         del outputs
         node.saved = None
+        # the saved inputs (ctx.saved_tensors, detached_inputs) stay referenced
+        # until backward() returns: through the replay's own backward
+        # (random.py; checked against megatron-core 0.19.2, docs/megasim.md)
+        grad = run_backward(tape, grad)
         del inputs
-        return run_backward(tape, grad)
+        return grad
 
 
 def checkpoint(function, distribute_saved_activations, *args):

@@ -490,10 +490,16 @@ class Attention:
         self.rope = args.position_embedding_type == "rope"
 
     def _checkpointed_attention_forward(self, q, k, v):
-        # The V view of the fused QKV buffer would pin the whole buffer
-        # ([P] in docs/sources.md caveat 1). Not modelled until a GPU run
-        # confirms it: the checkpoint keeps a contiguous V instead.
-        if getattr(v, "name", "") == "qkv_view":
+        # attention.py _checkpointed_attention_forward: CheckpointFunction saves
+        # query, key and value as they are, to the end of its backward. With
+        # RoPE, query and key are tensors of their own and the value, a view
+        # of the fused QKV output, pins that whole buffer (checked against
+        # megatron-core 0.19.2 on the fake GPU: docs/megasim.md "Checked
+        # against the real Megatron-Core"); a contiguous copy, where the
+        # attention needs one, is made inside the region and replayed.
+        # Without RoPE megasim's query and key stand for slices of that buffer
+        # (views in Megatron-Core): they and a contiguous V are its bytes.
+        if not self.rope and getattr(v, "name", "") == "qkv_view":
             v = Tensor(self.S.kv, "v_contiguous")
 
         def custom_forward(q, k, v):
