@@ -115,7 +115,7 @@ maybe_sample(void)
     uint64_t every = g_rs_cfg.meminfo_interval_ns, now = t_rs.last_ns;
     if (!every)
         return;
-    rs_file_header *h = rs_w_hot.hdr;
+    rs_file_header *h = rs_writer_state() == RS_W_OPEN ? rs_w_hot.hdr : NULL;
     if (now && now - atomic_load_explicit(&g_last_sample_ns, memory_order_relaxed) < every &&
         h && __atomic_load_n(&h->device_capacity, __ATOMIC_RELAXED))
         return;

@@ -113,13 +113,13 @@ recording_now(void)
     return rs_recording();
 }
 
-/* header.device is the first device any record named. Called with the
- * file open (after rs_rec_begin): reads the header's line, writes it once. */
+/* header.device is the first device any record named: reads the header's
+ * line, writes it once. */
 static inline void
 note_device(int device)
 {
-    rs_file_header *h = rs_w_hot.hdr;
-    if (device < 0 || !h)
+    rs_file_header *h;
+    if (device < 0 || rs_writer_state() != RS_W_OPEN || !(h = rs_w_hot.hdr))
         return;
     int32_t expect = -1;
     if (__builtin_expect(__atomic_load_n(&h->device, __ATOMIC_RELAXED) < 0, 0))
