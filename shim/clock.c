@@ -33,12 +33,8 @@
 #include "clock.h"
 #include "record.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if RS_HAVE_TSC
 #include <cpuid.h>
-#include <x86intrin.h>
-#define RS_HAVE_TSC 1
-#else
-#define RS_HAVE_TSC 0
 #endif
 
 /* A thread re-reads clock_gettime after this much extrapolated time (ns). */
@@ -55,15 +51,13 @@ gettime_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* 0 undecided, 1 TSC, -1 clock_gettime only. */
-static atomic_int g_mode;
+/* 0 undecided, 1 TSC, -1 clock_gettime only (clock.h: rs_clock_mode). */
+int rs_clock_mode;
 /* The process's first (clock_gettime, TSC) pair: written once, before
- * g_mode says 1 (release), read after loading it (acquire). */
+ * rs_clock_mode says 1 (release), read after loading it (acquire). */
 static uint64_t g_first_tsc, g_first_ns;
 
-static __thread struct {
-    uint64_t base_tsc, base_ns, limit_ticks, last, mult;
-} t_clk __attribute__((tls_model("initial-exec")));
+__thread rs_clock_tls t_clk __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
 #if RS_HAVE_TSC
 /* 1 when the kernel's clocksource is the TSC and the CPU says it is
@@ -103,20 +97,20 @@ rs_clock_init(void)
 #else
     (void)env;
 #endif
-    atomic_store_explicit(&g_mode, tsc ? 1 : -1, memory_order_release);
+    __atomic_store_n(&rs_clock_mode, tsc ? 1 : -1, __ATOMIC_RELEASE);
 }
 
 int
 rs_clock_uses_tsc(void)
 {
-    return atomic_load_explicit(&g_mode, memory_order_acquire) == 1;
+    return __atomic_load_n(&rs_clock_mode, __ATOMIC_ACQUIRE) == 1;
 }
 
 #if RS_HAVE_TSC
 /* Take a new (clock_gettime, TSC) pair for this thread and refresh the
  * process-wide rate from the first pair to this one. Returns the time. */
-static uint64_t
-rebase(void)
+uint64_t
+rs_clock_rebase(void)
 {
     uint64_t ns = gettime_ns(), tsc = __rdtsc();
     uint64_t span_ns = ns - g_first_ns, span_ticks = tsc - g_first_tsc;
@@ -133,19 +127,13 @@ rebase(void)
 #endif
 
 uint64_t
+rs_clock_gettime_ns(void)
+{
+    return gettime_ns();
+}
+
+uint64_t
 rs_now_ns(void)
 {
-#if RS_HAVE_TSC
-    if (__builtin_expect(atomic_load_explicit(&g_mode, memory_order_acquire) == 1, 1)) {
-        uint64_t d = __rdtsc() - t_clk.base_tsc;
-        if (__builtin_expect(d >= t_clk.limit_ticks, 0))
-            return rebase();
-        uint64_t ns = t_clk.base_ns + (uint64_t)(((unsigned __int128)d * t_clk.mult) >> 32);
-        if (ns < t_clk.last)
-            ns = t_clk.last;
-        t_clk.last = ns;
-        return ns;
-    }
-#endif
-    return gettime_ns();
+    return rs_now_ns_inline();
 }

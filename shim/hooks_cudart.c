@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <stdatomic.h>
 
+#include "clock.h"
 #include "config.h"
 #include "record.h"
 #include "resolve.h"
@@ -105,10 +106,19 @@ rs_meminfo_due(void)
     return atomic_compare_exchange_strong(&g_last_sample_ns, &last, now);
 }
 
-/* Rate-limited cudaMemGetInfo after a successful memory call. */
-static void
+/* Rate-limited cudaMemGetInfo after a successful memory call. The common
+ * case (sampling off, or the last sample recent and the capacity known)
+ * is decided here with three loads, the rest by rs_meminfo_due. */
+static inline void
 maybe_sample(void)
 {
+    uint64_t every = g_rs_cfg.meminfo_interval_ns, now = t_rs.last_ns;
+    if (!every)
+        return;
+    rs_file_header *h = rs_writer_state() == RS_W_OPEN ? rs_w_hot.hdr : NULL;
+    if (now && now - atomic_load_explicit(&g_last_sample_ns, memory_order_relaxed) < every &&
+        h && __atomic_load_n(&h->device_capacity, __ATOMIC_RELAXED))
+        return;
     if (!rs_meminfo_due())
         return;
     __typeof__(&cudaMemGetInfo) real = RS_REAL(cudaMemGetInfo);
@@ -202,7 +212,7 @@ cudaFree(void *devPtr)
     ENTER(cudaFree) real(devPtr);
     uint64_t caller = CALLER();
     t_rs.guard++;
-    uint64_t t0 = rs_now_ns();
+    uint64_t t0 = rs_now_ns_inline();
     cudaError_t rc = real(devPtr);
     /* cudaFree(NULL) is the classic "initialise the context" call. */
     if (devPtr) {
@@ -254,7 +264,7 @@ cudaMallocFromPoolAsync_ptsz(void **devPtr, size_t size, cudaMemPool_t memPool,
     ENTER(name) real(devPtr, hStream);                                                          \
     uint64_t caller = CALLER();                                                                 \
     t_rs.guard++;                                                                               \
-    uint64_t t0 = rs_now_ns();                                                                  \
+    uint64_t t0 = rs_now_ns_inline();                                                           \
     cudaError_t rc = real(devPtr, hStream);                                                     \
     after_free(RS_API_##name, RS_MEM_DEVICE, rc, devPtr, (uint64_t)(uintptr_t)hStream, caller,  \
                t0);                                                                             \

@@ -120,6 +120,48 @@ rs_intern(const char *s, size_t len)
     return id;
 }
 
+/* Per-thread memo of names interned recently, by address: an NVTX name is
+ * usually a string literal or a buffer pushed again and again, so hashing
+ * its bytes on every push is avoidable. A hit still compares the bytes with
+ * the interned copy (the buffer may hold another string now): the memo
+ * never returns an id whose string differs from s. Direct-mapped. */
+#define RS_INTERN_MEMO 16u
+static __thread struct {
+    const char *s;
+    uint32_t len, id;
+} t_memo[RS_INTERN_MEMO] __attribute__((tls_model("initial-exec")));
+
+static inline uint32_t
+memo_index(const char *s, size_t len)
+{
+    return (uint32_t)(((uintptr_t)s >> 3) ^ len) & (RS_INTERN_MEMO - 1);
+}
+
+uint32_t
+rs_intern_memo_get(const char *s, size_t len)
+{
+    const __typeof__(t_memo[0]) *m = &t_memo[memo_index(s, len)];
+    if (m->s != s || m->len != len || !m->id)
+        return 0;
+    /* the id came from rs_intern on this thread: its slot and by_id entry
+     * were published before the slot's hash (release), which rs_intern
+     * loaded (acquire) or stored itself; strings are never removed */
+    const struct intern_slot *slots = __atomic_load_n(&g_in.slots, __ATOMIC_ACQUIRE);
+    const char *str = slots[g_in.by_id[m->id]].str;
+    return memcmp(str, s, len) == 0 ? m->id : 0;
+}
+
+void
+rs_intern_memo_put(const char *s, size_t len, uint32_t id)
+{
+    if (!id || len > RS_INTERN_MAX_LEN)
+        return;
+    __typeof__(t_memo[0]) *m = &t_memo[memo_index(s, len)];
+    m->s = s;
+    m->len = (uint32_t)len;
+    m->id = id;
+}
+
 void
 rs_intern_replay(void)
 {

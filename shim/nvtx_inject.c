@@ -356,8 +356,16 @@ msg_text(rs_msg *m, const char *s, size_t len, int intern)
     m->text = s;
     m->len = len;
     m->name_id = 0;
-    if (intern && should_intern(s, len))
-        m->name_id = rs_intern(s, len);
+    if (!intern)
+        return;
+    /* a name this thread interned at this address before: no hash, no
+     * should_intern scan (the same bytes passed it then) */
+    uint32_t id = rs_intern_memo_get(s, len);
+    if (!id && should_intern(s, len)) {
+        id = rs_intern(s, len);
+        rs_intern_memo_put(s, len, id);
+    }
+    m->name_id = id;
 }
 
 /* Fill m from event attributes; wbuf (RS_NVTX_WTEXT_MAX) holds converted

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "config.h"
 #include "pystack.h"
 #include "stack.h"
@@ -102,15 +103,26 @@ rs_window_step_marker(const char *name, size_t len)
     window_set(n >= g_rs_cfg.window_a && n <= g_rs_cfg.window_b, n);
 }
 
-/* header.device is the first device any record named. */
+/* rs_recording's common case inline (the file open, no window): two
+ * loads; windows take rs_recording. */
+static inline __attribute__((always_inline)) int
+recording_now(void)
+{
+    if (__builtin_expect(g_rs_cfg.window_kind == RS_WINDOW_NONE, 1))
+        return __atomic_load_n(&rs_w_hot.state, __ATOMIC_ACQUIRE) == RS_W_OPEN;
+    return rs_recording();
+}
+
+/* header.device is the first device any record named: reads the header's
+ * line, writes it once. */
 static inline void
 note_device(int device)
 {
     rs_file_header *h;
-    if (device < 0 || !(h = rs_writer_header()))
+    if (device < 0 || rs_writer_state() != RS_W_OPEN || !(h = rs_w_hot.hdr))
         return;
     int32_t expect = -1;
-    if (__atomic_load_n(&h->device, __ATOMIC_RELAXED) < 0)
+    if (__builtin_expect(__atomic_load_n(&h->device, __ATOMIC_RELAXED) < 0, 0))
         __atomic_compare_exchange_n(&h->device, &expect, device, 0, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED);
 }
@@ -118,7 +130,7 @@ note_device(int device)
 static inline rs_record_header
 hdr(uint16_t kind, uint32_t size, uint32_t aux)
 {
-    t_rs.last_ns = rs_now_ns();
+    t_rs.last_ns = rs_now_ns_inline();
     return (rs_record_header){.kind = kind, .size = (uint16_t)size, .aux = aux,
                               .t_ns = t_rs.last_ns};
 }
@@ -247,7 +259,7 @@ write_compact(unsigned char *p, int is_alloc, const rs_af *f, uint32_t site, uin
 static inline __attribute__((always_inline)) void
 write_alloc_free(int is_alloc, const rs_af *f, int cls)
 {
-    unsigned char *p = rs_rec_begin(sizeof(rs_rec_site) + sizeof(rs_rec_alloc_c), cls);
+    unsigned char *p = rs_rec_begin_fast(sizeof(rs_rec_site) + sizeof(rs_rec_alloc_c), cls);
     if (!p)
         return;
     note_device(f->device);
@@ -306,9 +318,9 @@ void
 rs_record_alloc(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t size, uint64_t stream,
                 uint64_t caller, int status)
 {
-    if (!rs_recording())
+    if (!recording_now())
         return;
-    t_rs.last_ns = rs_now_ns();
+    t_rs.last_ns = rs_now_ns_inline();
     rs_af f = {.t_ns = t_rs.last_ns, .ptr = ptr, .size = size, .stream = stream,
                .caller = caller, .api = api, .mem = mem, .device = t_rs.device,
                .status = status, .pystack = rs_pystack_current()};
@@ -319,14 +331,14 @@ void
 rs_record_free(uint16_t api, uint8_t mem, uint64_t ptr, uint64_t stream, uint64_t caller,
                int status)
 {
-    rs_record_free_at(rs_now_ns(), api, mem, ptr, stream, caller, status);
+    rs_record_free_at(rs_now_ns_inline(), api, mem, ptr, stream, caller, status);
 }
 
 void
 rs_record_free_at(uint64_t t_ns, uint16_t api, uint8_t mem, uint64_t ptr, uint64_t stream,
                   uint64_t caller, int status)
 {
-    if (!rs_recording())
+    if (!recording_now())
         return;
     /* t_ns was read before the free (no second clock read) */
     t_rs.last_ns = t_ns;
@@ -462,14 +474,14 @@ rs_record_nvtx(uint16_t kind, uint32_t domain, uint32_t name_id, const char *tex
                size_t text_len, uint64_t range_id, uint32_t category, uint32_t aux)
 {
     int gated = kind != RS_REC_NVTX_DOMAIN;
-    if (gated && !rs_recording())
+    if (gated && !recording_now())
         return;
     if (name_id)
         text_len = 0;
     if (text_len > RS_NVTX_TEXT_MAX)
         text_len = RS_NVTX_TEXT_MAX;
     uint32_t size = RS_RECORD_ROUND((uint32_t)(sizeof(rs_rec_nvtx_name) + text_len));
-    rs_rec_nvtx_name *r = rs_rec_begin(size, gated ? RS_GATED : RS_UNGATED);
+    rs_rec_nvtx_name *r = rs_rec_begin_fast(size, gated ? RS_GATED : RS_UNGATED);
     if (!r)
         return;
     r->h = hdr(kind, size, aux);
@@ -480,35 +492,36 @@ rs_record_nvtx(uint16_t kind, uint32_t domain, uint32_t name_id, const char *tex
     r->category = category;
     if (text_len)
         memcpy(r + 1, text, text_len);
-    memset((char *)(r + 1) + text_len, 0, size - sizeof *r - text_len);
-    rs_rec_end(r, size);
+    if (size - sizeof *r > text_len)
+        memset((char *)(r + 1) + text_len, 0, size - sizeof *r - text_len);
+    rs_rec_end_n(size, 1, r->h.t_ns);
 }
 
 void
 rs_record_nvtx_pop(uint32_t domain, uint32_t depth)
 {
-    if (!rs_recording())
+    if (!recording_now())
         return;
-    rs_rec_nvtx_pop *r = rs_rec_begin(sizeof *r, RS_GATED);
+    rs_rec_nvtx_pop *r = rs_rec_begin_fast(sizeof *r, RS_GATED);
     if (!r)
         return;
     r->h = hdr(RS_REC_NVTX_POP, sizeof *r, depth);
     r->domain = domain;
     r->reserved = 0;
-    rs_rec_end(r, sizeof *r);
+    rs_rec_end_n(sizeof *r, 1, r->h.t_ns);
 }
 
 void
 rs_record_nvtx_end(uint64_t range_id)
 {
-    if (!rs_recording())
+    if (!recording_now())
         return;
-    rs_rec_nvtx_end *r = rs_rec_begin(sizeof *r, RS_GATED);
+    rs_rec_nvtx_end *r = rs_rec_begin_fast(sizeof *r, RS_GATED);
     if (!r)
         return;
     r->h = hdr(RS_REC_NVTX_END, sizeof *r, 0);
     r->range_id = range_id;
-    rs_rec_end(r, sizeof *r);
+    rs_rec_end_n(sizeof *r, 1, r->h.t_ns);
 }
 
 void

@@ -39,8 +39,27 @@ typedef struct rs_tls {
 
 extern __thread rs_tls t_rs __attribute__((tls_model("initial-exec")));
 
-/* 1 while the shim records (not disabled, not RECOMPSHIM_DISABLE). */
-RS_HIDDEN int rs_enabled(void);
+/* The writer's state every hook and record reads (writer.c owns it): one
+ * cache line of its own, written only when the file opens or closes, the
+ * byte limit is reached, or the process forks -- never per event, so
+ * threads recording at once share it read-only (no line bounces between
+ * CPUs). Accessed with __atomic builtins. */
+typedef struct rs_writer_hot {
+    int state;            /* enum rs_writer_state (writer.h) */
+    int limit_hit;        /* 1 once the byte limit has stopped gated records */
+    uint32_t gen;         /* bumped at open and fork: TLS chunks go stale */
+    rs_file_header *hdr;  /* the mapped file header while one is mapped, else NULL */
+} __attribute__((aligned(64))) rs_writer_hot;
+
+extern rs_writer_hot rs_w_hot RS_HIDDEN;
+
+/* 1 while the shim records (not disabled, not RECOMPSHIM_DISABLE): the
+ * writer state is RS_W_NONE (0) or RS_W_OPEN (1). Inline: every hook asks. */
+static inline int
+rs_enabled(void)
+{
+    return (unsigned)__atomic_load_n(&rs_w_hot.state, __ATOMIC_ACQUIRE) <= 1u;
+}
 
 /* Monotonic clock in ns. */
 RS_HIDDEN uint64_t rs_now_ns(void);
@@ -51,7 +70,14 @@ RS_HIDDEN uint32_t rs_gettid(void);
 /* Create the trace file if this process has none yet (first CUDA touch).
  * Safe to call on every hook; returns 1 when a file is open. Never calls
  * CUDA. On any failure the shim disables itself with one stderr line. */
-RS_HIDDEN int rs_trace_open(void);
+RS_HIDDEN int rs_trace_open_slow(void);
+static inline int
+rs_trace_open(void)
+{
+    if (__builtin_expect(__atomic_load_n(&rs_w_hot.state, __ATOMIC_ACQUIRE) == 1, 1))
+        return 1; /* RS_W_OPEN */
+    return rs_trace_open_slow();
+}
 
 /* 1 when a trace file is open and gated events are being recorded now
  * (inside the window, below the byte limit). */
@@ -123,6 +149,12 @@ RS_HIDDEN void rs_record_meta(uint32_t key, const void *bytes, size_t len);
  * are lock-free, inserts take a mutex (once per distinct string). The
  * STRING record is written when the file is open, or replayed at open. */
 RS_HIDDEN uint32_t rs_intern(const char *s, size_t len);
+/* The id rs_intern gave this thread for the same `len` bytes at the same
+ * address `s`, when those bytes are still that string; 0 otherwise (then
+ * call rs_intern, and rs_intern_memo_put its non-zero id). No lock, no
+ * hash: one compare of the bytes with the interned copy. */
+RS_HIDDEN uint32_t rs_intern_memo_get(const char *s, size_t len);
+RS_HIDDEN void rs_intern_memo_put(const char *s, size_t len, uint32_t id);
 
 /* NVTX records. kind is RS_REC_NVTX_PUSH/START/MARK/DOMAIN; name_id from
  * rs_intern or 0 with `text`/`text_len` inline; aux per trace_format.h.

@@ -28,7 +28,7 @@ static const struct api_entry k_apis[] = {
 _Static_assert(sizeof k_apis / sizeof *k_apis == RS_API_COUNT + 1, "API codes are dense from 1");
 
 enum { UNRESOLVED = 0, RESOLVED = 1, MISSING = 2 };
-static _Atomic(void *) g_real[sizeof k_apis / sizeof *k_apis];
+void *rs_real_table[sizeof k_apis / sizeof *k_apis];
 static atomic_int g_state[sizeof k_apis / sizeof *k_apis];
 
 const char *
@@ -81,7 +81,7 @@ rs_resolve_sym(const char *name, int lib)
 void *
 rs_real(int code)
 {
-    void *p = atomic_load_explicit(&g_real[code], memory_order_acquire);
+    void *p = __atomic_load_n(&rs_real_table[code], __ATOMIC_ACQUIRE);
     if (__builtin_expect(p != NULL, 1))
         return p;
     if (atomic_load(&g_state[code]) == MISSING)
@@ -90,7 +90,7 @@ rs_real(int code)
     p = rs_resolve_sym(k_apis[code].name, k_apis[code].lib);
     t_rs.guard--;
     if (p) {
-        atomic_store_explicit(&g_real[code], p, memory_order_release);
+        __atomic_store_n(&rs_real_table[code], p, __ATOMIC_RELEASE);
         atomic_store(&g_state[code], RESOLVED);
         return p;
     }
@@ -136,7 +136,7 @@ rs_query_device(void *_Atomic *cache, const char *getter, int lib)
 }
 
 void
-rs_learn_device(void *_Atomic *cache, const char *getter, int lib)
+rs_learn_device_slow(void *_Atomic *cache, const char *getter, int lib)
 {
     if (t_rs.device >= 0)
         return;

@@ -13,8 +13,20 @@ enum { RS_LIB_CUDART = 1, RS_LIB_LIBC = 2, RS_LIB_CUDA = 3, RS_LIB_NCCL = 4, RS_
  * per API; a miss is remembered and reported as META hook_missing. */
 RS_HIDDEN void *rs_real(int code);
 
+/* Resolved functions by API code (resolve.c; NULL until resolved). */
+extern void *rs_real_table[] RS_HIDDEN;
+
+/* rs_real inline: one load once the API is resolved (every call after the
+ * first), rs_real otherwise. */
+static inline __attribute__((always_inline)) void *
+rs_real_fast(int code)
+{
+    void *p = __atomic_load_n(&rs_real_table[code], __ATOMIC_ACQUIRE);
+    return __builtin_expect(p != NULL, 1) ? p : rs_real(code);
+}
+
 /* Typed access: RS_REAL(cudaMalloc) has cudaMalloc's exact type. */
-#define RS_REAL(name) ((__typeof__(&name))rs_real(RS_API_##name))
+#define RS_REAL(name) ((__typeof__(&name))rs_real_fast(RS_API_##name))
 
 /* Look up any symbol the way hooks are resolved (RTLD_NEXT, then the
  * loaded libcudart when lib is RS_LIB_CUDART). Not cached. */
@@ -25,7 +37,13 @@ RS_HIDDEN void *rs_resolve_sym(const char *name, int lib);
  * a context), resolved once into *cache. -1 when unknown. */
 RS_HIDDEN int rs_query_device(void *_Atomic *cache, const char *getter, int lib);
 /* Set this thread's device from rs_query_device unless already known. */
-RS_HIDDEN void rs_learn_device(void *_Atomic *cache, const char *getter, int lib);
+RS_HIDDEN void rs_learn_device_slow(void *_Atomic *cache, const char *getter, int lib);
+static inline void
+rs_learn_device(void *_Atomic *cache, const char *getter, int lib)
+{
+    if (__builtin_expect(t_rs.device < 0, 0))
+        rs_learn_device_slow(cache, getter, lib);
+}
 
 /* Name of a hooked API code ("cudaMalloc"), or "?" (apis.def). */
 RS_HIDDEN const char *rs_hook_name(int code);

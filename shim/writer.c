@@ -49,19 +49,19 @@ struct chunk_slot {
     atomic_int state;
 };
 
+rs_writer_hot rs_w_hot;
+
 static struct {
-    atomic_int state;                /* enum rs_writer_state */
     pthread_mutex_t open_mu;         /* file creation only */
     int fd;                          /* moved to a high number; checked before use */
     dev_t dev;                       /* the trace file's identity, to tell */
     ino_t ino;                       /* a reused descriptor from ours */
     pthread_mutex_t fd_mu;           /* reopening after the job closed fd */
-    rs_file_header *hdr;
+    /* hdr: rs_w_hot.hdr (record.h) */
     atomic_uint next_chunk;          /* next index to claim */
     uint32_t limit_chunks;           /* gated records stop at this index */
     uint32_t max_chunks;             /* nothing is claimed past this index */
-    atomic_int limit_hit;
-    atomic_uint gen;                 /* bumped at open and fork: TLS chunks go stale */
+    /* state, limit_hit and gen: rs_w_hot (record.h), a line of their own */
     pthread_key_t exit_key;
     char path[PATH_MAX + 512];
     struct chunk_slot slots[RS_REGISTRY_SLOTS];
@@ -82,31 +82,18 @@ rs_gettid(void)
     return t_rs.tid;
 }
 
-int
-rs_writer_state(void)
-{
-    return atomic_load_explicit(&g_w.state, memory_order_acquire);
-}
-
-int
-rs_enabled(void)
-{
-    int s = rs_writer_state();
-    return s == RS_W_NONE || s == RS_W_OPEN;
-}
-
 void
 rs_writer_set_disabled(void)
 {
-    atomic_store_explicit(&g_w.state, RS_W_DISABLED, memory_order_release);
-    if (g_w.hdr)
+    __atomic_store_n(&rs_w_hot.state, RS_W_DISABLED, __ATOMIC_RELEASE);
+    if (rs_w_hot.hdr)
         rs_writer_set_flags(RS_HDR_DISABLED);
 }
 
 rs_file_header *
 rs_writer_header(void)
 {
-    return rs_writer_state() == RS_W_OPEN ? g_w.hdr : NULL;
+    return rs_writer_state() == RS_W_OPEN ? rs_w_hot.hdr : NULL;
 }
 
 const char *
@@ -118,13 +105,13 @@ rs_writer_path(void)
 int
 rs_writer_limit_hit(void)
 {
-    return atomic_load_explicit(&g_w.limit_hit, memory_order_relaxed);
+    return __atomic_load_n(&rs_w_hot.limit_hit, __ATOMIC_RELAXED);
 }
 
 void
 rs_writer_count_dropped(void)
 {
-    rs_file_header *h = g_w.hdr;
+    rs_file_header *h = rs_w_hot.hdr;
     if (h)
         __atomic_fetch_add(&h->dropped_records, 1, __ATOMIC_RELAXED);
 }
@@ -132,8 +119,8 @@ rs_writer_count_dropped(void)
 void
 rs_writer_set_flags(uint32_t flags)
 {
-    if (g_w.hdr)
-        __atomic_fetch_or(&g_w.hdr->flags, flags, __ATOMIC_RELEASE);
+    if (rs_w_hot.hdr)
+        __atomic_fetch_or(&rs_w_hot.hdr->flags, flags, __ATOMIC_RELEASE);
 }
 
 static inline rs_chunk_header *
@@ -193,7 +180,7 @@ static void
 thread_exit(void *arg)
 {
     (void)arg;
-    if (t_rs.gen == atomic_load(&g_w.gen) && rs_writer_state() == RS_W_OPEN)
+    if (t_rs.gen == __atomic_load_n(&rs_w_hot.gen, __ATOMIC_SEQ_CST) && rs_writer_state() == RS_W_OPEN)
         release_thread_chunk();
 }
 
@@ -323,7 +310,8 @@ claim_chunk(void)
     int flipped = 0;
     if (idx >= g_w.limit_chunks) {
         int expect = 0;
-        flipped = atomic_compare_exchange_strong(&g_w.limit_hit, &expect, 1);
+        flipped = __atomic_compare_exchange_n(&rs_w_hot.limit_hit, &expect, 1, 0, __ATOMIC_SEQ_CST,
+                                              __ATOMIC_SEQ_CST);
     }
     off_t off = (off_t)RS_HEADER_SIZE + (off_t)idx * RS_CHUNK_SIZE;
     int fd = trace_fd();
@@ -349,9 +337,9 @@ claim_chunk(void)
     ch->record_count = 0;
     __atomic_store_n(&ch->magic, RS_CHUNK_MAGIC, __ATOMIC_RELEASE);
     /* Publish: chunks_published = max(chunks_published, idx + 1). */
-    uint32_t cur = __atomic_load_n(&g_w.hdr->chunks_published, __ATOMIC_RELAXED);
+    uint32_t cur = __atomic_load_n(&rs_w_hot.hdr->chunks_published, __ATOMIC_RELAXED);
     while (cur < idx + 1 &&
-           !__atomic_compare_exchange_n(&g_w.hdr->chunks_published, &cur, idx + 1, 1,
+           !__atomic_compare_exchange_n(&rs_w_hot.hdr->chunks_published, &cur, idx + 1, 1,
                                         __ATOMIC_RELEASE, __ATOMIC_RELAXED))
         ;
     t_rs.chunk = c;
@@ -359,7 +347,7 @@ claim_chunk(void)
     t_rs.chunk_epoch++; /* compact records: new time base and sites (v1.4) */
     t_slot = register_chunk(c);
     if (flipped) {
-        g_w.hdr->limit_hit_ns = rs_now_ns();
+        rs_w_hot.hdr->limit_hit_ns = rs_now_ns();
         rs_writer_set_flags(RS_HDR_LIMIT_HIT);
         write_limit_record();
     }
@@ -373,7 +361,7 @@ thread_attach(void)
 {
     t_rs.chunk = NULL;
     t_slot = -1;
-    t_rs.gen = atomic_load(&g_w.gen);
+    t_rs.gen = __atomic_load_n(&rs_w_hot.gen, __ATOMIC_SEQ_CST);
     if (claim_chunk() != 0)
         return -1;
     pthread_setspecific(g_w.exit_key, (void *)1);
@@ -389,12 +377,12 @@ rs_rec_begin(uint32_t size, int cls)
 {
     if (rs_writer_state() != RS_W_OPEN)
         return NULL;
-    if (cls == RS_GATED && atomic_load_explicit(&g_w.limit_hit, memory_order_relaxed)) {
+    if (cls == RS_GATED && __atomic_load_n(&rs_w_hot.limit_hit, __ATOMIC_RELAXED)) {
         rs_writer_count_dropped();
         return NULL;
     }
-    if (__builtin_expect(!t_rs.chunk || t_rs.gen != atomic_load_explicit(&g_w.gen,
-                                                                          memory_order_relaxed),
+    if (__builtin_expect(!t_rs.chunk ||
+                             t_rs.gen != __atomic_load_n(&rs_w_hot.gen, __ATOMIC_RELAXED),
                          0)) {
         if (thread_attach() != 0)
             return NULL;
@@ -405,7 +393,7 @@ rs_rec_begin(uint32_t size, int cls)
         if (claim_chunk() != 0)
             return NULL;
         rs_modules_refresh();
-        if (cls == RS_GATED && atomic_load_explicit(&g_w.limit_hit, memory_order_relaxed)) {
+        if (cls == RS_GATED && __atomic_load_n(&rs_w_hot.limit_hit, __ATOMIC_RELAXED)) {
             rs_writer_count_dropped();
             return NULL;
         }
@@ -438,7 +426,7 @@ rs_writer_sync(void)
         return;
     if (t_rs.chunk)
         msync(t_rs.chunk, RS_CHUNK_SIZE, MS_SYNC);
-    msync(g_w.hdr, RS_HEADER_SIZE, MS_SYNC);
+    msync(rs_w_hot.hdr, RS_HEADER_SIZE, MS_SYNC);
 }
 
 /* mkdir -p with mode 0700 for components we create. */
@@ -594,7 +582,7 @@ publish_name(int rfd, const char *tmp, char *file, size_t cap)
 /* Create the trace file in the run directory: under a hidden temporary
  * name (".<file>.part", not a trace name) until the header is complete,
  * then renamed, so a kill during creation leaves no file that looks like a
- * damaged trace. Fills g_w.fd, g_w.hdr, g_w.path. Returns 0 or -1 (the
+ * damaged trace. Fills g_w.fd, rs_w_hot.hdr, g_w.path. Returns 0 or -1 (the
  * shim disabled, nothing left behind but a .part file after a kill). */
 static int
 create_trace(int rfd, const char *out, const char *run_dir, char *file, size_t cap)
@@ -623,13 +611,13 @@ create_trace(int rfd, const char *out, const char *run_dir, char *file, size_t c
                    e);
         return -1;
     }
-    g_w.hdr = h;
+    rs_w_hot.hdr = h;
     init_header(run_dir);
     int err = publish_name(rfd, tmp, file, cap);
     if (err) {
         unlinkat(rfd, tmp, 0);
         munmap(h, RS_HEADER_SIZE);
-        g_w.hdr = NULL;
+        rs_w_hot.hdr = NULL;
         close(fd);
         rs_disable("cannot name the trace file", err);
         return -1;
@@ -649,7 +637,7 @@ create_trace(int rfd, const char *out, const char *run_dir, char *file, size_t c
     return 0;
 }
 
-/* Fill the mapped header (g_w.hdr) and the chunk limits. The file stays
+/* Fill the mapped header (rs_w_hot.hdr) and the chunk limits. The file stays
  * within RECOMPSHIM_MAX_BYTES (whole chunks; at least the header and two
  * chunks, 516 KiB): events fill all but the reserved tail. */
 static void
@@ -672,17 +660,17 @@ init_header(const char *run_dir)
     g_w.max_chunks = (uint32_t)max_chunks;
     g_w.limit_chunks = (uint32_t)(max_chunks - tail);
     atomic_store(&g_w.next_chunk, 0);
-    atomic_store(&g_w.limit_hit, 0);
-    rs_header_fill(g_w.hdr, run_dir);
-    g_w.hdr->reserved_chunks = (uint32_t)tail;
+    __atomic_store_n(&rs_w_hot.limit_hit, 0, __ATOMIC_SEQ_CST);
+    rs_header_fill(rs_w_hot.hdr, run_dir);
+    rs_w_hot.hdr->reserved_chunks = (uint32_t)tail;
     /* The checksum covers the magic as it will read. Magic last: a reader
      * never sees a half-written header as valid. */
     rs_file_header sum;
-    memcpy(&sum, g_w.hdr, sizeof sum);
+    memcpy(&sum, rs_w_hot.hdr, sizeof sum);
     memcpy(sum.magic, RS_TRACE_MAGIC, RS_TRACE_MAGIC_LEN);
-    g_w.hdr->header_checksum = rs_header_checksum(&sum);
+    rs_w_hot.hdr->header_checksum = rs_header_checksum(&sum);
     __atomic_thread_fence(__ATOMIC_RELEASE);
-    memcpy(g_w.hdr->magic, RS_TRACE_MAGIC, RS_TRACE_MAGIC_LEN);
+    memcpy(rs_w_hot.hdr->magic, RS_TRACE_MAGIC, RS_TRACE_MAGIC_LEN);
 }
 
 /* Create the run directory and the trace file; map the header. */
@@ -703,7 +691,7 @@ create_file(void)
 }
 
 int
-rs_trace_open(void)
+rs_trace_open_slow(void)
 {
     int s = rs_writer_state();
     if (__builtin_expect(s == RS_W_OPEN, 1))
@@ -717,8 +705,8 @@ rs_trace_open(void)
     if (s == RS_W_OPEN) {
         ok = 1;
     } else if (s == RS_W_NONE && create_file() == 0) {
-        atomic_fetch_add(&g_w.gen, 1);
-        atomic_store_explicit(&g_w.state, RS_W_OPEN, memory_order_release);
+        __atomic_fetch_add(&rs_w_hot.gen, 1, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&rs_w_hot.state, RS_W_OPEN, __ATOMIC_RELEASE);
         rs_header_write_startup_records();
         rs_intern_replay();
         rs_pystack_replay();
@@ -742,22 +730,23 @@ rs_writer_close(void)
     rs_modules_refresh();
     rs_window_report_at_exit();
     int expect = RS_W_OPEN;
-    if (!atomic_compare_exchange_strong(&g_w.state, &expect, RS_W_CLOSED))
+    if (!__atomic_compare_exchange_n(&rs_w_hot.state, &expect, RS_W_CLOSED, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
         return;
     for (int i = 0; i < RS_REGISTRY_SLOTS; i++) {
         unsigned char *c = atomic_load(&g_w.slots[i].chunk);
         if (c && atomic_load(&g_w.slots[i].state) == SLOT_ACTIVE)
             seal_chunk(c, i);
     }
-    g_w.hdr->close_ns = rs_now_ns();
-    __atomic_fetch_or(&g_w.hdr->flags, RS_HDR_CLOSED, __ATOMIC_RELEASE);
-    msync(g_w.hdr, RS_HEADER_SIZE, MS_ASYNC);
+    rs_w_hot.hdr->close_ns = rs_now_ns();
+    __atomic_fetch_or(&rs_w_hot.hdr->flags, RS_HDR_CLOSED, __ATOMIC_RELEASE);
+    msync(rs_w_hot.hdr, RS_HEADER_SIZE, MS_ASYNC);
 }
 
 int
 rs_writer_before_exec(const char *program)
 {
-    if (rs_writer_state() != RS_W_OPEN || !g_w.hdr || g_w.hdr->pid != (int32_t)getpid())
+    if (rs_writer_state() != RS_W_OPEN || !rs_w_hot.hdr || rs_w_hot.hdr->pid != (int32_t)getpid())
         return 0;
     char note[PATH_MAX + 16];
     int n = snprintf(note, sizeof note, "exec %s", program ? program : "?");
@@ -779,15 +768,15 @@ writer_reset(void)
         atomic_store(&g_w.slots[i].chunk, NULL);
         atomic_store(&g_w.slots[i].state, SLOT_FREE);
     }
-    if (g_w.hdr)
-        munmap(g_w.hdr, RS_HEADER_SIZE);
+    if (rs_w_hot.hdr)
+        munmap(rs_w_hot.hdr, RS_HEADER_SIZE);
     if (g_w.fd >= 0)
         close(g_w.fd);
-    g_w.hdr = NULL;
+    rs_w_hot.hdr = NULL;
     g_w.fd = -1;
     g_w.path[0] = '\0';
-    atomic_store(&g_w.state, RS_W_NONE);
-    atomic_fetch_add(&g_w.gen, 1);
+    __atomic_store_n(&rs_w_hot.state, RS_W_NONE, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&rs_w_hot.gen, 1, __ATOMIC_SEQ_CST);
     t_rs.chunk = NULL;
     t_slot = -1;
 }
@@ -851,7 +840,7 @@ atfork_child(void)
     rs_pystack_atfork_child();
     if (rs_writer_state() == RS_W_OPEN)
         writer_reset();
-    atomic_fetch_add(&g_w.gen, 1);
+    __atomic_fetch_add(&rs_w_hot.gen, 1, __ATOMIC_SEQ_CST);
     t_rs.chunk = NULL;
     t_rs.tid = 0;
     t_slot = -1;
@@ -861,7 +850,7 @@ void
 rs_writer_init(void)
 {
     if (g_rs_cfg.disable)
-        atomic_store(&g_w.state, RS_W_DISABLED);
+        __atomic_store_n(&rs_w_hot.state, RS_W_DISABLED, __ATOMIC_SEQ_CST);
     rs_clock_init();
     rs_record_init();
     pthread_key_create(&g_w.exit_key, thread_exit);

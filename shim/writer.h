@@ -20,8 +20,14 @@ enum rs_rec_class { RS_GATED = 0, RS_UNGATED = 1 };
 
 /* Constructor-time setup: TLS key for thread exit, fork handlers. */
 RS_HIDDEN void rs_writer_init(void);
+_Static_assert(RS_W_NONE == 0 && RS_W_OPEN == 1, "rs_enabled and rs_trace_open (record.h) test these values");
+
 /* Current state (acquire load). */
-RS_HIDDEN int rs_writer_state(void);
+static inline int
+rs_writer_state(void)
+{
+    return __atomic_load_n(&rs_w_hot.state, __ATOMIC_ACQUIRE);
+}
 RS_HIDDEN void rs_writer_set_disabled(void);
 
 /* Reserve `size` bytes (a multiple of 8, <= RS_MAX_RECORD_SIZE) in the
@@ -30,6 +36,24 @@ RS_HIDDEN void rs_writer_set_disabled(void);
  * the record and calls rs_rec_end with the same size. Lock-free; claims a
  * new chunk (fallocate + mmap, once per RS_CHUNK_SIZE) when full. */
 RS_HIDDEN void *rs_rec_begin(uint32_t size, int cls);
+/* rs_rec_begin's common case inline (the file open, a gated record below
+ * the limit or an ungated one, this thread's chunk current and with room):
+ * four loads and a compare, no call; anything else takes rs_rec_begin. */
+static inline __attribute__((always_inline)) void *
+rs_rec_begin_fast(uint32_t size, int cls)
+{
+    unsigned char *c = t_rs.chunk;
+    if (__builtin_expect(
+            c && __atomic_load_n(&rs_w_hot.state, __ATOMIC_ACQUIRE) == RS_W_OPEN &&
+                !(cls == RS_GATED && __atomic_load_n(&rs_w_hot.limit_hit, __ATOMIC_RELAXED)) &&
+                t_rs.gen == __atomic_load_n(&rs_w_hot.gen, __ATOMIC_RELAXED),
+            1)) {
+        uint32_t used = ((const rs_chunk_header *)(const void *)c)->used;
+        if (__builtin_expect(used + size <= RS_CHUNK_PAYLOAD, 1))
+            return c + sizeof(rs_chunk_header) + used;
+    }
+    return rs_rec_begin(size, cls);
+}
 /* Publish the record: release-store of the chunk's used count. rec must
  * start with an rs_record_header (its t_ns becomes the chunk's time base
  * for compact records, trace_format.h v1.4). */

@@ -289,6 +289,34 @@ Test(writer, intern_same_id_and_replayed_at_open)
     rs_reader_close(r);
 }
 
+/* The per-thread memo of interned names (NVTX pushes): a hit only when the
+ * bytes at the address are still the string interned; a buffer reused for
+ * another name of the same length gets that name's id, never the old one. */
+Test(writer, intern_memo_never_returns_a_stale_id)
+{
+    setup_env(NULL, NULL);
+    char buf[16];
+    memcpy(buf, "layer_0", 8);
+    cr_assert_eq(rs_intern_memo_get(buf, 7), 0, "nothing memoised yet");
+    uint32_t a = rs_intern(buf, 7);
+    cr_assert_neq(a, 0);
+    rs_intern_memo_put(buf, 7, a);
+    cr_assert_eq(rs_intern_memo_get(buf, 7), a, "same address, same bytes: hit");
+    cr_assert_eq(rs_intern_memo_get(buf, 6), 0, "same address, other length: miss");
+    char copy[16];
+    memcpy(copy, buf, 8);
+    cr_assert_eq(rs_intern_memo_get(copy, 7), 0, "same bytes elsewhere: miss (rs_intern finds it)");
+    cr_assert_eq(rs_intern(copy, 7), a);
+    memcpy(buf, "layer_1", 8); /* the job reused its buffer */
+    cr_assert_eq(rs_intern_memo_get(buf, 7), 0, "same address, other bytes: miss");
+    uint32_t b = rs_intern(buf, 7);
+    cr_assert_neq(b, a);
+    rs_intern_memo_put(buf, 7, b);
+    cr_assert_eq(rs_intern_memo_get(buf, 7), b);
+    rs_intern_memo_put(buf, 7, 0); /* rs_intern's 0 (table full) is never memoised */
+    cr_assert_eq(rs_intern_memo_get(buf, 7), b);
+}
+
 Test(writer, world_writable_out_dir_refused)
 {
     setup_env(NULL, NULL);

@@ -14,7 +14,10 @@ the same count of events (malloc/free, what it records); the analyzer
 against heaptrack_print at 10^6 and 10^7 events (10^5 and 10^6 with
 --quick); the Kineto and snapshot importers against Python and zcat;
 megasim's main job with and without the shim. --only SECTION[,...] runs a
-subset (shim, heaptrack, analyzer, importers, job).
+subset (shim, heaptrack, analyzer, importers, job). --old-shim LIB replaces
+the shim section's "before" library; --baseline-lib LIB adds LIB (e.g. main's
+library, tools/bench/build-baseline.sh) as one more variant of the same
+interleaved rounds.
 """
 import os
 import re
@@ -36,6 +39,11 @@ ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv
 # library with RECOMPSHIM_COMPACT=0 (format 1.4's writer, 1.3's record layout)
 OLD_SHIM = (os.path.abspath(sys.argv[sys.argv.index("--old-shim") + 1])
             if "--old-shim" in sys.argv else None)
+# --baseline-lib LIB: one more variant in the same interleaved rounds, e.g. a
+# release build of main's library (tools/bench/build-baseline.sh main), so a
+# change is measured against it side by side; "before" stays as above
+BASELINE = (os.path.abspath(sys.argv[sys.argv.index("--baseline-lib") + 1])
+            if "--baseline-lib" in sys.argv else None)
 
 
 def want(section):
@@ -109,18 +117,23 @@ def shim_section():
     print("## The shim per recorded event (in-process CPU, ns)\n")
     before = ("before: %s" % OLD_SHIM if OLD_SHIM else
               "before: this library with RECOMPSHIM_COMPACT=0 (full 1.3-layout ALLOC/FREE records)")
-    print("%d interleaved rounds (no shim, before, after), median; each thread does N pairs "
+    if BASELINE:
+        before += "; baseline: %s" % BASELINE
+    print("%d interleaved rounds (no shim, before, after%s), median; each thread does N pairs "
           "(2 events) of each workload against the mock runtime. %s; after: this library "
-          "(format 1.4, compact ALLOC/FREE).\n" % (ROUNDS, before))
+          "(format 1.4, compact ALLOC/FREE).\n" % (ROUNDS, ", baseline" if BASELINE else "", before))
+    extra = " baseline | added baseline | after - baseline |" if BASELINE else ""
     print("| threads | N per thread | workload | without | before | after | added before "
-          "| added after | budget 50 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| added after | budget 50 |" + extra)
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if BASELINE else ""))
     added1 = {}
     variants = (("old", OLD_SHIM or SHIM, {} if OLD_SHIM else {"RECOMPSHIM_COMPACT": "0"}),
                 ("new", SHIM, {}))
+    if BASELINE:
+        variants += (("main", BASELINE, {}),)
     for threads in (1, 8, 64):
         n = (200000 if QUICK else 1000000) // threads
-        cpu = {"base": {}, "old": {}, "new": {}}
+        cpu = {"base": {}, "old": {}, "new": {}, "main": {}}
         size, events = {}, 0
         for _ in range(ROUNDS):
             _, _, out, _ = run([BENCH, str(n), str(threads)])
@@ -137,10 +150,15 @@ def shim_section():
             b, o, s = (statistics.median(cpu[x][k]) for x in ("base", "old", "new"))
             if threads == 1:
                 added1[k] = s - b
-            print("| %d | %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s |"
-                  % (threads, n, k, b, o, s, o - b, s - b, "met" if s - b <= 50 else "MISSED"))
-        print("| %d | | trace bytes per event (all workloads) | | %.1f | %.1f | | | |"
-              % (threads, size["old"] / events, size["new"] / events))
+            row = ("| %d | %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s |"
+                   % (threads, n, k, b, o, s, o - b, s - b, "met" if s - b <= 50 else "MISSED"))
+            if BASELINE:
+                m = statistics.median(cpu["main"][k])
+                row += " %.1f | %.1f | %+.1f |" % (m, m - b, s - m)
+            print(row)
+        print("| %d | | trace bytes per event (all workloads) | | %.1f | %.1f | | | |%s"
+              % (threads, size["old"] / events, size["new"] / events,
+                 " %.1f | | |" % (size["main"] / events) if BASELINE else ""))
     print()
     return added1
 
