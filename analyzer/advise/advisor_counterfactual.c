@@ -49,7 +49,7 @@ typedef struct unit {
 
 typedef struct ins {
     uint32_t pos;
-    int kind;                 /* 0 discard, 1 replay */
+    int kind;                 /* 0 discard, 1 replay, 2 release a held input */
     uint32_t v;               /* alloc id or unit index */
 } ins;
 
@@ -65,6 +65,9 @@ typedef struct cf {
     uint32_t **sv_a, **sv_f;
     size_t *nsv;
     uint32_t *bwd_start;
+    uint32_t *hold;           /* per alloc id: op position before which a
+                               * checkpoint's saved input is released instead of
+                               * its own earlier free; ADV_NONE none */
     uint32_t *unreached;      /* per instance, a trace cut before its backward
                                * ended: the last op position at which its forward
                                * made a tensor never freed (not forward state);
@@ -533,6 +536,36 @@ discard_unit(cf *c, uint32_t id, uint32_t disc)
     return push_ins(c, R, 1, ui);
 }
 
+/* mla_up_proj's saved inputs: CheckpointWithoutOutput saves the function's
+ * arguments (megatron-core 0.19.2 tensor_parallel/random.py,
+ * ctx.save_for_backward(*args)) until its backward, after the recomputed
+ * region's: the layer's attention tensors made before the region [b, ...),
+ * live at b and freed before the backward reaches the discard point (R: the
+ * down-projection's output, of which kv_compressed and k_pos_emb are slices:
+ * freed when the attention returns without the checkpoint) are held to `rel`,
+ * the last original free of the region's saved internals (R if none). */
+static int
+mla_hold_inputs(cf *c, const adv_layer *L, uint32_t b, uint32_t R, uint32_t rel)
+{
+    const adv_trace *t = c->t;
+    if (R == ADV_NONE || L->attn_b == ADV_NONE)
+        return 0;
+    for (uint32_t p = L->attn_b; p < b; p++) {
+        int32_t v = t->ops[p];
+        if (v <= 0)
+            continue;
+        uint32_t id = (uint32_t)v - 1;
+        const adv_alloc *x = &t->a[id];
+        if (x->inst != L->inst || x->bwd || x->state || c->owner[id] != ADV_NONE ||
+            x->f_pos == ADV_NONE || x->f_pos < b || x->f_pos >= R)
+            continue;
+        c->hold[id] = rel;
+        if (push_ins(c, rel, 2, id) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* mla_up_proj: region [b, V] under no_grad, Q/K/V discarded after attention */
 static int
 mla_unit(cf *c, const adv_layer *L)
@@ -543,7 +576,7 @@ mla_unit(cf *c, const adv_layer *L)
         return 0;
     uint32_t b = L->mla_up_b, qpos = t->a[L->mla_q].a_pos, e = t->a[L->mla_v].a_pos + 1;
     uint32_t disc = L->core_e;
-    uint32_t R = reach(c, L->inst, disc);
+    uint32_t R = reach(c, L->inst, disc), rel = ADV_NONE;
     uint32_t ui = (uint32_t)c->nu;
     for (uint32_t p = b; p < e; p++) {
         int32_t v = t->ops[p];
@@ -564,10 +597,14 @@ mla_unit(cf *c, const adv_layer *L)
             c->cls[id] = C_O;
         } else {
             c->cls[id] = C_I;
+            if (x->f_pos != ADV_NONE && (rel == ADV_NONE || x->f_pos > rel))
+                rel = x->f_pos;
             if (push_ins(c, qpos, 0, id) < 0)
                 return -1;
         }
     }
+    if (mla_hold_inputs(c, L, b, R, rel != ADV_NONE && R != ADV_NONE && rel > R ? rel : R) < 0)
+        return -1;
     if (push_unit(c, (unit){b, e, R, L->inst}) < 0)
         return -1;
     return push_ins(c, R, 1, ui);
@@ -612,6 +649,7 @@ cf_free(cf *c)
     free(c->nsv);
     free(c->bwd_start);
     free(c->unreached);
+    free(c->hold);
     free(c->owner);
     free(c->cls);
     free(c->u);
@@ -932,6 +970,16 @@ sweep_discard(sweep *w, uint32_t id)
     }
 }
 
+/* a held input's release (mla_hold_inputs): freed now if its own free passed */
+static void
+sweep_release(sweep *w, uint32_t id)
+{
+    if (w->alive[id] == 4) {
+        sweep_free(w, id, w->t->a[id].size);
+        w->alive[id] = 0;
+    }
+}
+
 /* keep allocation id as an output of the running replay: its bytes are freed
  * when the replay ends; -1 out of memory */
 static int
@@ -1120,6 +1168,8 @@ sweep_op(sweep *w, uint32_t p)
             w->dalloc += x->size; /* a unit's: in D from the window's start */
         w->alive[id] = 1;
         note_peak(w, p, x->phase);
+    } else if (w->alive[id] == 1 && w->c->hold[id] != ADV_NONE && w->c->hold[id] > p) {
+        w->alive[id] = 4; /* a checkpoint's saved input: freed at its release */
     } else if (w->alive[id] == 1) {
         sweep_free(w, id, x->size);
         w->alive[id] = 0;
@@ -1155,11 +1205,13 @@ adv_counterfactual_model(const adv_trace *t, const adv_cfg *cfg, const adv_setti
     c.t = t;
     c.owner = malloc((t->na ? t->na : 1) * sizeof *c.owner);
     c.cls = calloc(t->na ? t->na : 1, 1);
+    c.hold = malloc((t->na ? t->na : 1) * sizeof *c.hold);
     w.c = &c;
     w.alive = calloc(t->na ? t->na : 1, 1);
-    if (!c.owner || !c.cls || !w.alive || prep(&c) < 0)
+    if (!c.owner || !c.cls || !c.hold || !w.alive || prep(&c) < 0)
         goto out;
     memset(c.owner, 0xff, (t->na ? t->na : 1) * sizeof *c.owner);
+    memset(c.hold, 0xff, (t->na ? t->na : 1) * sizeof *c.hold);
     if ((s->labels || s->full_method) && build_units(&c, cfg, s) < 0)
         goto out;
     if (c.nin > 1)
@@ -1172,6 +1224,8 @@ adv_counterfactual_model(const adv_trace *t, const adv_cfg *cfg, const adv_setti
         for (; k < c.nin && c.in[k].pos == p; k++) {
             if (c.in[k].kind == 0)
                 sweep_discard(&w, c.in[k].v);
+            else if (c.in[k].kind == 2)
+                sweep_release(&w, c.in[k].v);
             else if (replay_unit(&w, c.in[k].v, p) < 0)
                 goto out;
         }
