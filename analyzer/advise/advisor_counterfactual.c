@@ -71,8 +71,9 @@ typedef struct cf {
                                * ADV_NONE none */
     uint32_t *keep_to;        /* per allocation: a checkpoint's input kept to this op
                                * position (its recorded forward free skipped; freed by
-                               * an insertion of kind 2 there); ADV_NONE not kept
-                               * (checkpoint_inputs) */
+                               * an insertion of kind 2 there, if its own free has
+                               * passed); ADV_NONE not kept (checkpoint_inputs,
+                               * mla_hold_inputs) */
 } cf;
 
 static int
@@ -665,6 +666,36 @@ moe_act_unit(cf *c, const adv_layer *L)
     return push_ins(c, R, 1, ui);
 }
 
+/* mla_up_proj's saved inputs: CheckpointWithoutOutput saves the function's
+ * arguments (megatron-core 0.19.2 tensor_parallel/random.py,
+ * ctx.save_for_backward(*args)) until its backward, after the recomputed
+ * region's: the layer's attention tensors made before the region [b, ...),
+ * live at b and freed before the backward reaches the discard point (R: the
+ * down-projection's output, of which kv_compressed and k_pos_emb are slices:
+ * freed when the attention returns without the checkpoint) are held to `rel`,
+ * the last original free of the region's saved internals (R if none). */
+static int
+mla_hold_inputs(cf *c, const adv_layer *L, uint32_t b, uint32_t R, uint32_t rel)
+{
+    const adv_trace *t = c->t;
+    if (R == ADV_NONE || L->attn_b == ADV_NONE)
+        return 0;
+    for (uint32_t p = L->attn_b; p < b; p++) {
+        int32_t v = t->ops[p];
+        if (v <= 0)
+            continue;
+        uint32_t id = (uint32_t)v - 1;
+        const adv_alloc *x = &t->a[id];
+        if (x->inst != L->inst || x->bwd || x->state || c->owner[id] != ADV_NONE ||
+            x->f_pos == ADV_NONE || x->f_pos < b || x->f_pos >= R)
+            continue;
+        c->keep_to[id] = rel;
+        if (push_ins(c, rel, 2, id) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* mla_up_proj: region [b, V] under no_grad, Q/K/V discarded after attention */
 static int
 mla_unit(cf *c, const adv_layer *L)
@@ -675,7 +706,7 @@ mla_unit(cf *c, const adv_layer *L)
         return 0;
     uint32_t b = L->mla_up_b, qpos = t->a[L->mla_q].a_pos, e = t->a[L->mla_v].a_pos + 1;
     uint32_t disc = L->core_e;
-    uint32_t R = reach(c, L->inst, disc);
+    uint32_t R = reach(c, L->inst, disc), rel = ADV_NONE;
     uint32_t ui = (uint32_t)c->nu;
     for (uint32_t p = b; p < e; p++) {
         int32_t v = t->ops[p];
@@ -696,10 +727,14 @@ mla_unit(cf *c, const adv_layer *L)
             c->cls[id] = C_O;
         } else {
             c->cls[id] = C_I;
+            if (x->f_pos != ADV_NONE && (rel == ADV_NONE || x->f_pos > rel))
+                rel = x->f_pos;
             if (push_ins(c, qpos, 0, id) < 0)
                 return -1;
         }
     }
+    if (mla_hold_inputs(c, L, b, R, rel != ADV_NONE && R != ADV_NONE && rel > R ? rel : R) < 0)
+        return -1;
     if (push_unit(c, (unit){b, e, R, L->inst}) < 0)
         return -1;
     return push_ins(c, R, 1, ui);
@@ -1073,11 +1108,12 @@ sweep_discard(sweep *w, uint32_t id)
     }
 }
 
-/* a checkpoint's kept input is freed where its checkpoint's backward is done */
+/* a checkpoint's kept input (checkpoint_inputs, mla_hold_inputs) is freed
+ * where its checkpoint's backward is done, if its own free has passed */
 static void
 sweep_release(sweep *w, uint32_t id)
 {
-    if (w->alive[id] == 1) {
+    if (w->alive[id] == 4) {
         sweep_free(w, id, w->t->a[id].size);
         w->alive[id] = 0;
     }
@@ -1272,8 +1308,8 @@ sweep_op(sweep *w, uint32_t p)
             w->dalloc += x->size; /* a unit's: in D from the window's start */
         w->alive[id] = 1;
         note_peak(w, p, x->phase);
-    } else if (w->c->keep_to[id] != ADV_NONE && w->c->keep_to[id] > p) {
-        /* a checkpoint's input: freed at keep_to (sweep_release) */
+    } else if (w->alive[id] == 1 && w->c->keep_to[id] != ADV_NONE && w->c->keep_to[id] > p) {
+        w->alive[id] = 4; /* a checkpoint's saved input: freed at its release */
     } else if (w->alive[id] == 1) {
         sweep_free(w, id, x->size);
         w->alive[id] = 0;

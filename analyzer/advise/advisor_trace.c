@@ -57,7 +57,7 @@ prefix(const char *s, uint32_t n, const char *pre)
     return s && n >= k && memcmp(s, pre, k) == 0;
 }
 
-enum { R_NONE, R_ATTN, R_CORE, R_MLP, R_SUB, R_BDA, R_MLPBDA, R_MAMBA, R_QKV };
+enum { R_NONE, R_ATTN, R_CORE, R_MLP, R_SUB, R_BDA, R_MLPBDA, R_MAMBA, R_QKV, R_MLAUP, R_MLACORE };
 
 static int
 region_of(const char *s, uint32_t n)
@@ -66,6 +66,17 @@ region_of(const char *s, uint32_t n)
         return R_ATTN;
     if (suffix(s, n, ".core_attention"))
         return R_CORE;
+    /* MLA's core attention and Q/K/V up-projection: megatron-core 0.19.2's
+     * MLASelfAttention pushes no range inside .self_attention; the ranges made
+     * from its Python frames (catalog.def: TEDotProductAttention.forward,
+     * qkv_up_proj_and_rope_apply) mark them. Its core region bounds the
+     * layer's core attention but sets no ADV_C_CORE: a full recompute's replay
+     * on the backward thread is not given that frame range, and its twins are
+     * matched by the range flags (advisor_counterfactual.c UU_CTX_FULL) */
+    if (suffix(s, n, "py:MultiLatentAttention.core_attn"))
+        return R_MLACORE;
+    if (suffix(s, n, ".mla_up_proj"))
+        return R_MLAUP;
     if (suffix(s, n, "._run_mlp.mlp") || suffix(s, n, "._forward_mlp.mlp"))
         return R_MLP;
     if (suffix(s, n, "mlp.forward.linear_fc1") || suffix(s, n, "mlp.forward.activation") ||
@@ -162,6 +173,8 @@ typedef struct cap {
     int capture;
     uint32_t last_main_pos;          /* op position after the last main-thread op */
     uint64_t mla_in_sizes[3];        /* kv latent, q latent, gathered k_pos_emb */
+    uint64_t mla_qk_size, mla_v_size; /* one MLA layer's query (= key) and value bytes */
+    int mla_up_layer;                /* layer whose up-projection range was seen, -1 */
     struct pyslot { const uint32_t *chain; uint32_t off; } *pyh; /* stack -> t->py offset */
     size_t npyh, pyused;             /* slots (a power of two, 0 none yet), used */
     int bwd_in_attn;                 /* the backward thread's last nvte_* range was an
@@ -258,7 +271,7 @@ on_nvte(cap *c, int cls)
             if (c->depth_core)
                 t->core_te_attn++;
             c->flash_groups++;
-            if (c->flash_groups == 1 && L->mla && c->npend >= 4) {
+            if (c->flash_groups == 1 && L->mla && L->mla_q == ADV_NONE && c->npend >= 4) {
                 L->mla_q = c->pend[c->npend - 4];
                 L->mla_k = c->pend[c->npend - 3];
                 L->mla_v = c->pend[c->npend - 2];
@@ -295,11 +308,69 @@ close_mamba(cap *c)
     c->last_norm = ADV_NONE;
 }
 
-/* 1 when the range named s (n bytes) is TE's attention backward call */
+/* 1 when the range named s (n bytes) is TE's attention backward call: the
+ * fused backends' call, or the softmax backward of TE's unfused attention
+ * (nvte_scaled_softmax_backward, nvte_scaled_masked_softmax_backward, ...:
+ * one per layer, inside its attention backward; megatron-core 0.19.2 + TE
+ * 2.12.0, docs/validation/megatron-core.md) */
 static int
 is_attn_bwd(const char *s, uint32_t n)
 {
-    return prefix(s, n, "nvte_flash_attn_bwd") || prefix(s, n, "nvte_fused_attn_bwd");
+    return prefix(s, n, "nvte_flash_attn_bwd") || prefix(s, n, "nvte_fused_attn_bwd") ||
+           (prefix(s, n, "nvte_scaled_") && suffix(s, n, "softmax_backward"));
+}
+
+/* The live allocation of layer L's instance made last in op positions
+ * [lo, hi) with `size` bytes (any size when 0), or ADV_NONE; its position to
+ * *at. */
+static uint32_t
+last_live(const cap *c, const adv_layer *L, uint32_t lo, uint32_t hi, uint64_t size,
+          uint32_t *at)
+{
+    const adv_trace *t = c->t;
+    for (uint32_t p = hi; p > lo; p--) {
+        int32_t v = t->ops[p - 1];
+        if (v <= 0)
+            continue;
+        const adv_alloc *x = &t->a[(uint32_t)v - 1];
+        if (x->inst == L->inst && !x->bwd && x->f_pos == ADV_NONE &&
+            (!size || x->size == size)) {
+            *at = p - 1;
+            return (uint32_t)v - 1;
+        }
+    }
+    return ADV_NONE;
+}
+
+/* An MLA layer's Q, K and V when its core attention starts and no TE
+ * attention call named them (TE's unfused backend makes none): the tensors
+ * the up-projection region (R_MLAUP, from the Python frame of
+ * qkv_up_proj_and_rope_apply) returned, still live: V the last of the
+ * value's bytes, K the last of the query's bytes before it, Q the one before
+ * K (the fused RoPE of Megatron writes Q in place into the q projection's
+ * output, so Q need not be next to K). Shapes from the configuration
+ * (multi_latent_attention.py: query and key [s, b, n/TP, qk_head_dim +
+ * qk_pos_emb_head_dim], value [s, b, n/TP, v_head_dim]); without the
+ * configuration's dimensions, the three last live ones. Nothing found:
+ * unchanged (the label's effect is then unknown, advisor_verdict.c). */
+static void
+mla_qkv_before_core(cap *c, adv_layer *L)
+{
+    if (L->mla_q != ADV_NONE || L->mla_up_b == ADV_NONE ||
+        c->mla_up_layer != c->cur_layer)
+        return;
+    uint32_t hi = (uint32_t)c->t->nops, pv = 0, pk = 0, pq = 0;
+    int sized = c->mla_qk_size && c->mla_v_size;
+    uint32_t v = last_live(c, L, L->mla_up_b, hi, sized ? c->mla_v_size : 0, &pv);
+    uint32_t k = v == ADV_NONE ? ADV_NONE
+                               : last_live(c, L, L->mla_up_b, pv, sized ? c->mla_qk_size : 0, &pk);
+    uint32_t q = k == ADV_NONE ? ADV_NONE
+                               : last_live(c, L, L->mla_up_b, pk, sized ? c->mla_qk_size : 0, &pq);
+    if (q == ADV_NONE)
+        return;
+    L->mla_q = q;
+    L->mla_k = k;
+    L->mla_v = v;
 }
 
 static int
@@ -355,13 +426,23 @@ on_push(cap *c, const am_event *ev, tl_thread *th)
         c->depth_attn++;
     } else if (reg == R_QKV) {
         c->depth_qkv++;
-    } else if (reg == R_CORE) {
+    } else if (reg == R_MLAUP) {
+        adv_layer *L = cur(c);
+        if (L && L->mla && L->end == ADV_NONE && c->tl.phase == AM_PH_forward &&
+            L->mla_q == ADV_NONE && c->mla_up_layer != c->cur_layer) {
+            L->mla_up_b = (uint32_t)t->nops;
+            c->mla_up_layer = c->cur_layer;
+        }
+    } else if (reg == R_CORE || reg == R_MLACORE) {
         adv_layer *L = cur(c);
         if (c->tl.phase == AM_PH_forward)
             t->core_regions++;
+        if (L && L->mla && L->end == ADV_NONE && c->tl.phase == AM_PH_forward)
+            mla_qkv_before_core(c, L);
         if (L && L->core_b == ADV_NONE)
             L->core_b = (uint32_t)t->nops;
-        c->depth_core++;
+        if (reg == R_CORE)
+            c->depth_core++;
     } else if (reg == R_MLP) {
         adv_layer *L = cur(c);
         if (L) {
@@ -430,7 +511,8 @@ on_pop(cap *c, tl_thread *th, uint32_t domain)
             c->depth_qkv--;
         break;
     case R_CORE:
-        if (c->depth_core)
+    case R_MLACORE:
+        if (reg == R_CORE && c->depth_core)
             c->depth_core--;
         if (L && c->flash_groups < 2)
             L->core_e = (uint32_t)t->nops;
@@ -504,7 +586,7 @@ stack_ctx(const tl_thread *th)
         [R_ATTN] = ADV_C_ATTN | ADV_C_MEGA, [R_CORE] = ADV_C_CORE | ADV_C_MEGA,
         [R_MLP] = ADV_C_MLP | ADV_C_MEGA, [R_SUB] = ADV_C_SUBMLP | ADV_C_MEGA,
         [R_BDA] = ADV_C_BDA | ADV_C_MEGA, [R_MLPBDA] = ADV_C_BDA | ADV_C_MEGA,
-        [R_MAMBA] = ADV_C_MEGA, [R_QKV] = 0,
+        [R_MAMBA] = ADV_C_MEGA, [R_QKV] = 0, [R_MLAUP] = 0, [R_MLACORE] = 0,
     };
     uint8_t ctx = 0;
     for (size_t i = 0; i < th->depth; i++)
@@ -623,7 +705,8 @@ on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
         if (c->depth_qkv)
             ctx |= ADV_C_QKV;
         x->ctx = ctx;
-        if (L && L->mla && (ctx & ADV_C_ATTN) && L->mla_q == ADV_NONE && x->inst == L->inst)
+        if (L && L->mla && (ctx & ADV_C_ATTN) && L->mla_q == ADV_NONE && x->inst == L->inst &&
+            c->mla_up_layer != c->cur_layer)
             for (int k = 0; k < 3; k++)
                 if (c->mla_in_sizes[k] && x->size == c->mla_in_sizes[k])
                     L->mla_up_b = x->a_pos + 1;
@@ -707,6 +790,10 @@ build_init(build *b, am_rank *r, const adv_cfg *cfg, adv_trace *t)
     c->mla_in_sizes[0] = beta * (sq / ts) * mbs * (uint64_t)(cfg->kv_lora + cfg->qk_pos);
     c->mla_in_sizes[1] = beta * (sq / ts) * mbs * (uint64_t)cfg->q_lora;
     c->mla_in_sizes[2] = ts > 1 ? beta * sq * mbs * (uint64_t)cfg->qk_pos : 0;
+    uint64_t heads = cfg->tp > 0 ? (uint64_t)(cfg->heads / cfg->tp) : (uint64_t)cfg->heads;
+    c->mla_qk_size = beta * sq * mbs * heads * (uint64_t)(cfg->qk_head + cfg->qk_pos);
+    c->mla_v_size = beta * sq * mbs * heads * (uint64_t)cfg->v_head;
+    c->mla_up_layer = -1;
     /* what the timeline's post-process rule needs (output layer, loss) */
     b->scratch.layers_per_chunk = r->layers_per_chunk;
     b->scratch.layers_per_stage = r->layers_per_stage;

@@ -957,12 +957,13 @@ run_undo_active(run_state *st)
  * label is one whose region is not marked by a range of its own (layernorm,
  * moe, shared_experts), or without traces (a merge of summaries). The region
  * markers are those adv_trace_build sets from Megatron's NVTX ranges and TE's
- * calls: core_attn the layer's core-attention region, mla_up_proj its Q/K/V
- * up-projections, mlp a dense layer's MLP range, moe_act an MoE layer's expert
- * activation. Found on the real Megatron-Core job (docs/validation/
- * megatron-core.md, the MLA row): megatron-core 0.19.2's MLASelfAttention
- * emits no range inside `self_attention`, and core_attn was called
- * ineffective ("-0 B") where the real run saves 256 MiB. */
+ * calls: core_attn the layer's core-attention region (start and end),
+ * mla_up_proj its Q/K/V up-projection (start, Q/K/V, the discard point),
+ * mlp a dense layer's MLP range, moe_act an MoE layer's expert activation.
+ * Found on the real Megatron-Core job (docs/validation/megatron-core.md, the
+ * MLA row): megatron-core 0.19.2's MLASelfAttention emits no range inside
+ * `self_attention`, and core_attn was called ineffective ("-0 B") where the
+ * real run saves 256 MiB; mla_up_proj likewise (88,899,584 bytes saved). */
 static int
 label_unseen(const run_state *st, int l)
 {
@@ -976,11 +977,17 @@ label_unseen(const run_state *st, int l)
             const adv_layer *L = &t->layers[k];
             int seen;
             switch (l) {
-            case ADV_L_core_attn: seen = L->core_b != ADV_NONE; break;
+            case ADV_L_core_attn: seen = L->core_b != ADV_NONE && L->core_e != ADV_NONE; break;
             case ADV_L_mla_up_proj:
+                /* what the counterfactual needs (advisor_counterfactual.c
+                 * mla_unit): the region's start, its Q/K/V and the discard
+                 * point after the core attention; a start found by the
+                 * latents' sizes alone, without Q/K/V (TE's unfused
+                 * attention, no Python frames), frees nothing */
                 if (!L->mla)
                     continue;
-                seen = L->mla_up_b != ADV_NONE || L->mla_q != ADV_NONE;
+                seen = L->mla_up_b != ADV_NONE && L->mla_q != ADV_NONE &&
+                       L->mla_v != ADV_NONE && L->core_e != ADV_NONE;
                 break;
             case ADV_L_mlp:
                 if (L->moe)

@@ -1066,10 +1066,15 @@ def r04():
     moe_r = max(c0["selective[moe]"]["predicted_reserved_bytes"].values())
     moe_s = max(c0["selective[moe]"]["reserved_step_bytes"].values())
     act_r = max(c0["selective[moe_act]"]["predicted_reserved_bytes"].values())
-    ok(act_r * 1.02 > moe_r * 1.02 + moe_s + (32 << 20),
-       "R04: moe_act reserves more than moe with its step (%d > %d + %d)" %
+    # the budget halfway between what moe needs (its reserved peak, the 2%
+    # bound and its step) and moe_act's reserved peak: clear of both, however
+    # megasim's layer sizes move (issue 16 grew its MLA layers to the real
+    # library's)
+    need = int(moe_r * 1.02) + moe_s
+    ok(act_r > need + (16 << 20),
+       "R04: moe_act reserves more than moe with its 2%% bound and step (%d > %d + %d)" %
        (act_r, moe_r, moe_s))
-    budget = int(moe_r * 1.02) + moe_s + (32 << 20) + outside + 2 * GIB
+    budget = (need + act_r) // 2 + outside + 2 * GIB
     v = analyze(run, "--budget", str(budget))["verdict"]
     detail = json.dumps({k: v[k] for k in ("code", "why", "findings")}, indent=1)[:3000]
     ok(v["code"] == "R:SELECTIVE[moe]", "R04: verdict R:SELECTIVE[moe] (got %s)" % v["code"],

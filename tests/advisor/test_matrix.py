@@ -51,6 +51,26 @@ MLA = ["--sim-preset", "deepseek-v2-lite", "--num-layers", "4", "--hidden-size",
        "--pipeline-model-parallel-size", "2", "--sim-world-size", "2",
        "--global-batch-size", "4", "--train-iters", "2"]
 
+# MLA on Transformer Engine's unfused attention, the shape of the real
+# Megatron-Core `mla` row (docs/validation/megatron-core.md: Moonlight-16B-A3B's
+# attention, no query compression, latent norms, unfused RoPE, a dense SwiGLU
+# MLP, 2 layers, DP 2): megatron-core 0.19.2's MLASelfAttention pushes no range
+# inside self_attention and TE's unfused attention makes no attention call, so
+# core_attn and mla_up_proj are found from the Python frames (catalog.def) and
+# the value/query shapes; core_attn was called unknown and mla_up_proj
+# ineffective there, where the real runs saved 256 MiB and 85 MiB
+MLA_TE_UNFUSED = ["--num-layers", "2", "--hidden-size", "2048", "--ffn-hidden-size", "11264",
+                  "--num-attention-heads", "16", "--multi-latent-attention", "--kv-lora-rank",
+                  "512", "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim",
+                  "128", "--qk-layernorm", "--no-rope-fusion", "--seq-length", "2048",
+                  "--max-position-embeddings", "2048", "--micro-batch-size", "1",
+                  "--global-batch-size", "2", "--normalization", "RMSNorm", "--swiglu",
+                  "--disable-bias-linear", "--position-embedding-type", "rope",
+                  "--untie-embeddings-and-output-weights", "--transformer-impl",
+                  "transformer_engine", "--attention-backend", "unfused", "--bf16",
+                  "--use-distributed-optimizer", "--attention-dropout", "0", "--hidden-dropout",
+                  "0", "--sim-world-size", "2", "--train-iters", "2"]
+
 # Megatron's defaults (megatron/training/arguments.py: --hidden-dropout and
 # --attention-dropout 0.1), which the presets above turn off
 DROPOUT = ["--hidden-dropout", "0.1", "--attention-dropout", "0.1"]
@@ -72,6 +92,12 @@ KNOWN_RESERVED = {
     # the run: reserved +2.7% (none) to -4.4% (full[block,1]) on rank 0; from
     # the run without recompute every reserved prediction is within 2%
     "moe-unfused-act": "reserved from the moe_act run (undo of the unfused GLU) up to -4.4%",
+    # issue 16 gave megasim's MLA the real library's tensors (the q norm fused
+    # into linear_q_proj, TE's contiguous copy of kv_compressed, unfused RoPE's
+    # saved cos and sin): from the traces with mla_up_proj or full recompute
+    # on, the undone trace's allocator model reserves 2.46% more than megasim
+    # without recompute on rank 0 (allocated peaks within 2%); not yet found
+    "mla": "undone traces' reserved peak +2.46% on rank 0 (issue 16's MLA tensors)",
 }
 
 # model -> (flags, the labels Megatron allows on it)
@@ -80,6 +106,7 @@ MODELS = {
     "moe": (MOE, ["core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts"]),
     "mla": (MLA, ["core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act",
                   "shared_experts"]),
+    "mla-te-unfused": (MLA_TE_UNFUSED, ["core_attn", "mla_up_proj", "layernorm", "mlp"]),
     # the dense model with the interleaved schedule (one layer per virtual
     # stage, 3 iterations): each model chunk's replay must sit at its own
     # backward, not at the next chunk's p2p-received input (freed by that

@@ -118,6 +118,10 @@ violations):
   39. what a cut trace did not record agrees with the trace: a verdict that
      says the logits and the loss were never recorded has an OOM whose live
      set holds none of them, on the last pipeline stage.
+  40. an MLA job on TE's unfused attention traced with Python frames has its
+     core_attn and mla_up_proj regions found (megatron-core 0.19.2 pushes no
+     range inside MLA's self_attention): neither is of unknown effect or
+     ineffective with a zero saving.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -334,6 +338,14 @@ SCENARIOS = [
     sc("MLA+MoE mla_up_proj on at 4.75 GiB", tm.MLA + ["--recompute-granularity", "selective",
                                                        "--recompute-modules", "mla_up_proj"],
        4.75),
+    # issue 16 (the real Megatron-Core mla row): MLA on TE's unfused attention
+    # has no range inside self_attention and no TE attention call; with
+    # Python frames core_attn and mla_up_proj are found (invariant 40),
+    # without them both are of unknown effect (invariant 28); mla_up_proj was
+    # called ineffective, -0 B, where the real run saved 88,899,584 bytes
+    sc("MLA on TE unfused attention at 8 GiB", tm.MLA_TE_UNFUSED, 8.0),
+    sc("MLA on TE unfused attention, no Python frames", tm.MLA_TE_UNFUSED, 7.8,
+       env={"RECOMPSHIM_PYSTACK": "0"}, converge=False),
     # a resume (issue 14, public-report replays): the OOM inside the checkpoint
     # load (the loaded copy live while init_state_fn makes the moments), and in
     # the first forward with the loaded copy still resident on stage 0
@@ -386,13 +398,7 @@ SCENARIOS = [
     # first layer's TENorm and embedding made every full candidate unverified
     sc("Moonlight-like moe_act+layernorm on at 45 GiB", MOONLIGHT +
        ["--recompute-granularity", "selective", "--recompute-modules", "moe_act", "layernorm"],
-       45, known_gaps={"4": "placed in their layers' backward (issue 14 item 11; by size, 104 "
-                            "of its 316 replays were matched outside them), full[block,14] is "
-                            "predicted at 42.07 GiB allocated (megasim: 42.21 GiB, -0.3%) and "
-                            "42.43 GiB reserved against a 42.50 GiB budget: a MARGINAL, CACHE "
-                            "UNVERIFIED fit (the OOM-cut trace's cache term is a lower bound) "
-                            "that the rerun's reserved bytes pass; the verdict says so, but "
-                            "the advice does not converge"}),
+       45),
     # dropless MoE routing skewed to EP rank 0 (issue 21): the small MoE model with
     # wider experts over EP=2 (4 ranks, PP=2), EP rank 0 receiving 7/8 of the
     # routed copies (1.75x its share); moe_act fits with the 2% bound but not with its
@@ -1613,7 +1619,44 @@ def unseen_labels(sc):
     impl = flag_value(fl, "--transformer-impl", "transformer_engine")
     if "core_attention" in drops and impl == "local" and env.get("RECOMPSHIM_PYSTACK") == "0":
         return {"core_attn"}
+    if mla_te_unfused(sc) and env.get("RECOMPSHIM_PYSTACK") == "0":
+        return {"core_attn", "mla_up_proj"}
     return set()
+
+
+def mla_te_unfused(sc):
+    """an MLA job on Transformer Engine's unfused attention, from its flags:
+    megatron-core 0.19.2's MLASelfAttention pushes no range inside
+    self_attention, and TE's unfused backend makes no attention call, so
+    only the Python frames mark MLA's core attention and up-projection"""
+    fl = sc["flags"]
+    return ("--multi-latent-attention" in fl and
+            flag_value(fl, "--transformer-impl", "transformer_engine") == "transformer_engine" and
+            flag_value(fl, "--attention-backend", "auto") == "unfused")
+
+
+def inv40_mla_regions_from_frames(c):
+    """an MLA job on TE's unfused attention traced with Python frames (the
+    shim's default) has its core_attn and mla_up_proj regions found: neither
+    is of unknown effect, neither is ineffective with a zero saving (both
+    free bytes in every such layer: the attention probabilities; Q, K, V)"""
+    v = c.v
+    if not v or not c.scenario or not mla_te_unfused(c.scenario) or \
+            c.scenario["env"].get("RECOMPSHIM_PYSTACK") == "0":
+        return []
+    bad = []
+    for lab in ("core_attn", "mla_up_proj"):
+        if "%s: no region recorded" % lab in v.get("note", ""):
+            bad.append("%s: region not found (note: %s)" % (lab, v.get("note", "")[:160]))
+        for k in v.get("candidates", []):
+            if k.get("setting") == "selective[%s]" % lab and (
+                    k.get("reason", "").startswith("unknown effect") or
+                    "(-0 B)" in k.get("reason", "")):
+                bad.append("%s: %r" % (k["setting"], k.get("reason", "")[:120]))
+        for f in v.get("findings", []):
+            if f.get("code") == "R:INEFFECTIVE[%s]" % lab and "-0 B" in json.dumps(f):
+                bad.append("R:INEFFECTIVE[%s] with a zero saving" % lab)
+    return bad
 
 
 def inv28_unseen_not_ineffective(c):
@@ -1841,7 +1884,9 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("38 an OOM's iteration, phase and bytes from its own record",
                inv38_oom_from_its_record),
               ("39 what a cut trace did not record agrees with the trace",
-               inv39_unrecorded_agrees)]
+               inv39_unrecorded_agrees),
+              ("40 MLA's core_attn and mla_up_proj regions are found from Python frames",
+               inv40_mla_regions_from_frames)]
 
 
 def diagnosis_run(v):

@@ -47,14 +47,22 @@ B_TOTAL = 1141899264
 # ------------------------------------------- (c) Moonlight / DSV2-Lite, ETP=1
 C_ROWS = {
     "input LN input": 8388608, "input LN output": 8388608,
-    "kv latent (kv_down output)": 2359296, "kv-LN output (inside linear_kv_up_proj)": 2097152,
+    "q_proj LN output (inside linear_q_proj)": 8388608,
+    "kv-LN input (contiguous copy of kv_compressed)": 2097152,
+    "kv-LN output (inside linear_kv_up_proj)": 2097152,
     "Q": 12582912, "K": 12582912, "V": 8388608, "O": 8388608, "LSE": 131072,
     "pre-MLP LN input": 8388608, "pre-MLP LN output (MoE input)": 8388608,
     "expert fc1 input": 50331648, "expert SwiGLU input": 69206016, "expert fc2 input": 34603008,
     "expert probs (fp32)": 49152, "shared SwiGLU input": 23068672, "shared fc2 input": 11534336,
 }
 C_APPROX = {"router (approx.)": 1179648}
-C_TOTAL = 270057472
+# megatron-core 0.19.2 + TE 2.12.0, checked on the real library (the mla row of
+# docs/validation/megatron-core.md): with qk_layernorm and no q_lora_rank the q
+# norm is fused into linear_q_proj (its output saved, s*b*h/t); the kv norm
+# saves TE's contiguous copy of kv_compressed (a slice of kv_down's output),
+# not kv_down's output, which is freed when the attention returns. Against
+# [P]'s worked example: +8388608 - 2359296 + 2097152.
+C_TOTAL = 278183936
 # ------------------------------------------- (a) GPT-3 175B, TP=8 SP, fp16
 A_UNFUSED = 358612992        # no recompute, (sbh/t)(34+80), unfused attention
 A_FUSED = 107053056          # TE fused: 34sbh/t + LSE
@@ -70,11 +78,16 @@ def table_checks():
     for preset in ("moonlight-16b", "deepseek-v2-lite"):
         a = args_for(preset)
         rows = {n: (b, ap) for n, b, ap in saved_table(a, "moe")}
+        # DeepSeek-V2-Lite's preset runs RoPE unfused: cos and sin of q's and
+        # k's rotation saved, 4 x s*dr*beta (s 4096, dr 64)
+        rope = 0 if a.apply_rope_fusion else 4 * 4096 * 64 * 2
+        check("(c) %s row RoPE cos/sin" % preset, rows.pop("RoPE cos/sin (unfused, 4)", (0, False)),
+              (rope, False) if rope else (0, False))
         for n, b in C_ROWS.items():
             check("(c) %s row %s" % (preset, n), rows.get(n), (b, False))
         for n, b in C_APPROX.items():
             check("(c) %s approximate row %s" % (preset, n), rows.get(n), (b, True))
-        check("(c) %s total" % preset, sum(b for b, _ in rows.values()), C_TOTAL)
+        check("(c) %s total" % preset, sum(b for b, _ in rows.values()) + rope, C_TOTAL + rope)
     a = args_for("gpt3-175b", ["--attention-backend", "unfused"])
     check("(a) GPT-3 unfused no recompute", sum(b for _, b, _ in saved_table(a, "dense")), A_UNFUSED)
     a = args_for("gpt3-175b")
@@ -163,7 +176,9 @@ def sim_checks():
     check("(c) simulated MoE layers 1-3", base[1:], [C_TOTAL] * 3)
     frees = {
         "moe_act": 34603008,
-        "mla_up_proj": 33554432 + 2097152 - 2 * 4096 * 64,   # Q+K+V + kv-LN output - gathered k_pos_emb
+        # Q+K+V + both norms' outputs + the kv-LN input copy, less the inputs the
+        # checkpoint keeps: gathered k_pos_emb and kv_down's output
+        "mla_up_proj": 33554432 + 8388608 + 2097152 + 2097152 - 2 * 4096 * 64 - 2359296,
         "layernorm": 16777216,
         "shared_experts": 34603008,
         "moe": 50331648 + 69206016 + 34603008 + 49152 + 34603008 + 1179648,

@@ -446,6 +446,11 @@ class TEDotProductAttention:
         v_rep = Tensor(S.kv_repeat, "v_repeat") if S.kv_repeat else None
         scores = Tensor(S.probs, "attention_scores")
         probs = Tensor(S.probs, "attention_probs")
+        if S.te:
+            # TE's unfused backend (FusedScaleMaskSoftmax -> ScaledMaskedSoftmax):
+            # one C API call after the softmax output is made (megatron-core
+            # 0.19.2 + TE 2.12.0 on the fake GPU, docs/validation/megatron-core.md)
+            te.nvte("nvte_scaled_masked_softmax_forward")
         del scores
         mask = Tensor(S.probs_mask, "attention_dropout_mask") if S.probs_mask else None
         dropped = Tensor(S.probs, "attention_probs_dropped") if S.probs_mask else None
@@ -463,6 +468,8 @@ class TEDotProductAttention:
     def backward_unfused(self, node, g):
         S = self.S
         dprobs = Tensor(S.probs, "dprobs", "grad")
+        if S.te:
+            te.nvte("nvte_scaled_softmax_backward")     # TE 2.12.0's softmax backward
         dscores = Tensor(S.probs, "dscores", "grad")
         del dprobs
         dq = Tensor(self.qb, "dq", "grad")
@@ -562,7 +569,10 @@ class _View(Tensor):
 
 
 class MLASelfAttention:
-    """multi_latent_attention.py (no Megatron NVTX ranges of its own)."""
+    """multi_latent_attention.py: no Megatron NVTX range inside
+    `self_attention` (megatron-core 0.19.2's MLASelfAttention.forward pushes
+    none); TE's nvte_* calls only. Checked against the real library
+    (docs/megasim.md "Checked since")."""
 
     def __init__(self, args, S, recompute):
         self.args, self.S = args, S
@@ -575,6 +585,14 @@ class MLASelfAttention:
             self.linear_q_down_proj = TEColumnParallelLinear(S, S.q_latent, S.x, S.x, "linear_q_down_proj")
             self.linear_q_up_proj = TELayerNormColumnParallelLinear(S, S.mla_q_proj_out, rms,
                                                                     "linear_q_up_proj")
+        elif args.qk_layernorm:
+            # megatron-core 0.19.2 (transformer/mla_qk_norm_config.py,
+            # QKNormConfigResolver._resolve_mla_qk_layernorm): with qk_layernorm
+            # and no q_lora_rank the q norm is fused into linear_q_proj, a
+            # TELayerNormColumnParallelLinear over the hidden state (its norm
+            # output saved for backward, s*b*h bytes)
+            self.linear_q_proj = TELayerNormColumnParallelLinear(S, S.mla_q_proj_out, rms,
+                                                                 "linear_q_proj")
         else:
             self.linear_q_proj = TEColumnParallelLinear(S, S.mla_q_proj_out, S.x, S.x_full,
                                                         "linear_q_proj")
@@ -595,16 +613,41 @@ class MLASelfAttention:
             q = self.linear_q_up_proj.forward(q_compressed, S.q_ln_out, S.q_ln_out * S.ts)
         else:
             q = self.linear_q_proj.forward(q_compressed)
-        kv = self.linear_kv_up_proj.forward(kv_compressed, S.kv_ln_out, S.kv_ln_out * S.ts)
-        rope = te.fused_rope if self.args.apply_rope_fusion else (lambda n, name: Tensor(n, name))
-        q_pe = rope(S.beta * S.s * S.b * (S.a // S.t) * S.dr, "q_pos_emb")
-        k_pe = rope(S.beta * S.s * S.b * S.dr, "k_pos_emb_rope")
+        # kv_compressed is a slice of the down-projection's output (not
+        # contiguous): TE's prepare_forward makes a contiguous copy, which the
+        # norm saves for backward instead of the down-projection's output
+        # (megatron-core 0.19.2 + TE 2.12.0, docs/validation/megatron-core.md)
+        kv_in = Tensor(S.kv_ln_out, "kv_compressed_contiguous") \
+            if isinstance(kv_compressed, _View) else kv_compressed
+        kv = self.linear_kv_up_proj.forward(kv_in, S.kv_ln_out, S.kv_ln_out * S.ts)
+        del kv_in
+        q_pe, k_pe, rope_saved = self._rope()
         query = Tensor(S.mla_q, "query")
         key = Tensor(S.mla_q, "key")
         value = Tensor(S.mla_v, "value")
         del q_pe, k_pe, kv, q
+        if rope_saved:
+            ag.record("RoPEMulBackward", rope_saved, lambda node, g: g)
+        del rope_saved
         ag.record("MLAUpProjRopeBackward", [], self._up_backward)
         return [query, key, value]
+
+    def _rope(self):
+        """RoPE on the q and k positional parts: (q_pos_emb, k_pos_emb, saved).
+        Fused (MLA needs YaRN for it): Megatron's own Triton kernels
+        (fusions/fused_mla_yarn_rope_apply.py), no TE call, nothing saved per
+        layer. Unfused: apply_rotary_pos_emb (rope_utils.py
+        _apply_rotary_pos_emb_bshd) per call makes cos and sin of the
+        frequencies ([s, 1, 1, dr] in the activation dtype), which its
+        products save for backward: four per layer, s*dr*beta bytes each."""
+        S = self.S
+        q_pe = Tensor(S.beta * S.s * S.b * (S.a // S.t) * S.dr, "q_pos_emb")
+        if self.args.apply_rope_fusion:
+            return q_pe, Tensor(S.beta * S.s * S.b * S.dr, "k_pos_emb_rope"), []
+        cs = S.beta * S.s * S.dr
+        saved = [Tensor(cs, "rope_cos_q"), Tensor(cs, "rope_sin_q")]
+        saved += [Tensor(cs, "rope_cos_k"), Tensor(cs, "rope_sin_k")]
+        return q_pe, Tensor(S.beta * S.s * S.b * S.dr, "k_pos_emb_rope"), saved
 
     def _up_backward(self, node, g):
         S = self.S

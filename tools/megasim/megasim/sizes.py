@@ -264,8 +264,18 @@ def saved_table(args, kind):
         add("input LN output", S.x)
         add("q latent", S.q_latent)
         add("q-LN output", S.q_ln_out)
-        add("kv latent (kv_down output)", S.kv_latent)
+        # megatron-core 0.19.2 (mla_qk_norm_config.py): with qk_layernorm and no
+        # q_lora_rank the q norm is fused into linear_q_proj
+        add("q_proj LN output (inside linear_q_proj)",
+            S.x if not S.rq and args.qk_layernorm else 0)
+        # TE's contiguous copy of kv_compressed (a slice of kv_down's output),
+        # saved by the kv norm; kv_down's output itself is freed
+        add("kv-LN input (contiguous copy of kv_compressed)", S.kv_ln_out)
         add("kv-LN output (inside linear_kv_up_proj)", S.kv_ln_out)
+        # unfused RoPE (rope_utils.py): cos and sin of q's and k's rotation,
+        # [s, 1, 1, dr] each, saved by their products
+        add("RoPE cos/sin (unfused, 4)",
+            0 if args.apply_rope_fusion else 4 * S.beta * S.s * S.dr)
         add("Q", S.mla_q)
         add("K", S.mla_q)
         add("V", S.mla_v)
