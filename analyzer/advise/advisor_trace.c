@@ -256,6 +256,42 @@ mla_region_input(cap *c, adv_layer *L, const adv_alloc *x)
     }
 }
 
+/* A trace whose window (RECOMPSHIM_WINDOW) opened mid-iteration: its first
+ * recorded iteration's forward instances were counted from the window's
+ * start, so the first took chunk 0 of the interleaved order. When that
+ * iteration went on to the next one, its n recorded instances are its last n
+ * of microbatches x virtual stages: each is renumbered (M x VP - n) later and
+ * its layers take the chunk's global numbers and layer types (new_layer's
+ * rules); when the trace ends in it, their chunk is unknown (-1: global layer
+ * unknown, as for a placement not modelled). The attribution shifts the same
+ * way (peak.c first_fwd_offset). */
+static void
+window_chunks(cap *c, const am_meta *m)
+{
+    adv_trace *t = c->t;
+    int vp = c->cfg->vpp > 1 ? c->cfg->vpp : 1;
+    if (!m->window_kind || vp <= 1 || !t->ninsts)
+        return;
+    int it0 = t->insts[0].iteration, n = 0, later = 0;
+    for (size_t i = 0; i < t->ninsts; i++) {
+        n += t->insts[i].iteration == it0;
+        later |= t->insts[i].iteration != it0;
+    }
+    int all = c->microbatches * vp;
+    if (all > 0 && n == all)
+        return;
+    int off = all > 0 && n < all && later ? all - n : -1;
+    for (int i = 0; i < n; i++)
+        t->insts[i].chunk = off < 0 ? -1 : adv_cfg_fwd_chunk(c->cfg, i + off, c->microbatches);
+    for (size_t k = 0; k < t->nlayers; k++) {
+        adv_layer *L = &t->layers[k];
+        if (L->inst < 0 || L->inst >= n)
+            continue;
+        L->global_layer = global_layer_of(c, t->insts[L->inst].chunk, L->layer);
+        L->moe = adv_cfg_is_moe_layer(c->cfg, L->global_layer >= 0 ? L->global_layer : L->layer);
+    }
+}
+
 static void
 on_nvte(cap *c, int cls)
 {
@@ -1024,6 +1060,10 @@ adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t 
     if (rc == 0 && !src->meta.closed)
         t->trunc = 1;
     t->moe = b.c.tl.moe;      /* the MoE dispatches' token counts (moe_dispatch.c) */
+    /* its layer as the report numbers it (the rank's placement) */
+    t->moe.layer = am_rank_layer(r, t->moe.layer, t->moe.fwd, t->moe.first);
+    if (rc == 0)
+        window_chunks(&b.c, &src->meta);
     build_fini(&b);
     if (rc < 0) {
         snprintf(err, errlen, "%s", src->error[0] ? src->error : "advisor: out of memory");

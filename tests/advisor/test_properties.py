@@ -105,6 +105,10 @@ violations):
      tensor-level peak on every rank, and the rerun's analysis predicts the
      first run's own setting (its undo) within 2% of the first run's
      measured peak (when neither run ran out of memory).
+  31. the report's layers are Megatron's: where a rank's layer_numbering is
+     global, every contributor's layer is one megasim placed on that rank's
+     pipeline stage (virtual and uneven stages included; they were local
+     indices there), and a moe group's layer is a MoE layer.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -121,6 +125,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_advisor as ta  # noqa: E402  (flag sets shared with the advisor tests)
 import test_matrix as tm  # noqa: E402  (the small dense, MoE and MLA models)
+import test_vpp_layers as tv  # noqa: E402  (megasim's layer placement)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness import preload  # noqa: E402  (tests/harness.py)
@@ -1667,6 +1672,48 @@ def inv30_round_trip(c):
     return bad
 
 
+def placed_layers(flags):
+    """{pipeline stage: set of 1-based global layers} as megasim builds them
+    from these flags, and megasim's MoE pattern (1 per MoE layer; None without
+    experts or for a hybrid model); None when megasim's parser refuses the
+    flags"""
+    try:
+        placed, args = tv.megasim_layers(flags)
+    except (SystemExit, Exception):  # noqa: BLE001  (a scenario megasim refuses)
+        return None
+    moe = args.moe_pattern if args.num_experts and not getattr(args, "hybrid_layer_pattern",
+                                                                None) else None
+    return {st: {l + 1 for c in chunks for l in c} for st, chunks in placed.items()}, moe
+
+
+def inv31_global_layers(c):
+    """contributors' layers on a global numbering are the layers megasim
+    placed on the rank's stage; moe groups on MoE layers"""
+    if not c.scenario:
+        return []
+    ranks = [r for r in c.doc.get("ranks", []) if r.get("layer_numbering") == "global"]
+    if not ranks:
+        return []
+    got = placed_layers(c.scenario["flags"])
+    if got is None:
+        return []
+    placed, moe = got
+    bad = []
+    for r in ranks:
+        mine = placed.get((r.get("pipeline") or {}).get("stage"), set())
+        for g in (r.get("peak") or {}).get("contributors", []):
+            l = g.get("layer")
+            if not l:
+                continue
+            if l not in mine:
+                bad.append("rank %s: %s %s at layer %d, not one of stage %s's layers %s" %
+                           (r["rank"], g["phase"], g["boundary"], l,
+                            r["pipeline"].get("stage"), sorted(mine)))
+            elif g["boundary"] == "moe" and moe and not (l <= len(moe) and moe[l - 1]):
+                bad.append("rank %s: a moe group at dense layer %d" % (r["rank"], l))
+    return bad[:10]
+
+
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
@@ -1711,7 +1758,9 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("29 no fix names a setting the job already has (a distributed checkpoint "
                "format)", inv29_no_change_it_has),
               ("30 a prediction survives the round trip: the rerun's measured peak, and its "
-               "undo of the first run", inv30_round_trip)]
+               "undo of the first run", inv30_round_trip),
+              ("31 the report's layers are Megatron's global numbers of the rank's stage",
+               inv31_global_layers)]
 
 
 def diagnosis_run(v):
