@@ -172,7 +172,9 @@ typedef struct cap {
     uint64_t graph_live;
     int capture;
     uint32_t last_main_pos;          /* op position after the last main-thread op */
-    uint64_t mla_in_sizes[3];        /* kv latent, q latent, gathered k_pos_emb */
+    uint64_t mla_in_sizes[3];        /* q latent, kv latent, gathered k_pos_emb (0: none) */
+    int mla_in_layer;                /* the layer (index into t->layers) of mla_in_next */
+    int mla_in_next;                 /* its next input to match (mla_region_input) */
     uint64_t mla_qk_size, mla_v_size; /* one MLA layer's query (= key) and value bytes */
     int mla_up_layer;                /* layer whose up-projection range was seen, -1 */
     struct pyslot { const uint32_t *chain; uint32_t off; } *pyh; /* stack -> t->py offset */
@@ -233,6 +235,76 @@ new_layer(cap *c)
     t->insts[inst].nlayers++;
     c->grouped_groups = c->flash_groups = 0;
     return 0;
+}
+
+/* mla_up_proj's region (Megatron-Core's qkv_up_proj_and_rope_apply, the
+ * function MLASelfAttention checkpoints whole) starts after the last of its
+ * inputs, made in this order (get_query_key_value_tensors): the q latent
+ * (q_lora_rank), the kv latent (kv_lora_rank + qk_pos_emb_head_dim) and, with
+ * sequence parallelism, the gathered k_pos_emb (mla_in_sizes). They are
+ * recognised by size in that order, each once per layer (one that is not seen
+ * is passed over for the next): a block PyTorch reports is the request
+ * rounded to 512 B, or a cached block up to 1 MiB larger that was not split
+ * (CUDACachingAllocator.cpp, should_split: kSmallSize). The region's first
+ * allocation, linear_q_up_proj's fused q LayerNorm output
+ * (TELayerNormColumnParallelLinear, s·b·q_lora_rank), has the q latent's very
+ * size: matched by size alone it was taken for the input (the latent itself
+ * in a larger cached block, or a second latent), left outside the region as a
+ * saved input where the no_grad forward frees it. 12 MiB per layer and
+ * microbatch on DeepSeek-V3 (0.9 GiB on the PP4 VPP4 replay's rank 0) were
+ * predicted in mla_up_proj's peak and missing from its undo, so the run with
+ * that advice priced every other setting 0.5% lower and advised a cheaper one. */
+static void
+mla_region_input(cap *c, adv_layer *L, const adv_alloc *x)
+{
+    if (c->mla_in_layer != c->cur_layer) {
+        c->mla_in_layer = c->cur_layer;
+        c->mla_in_next = 0;
+    }
+    for (int k = c->mla_in_next; k < 3; k++) {
+        uint64_t want = c->mla_in_sizes[k];
+        if (want && x->size >= want && x->size - want <= ((uint64_t)1 << 20)) {
+            c->mla_in_next = k + 1;
+            L->mla_up_b = x->a_pos + 1;
+            return;
+        }
+    }
+}
+
+/* A trace whose window (RECOMPSHIM_WINDOW) opened mid-iteration: its first
+ * recorded iteration's forward instances were counted from the window's
+ * start, so the first took chunk 0 of the interleaved order. When that
+ * iteration went on to the next one, its n recorded instances are its last n
+ * of microbatches x virtual stages: each is renumbered (M x VP - n) later and
+ * its layers take the chunk's global numbers and layer types (new_layer's
+ * rules); when the trace ends in it, their chunk is unknown (-1: global layer
+ * unknown, as for a placement not modelled). The attribution shifts the same
+ * way (peak.c first_fwd_offset). */
+static void
+window_chunks(cap *c, const am_meta *m)
+{
+    adv_trace *t = c->t;
+    int vp = c->cfg->vpp > 1 ? c->cfg->vpp : 1;
+    if (!m->window_kind || vp <= 1 || !t->ninsts)
+        return;
+    int it0 = t->insts[0].iteration, n = 0, later = 0;
+    for (size_t i = 0; i < t->ninsts; i++) {
+        n += t->insts[i].iteration == it0;
+        later |= t->insts[i].iteration != it0;
+    }
+    int all = c->microbatches * vp;
+    if (all > 0 && n == all)
+        return;
+    int off = all > 0 && n < all && later ? all - n : -1;
+    for (int i = 0; i < n; i++)
+        t->insts[i].chunk = off < 0 ? -1 : adv_cfg_fwd_chunk(c->cfg, i + off, c->microbatches);
+    for (size_t k = 0; k < t->nlayers; k++) {
+        adv_layer *L = &t->layers[k];
+        if (L->inst < 0 || L->inst >= n)
+            continue;
+        L->global_layer = global_layer_of(c, t->insts[L->inst].chunk, L->layer);
+        L->moe = adv_cfg_is_moe_layer(c->cfg, L->global_layer >= 0 ? L->global_layer : L->layer);
+    }
 }
 
 static void
@@ -705,11 +777,11 @@ on_alloc(cap *c, const am_event *ev, tl_thread *th, uint64_t seq)
         if (c->depth_qkv)
             ctx |= ADV_C_QKV;
         x->ctx = ctx;
+        /* the up-projection's range (from its Python frame) bounds the region
+         * where it was recorded; else its inputs, matched by size */
         if (L && L->mla && (ctx & ADV_C_ATTN) && L->mla_q == ADV_NONE && x->inst == L->inst &&
             c->mla_up_layer != c->cur_layer)
-            for (int k = 0; k < 3; k++)
-                if (c->mla_in_sizes[k] && x->size == c->mla_in_sizes[k])
-                    L->mla_up_b = x->a_pos + 1;
+            mla_region_input(c, L, x);
         /* TE allocates just before its call: the pending allocations are the
          * latest ones of this phase (model construction's parameters, made
          * with no TE call after them, once filled the list, and the first
@@ -780,6 +852,7 @@ build_init(build *b, am_rank *r, const adv_cfg *cfg, adv_trace *t)
     c->cfg = cfg;
     c->r = r;
     c->cur_layer = -1;
+    c->mla_in_layer = -1;
     c->last_norm = ADV_NONE;
     c->mamba_open = -1;
     c->lpc = adv_cfg_chunk_layers(cfg, r->stage);
@@ -787,8 +860,8 @@ build_init(build *b, am_rank *r, const adv_cfg *cfg, adv_trace *t)
     uint64_t beta = (cfg->bf16 || cfg->fp16) ? 2 : 4;
     uint64_t sq = (uint64_t)(cfg->seq / (cfg->cp > 0 ? cfg->cp : 1));
     uint64_t ts = cfg->sp ? (uint64_t)cfg->tp : 1, mbs = (uint64_t)cfg->mbs;
-    c->mla_in_sizes[0] = beta * (sq / ts) * mbs * (uint64_t)(cfg->kv_lora + cfg->qk_pos);
-    c->mla_in_sizes[1] = beta * (sq / ts) * mbs * (uint64_t)cfg->q_lora;
+    c->mla_in_sizes[0] = beta * (sq / ts) * mbs * (uint64_t)cfg->q_lora;
+    c->mla_in_sizes[1] = beta * (sq / ts) * mbs * (uint64_t)(cfg->kv_lora + cfg->qk_pos);
     c->mla_in_sizes[2] = ts > 1 ? beta * sq * mbs * (uint64_t)cfg->qk_pos : 0;
     uint64_t heads = cfg->tp > 0 ? (uint64_t)(cfg->heads / cfg->tp) : (uint64_t)cfg->heads;
     c->mla_qk_size = beta * sq * mbs * heads * (uint64_t)(cfg->qk_head + cfg->qk_pos);
@@ -1104,6 +1177,10 @@ adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t 
     if (rc == 0 && !src->meta.closed)
         t->trunc = 1;
     t->moe = b.c.tl.moe;      /* the MoE dispatches' token counts (moe_dispatch.c) */
+    /* its layer as the report numbers it (the rank's placement) */
+    t->moe.layer = am_rank_layer(r, t->moe.layer, t->moe.fwd, t->moe.first);
+    if (rc == 0)
+        window_chunks(&b.c, &src->meta);
     build_fini(&b);
     if (rc < 0) {
         snprintf(err, errlen, "%s", src->error[0] ? src->error : "advisor: out of memory");

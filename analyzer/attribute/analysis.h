@@ -11,6 +11,7 @@
 
 #include "catalog.h"
 #include "model.h"
+#include "placement.h"
 
 enum { AM_L_DEVICE = 0, AM_L_TENSOR = 1, AM_NLEVELS = 2 };
 
@@ -19,6 +20,10 @@ typedef struct am_attr {
     uint8_t phase;            /* am_phase of the allocation */
     uint8_t boundary;         /* am_boundary */
     int32_t layer;            /* local 1-based layer, 0 none */
+    int16_t fwd;              /* the forward pass it was made in: its 0-based ordinal in
+                               * its iteration, -1 none (a backward, before the first
+                               * iteration); its model chunk: am_rank_chunk */
+    uint8_t first;            /* made in the trace's first recorded iteration */
 } am_attr;
 
 /* One group of a live set: phase of allocation x boundary x layer (x the
@@ -153,6 +158,11 @@ typedef struct am_rank {
     uint64_t max_other;       /* max over samples of total - free - tracked device */
     /* layer numbering */
     int layer_global;         /* 1: layers reported as Megatron's global numbers */
+    am_placement place;       /* Megatron's layer placement from the command line
+                               * (placement.h; num_layers 0: unknown) */
+    int microbatches;         /* per iteration from the command line, 0 unknown */
+    int first_fwd_offset;     /* forward passes of the first recorded iteration before a
+                               * window opened (am_rank_chunk), -1 unknown */
     int pp, stage, layers_per_stage;
     int layers_per_chunk;     /* layers of one model chunk on this rank (VPP: per
                                * virtual stage), 0 unknown: a forward pass of the
@@ -185,7 +195,8 @@ typedef struct am_rank {
 typedef struct am_moe_dispatch {
     size_t n, uneven;
     uint64_t max_recv, sent_at_max, min_recv;
-    int layer, iteration;
+    int layer, iteration;     /* layer: local (am_rank_layer numbers it) */
+    int fwd, first;           /* its forward pass (am_attr) */
 } am_moe_dispatch;
 
 /* An observer of an analysis' first pass (capture.c: --perfetto, --html):
@@ -253,6 +264,23 @@ const char *am_site_name(const am_rank *r, uint32_t site);
 
 /* Append a note (printf-style) to r->notes. */
 void am_note(am_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The model chunk of forward pass `fwd` of an iteration (am_attr.fwd, first:
+ * the trace's first recorded iteration) on rank r: the interleaved schedule's
+ * order (placement.h), the first recorded iteration of a windowed trace
+ * shifted by the passes before the window (first_fwd_offset); 0 without
+ * virtual stages; -1 unknown (a backward pass, a window that opened in the
+ * trace's only iteration). */
+int am_rank_chunk(const am_rank *r, int fwd, int first);
+
+/* The layer number a report shows for local 1-based layer `layer` made in
+ * forward pass `fwd` (am_attr: fwd, first) on rank r: Megatron's global
+ * 1-based number when the rank's placement is known (r->layer_global;
+ * placement.h: the first layer of that pass's model chunk on r's stage + the
+ * local index), else the local index; 0 for none, and 0 when the chunk is
+ * unknown under a known placement (am_rank_chunk) rather than a local index
+ * among global ones. */
+int32_t am_rank_layer(const am_rank *r, int32_t layer, int fwd, int first);
 
 struct adv_verdict;
 

@@ -62,6 +62,8 @@ group_done(tl *t, tl_thread *th)
         m->max_recv = th->moeg_recv;
         m->sent_at_max = th->moeg_send;
         m->layer = t->fwd_layer;
+        m->fwd = t->fwd_k;
+        m->first = t->out->niters <= 1;
         m->iteration = t->iteration;
     }
     if (!m->min_recv || th->moeg_recv < m->min_recv)
@@ -121,12 +123,13 @@ tl_moe_report(tl *t)
         return;
     uint64_t tb = token_bytes(&t->out->src->meta);
     double ratio = (double)m->max_recv / (double)m->sent_at_max;
+    int layer = am_rank_layer(t->out, m->layer, m->fwd, m->first);
     if (tb)
         am_note(t->out,
                 "MoE dispatch: routing is uneven: this rank's experts received up to %llu "
                 "tokens in one MoE layer's all-to-all (layer %d, iteration %d), %.2fx the %llu "
                 "it sent (dropless and balanced: equal), at least %llu; %zu dispatches",
-                (unsigned long long)(m->max_recv / tb), m->layer, m->iteration, ratio,
+                (unsigned long long)(m->max_recv / tb), layer, m->iteration, ratio,
                 (unsigned long long)(m->sent_at_max / tb), (unsigned long long)(m->min_recv / tb),
                 m->n);
     else
@@ -134,6 +137,6 @@ tl_moe_report(tl *t)
                 "MoE dispatch: routing is uneven: this rank received up to %llu bytes in one MoE "
                 "layer's all-to-all (layer %d, iteration %d), %.2fx the %llu it sent (dropless "
                 "and balanced: equal); tokens unknown (no --hidden-size); %zu dispatches",
-                (unsigned long long)m->max_recv, m->layer, m->iteration, ratio,
+                (unsigned long long)m->max_recv, layer, m->iteration, ratio,
                 (unsigned long long)m->sent_at_max, m->n);
 }

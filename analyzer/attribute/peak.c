@@ -188,14 +188,56 @@ site_intern(am_rank *r, const char *s, size_t n)
 
 /* ---- grouping ---- */
 
-static int32_t
-report_layer(const am_rank *r, uint8_t boundary, int32_t layer)
+int
+am_rank_chunk(const am_rank *r, int fwd, int first)
 {
-    if (!tl_layer_boundary(boundary) || layer <= 0)
+    if (r->place.vp <= 1)
         return 0;
-    if (r->layer_global)
-        return r->stage * r->layers_per_stage + layer;
-    return layer;
+    int off = first ? r->first_fwd_offset : 0;
+    if (fwd < 0 || off < 0)
+        return -1;
+    return am_place_fwd_chunk(&r->place, fwd + off, r->microbatches);
+}
+
+int32_t
+am_rank_layer(const am_rank *r, int32_t layer, int fwd, int first)
+{
+    if (layer <= 0)
+        return 0;
+    if (!r->layer_global)
+        return layer;
+    int off = am_place_layer_offset(&r->place, r->stage, am_rank_chunk(r, fwd, first));
+    return off >= 0 && layer <= am_place_chunk_layers(&r->place, r->stage) ? off + layer : 0;
+}
+
+/* am_rank_layer for an allocation of boundary `boundary`: 0 outside a layer */
+static int32_t
+report_layer(const am_rank *r, uint8_t boundary, const am_attr *a)
+{
+    return tl_layer_boundary(boundary) ? am_rank_layer(r, a->layer, a->fwd, a->first) : 0;
+}
+
+/* The first recorded iteration of a trace whose window (RECOMPSHIM_WINDOW)
+ * opened mid-iteration lacks that iteration's first forward passes: when the
+ * iteration went on to the next one, the n recorded are its last n of
+ * microbatches x virtual stages, so the first recorded is the
+ * (M x VP - n)-th (am_rank_chunk shifts by that); when the trace ends in it,
+ * which passes it holds is unknown (-1: their layers are not numbered).
+ * Counting from the window's start put the first recorded pass in chunk 0. */
+static void
+first_fwd_offset(am_rank *r, const am_meta *m)
+{
+    r->first_fwd_offset = 0;
+    if (!m->window_kind || r->place.vp <= 1 || !r->niters)
+        return;
+    int all = r->microbatches * r->place.vp, n = r->iters[0].microbatches;
+    if (all > 0 && n == all)
+        return;
+    r->first_fwd_offset = all > 0 && n > 0 && n < all && r->niters > 1 ? all - n : -1;
+    if (r->first_fwd_offset < 0)
+        am_note(r, "the window opened inside the trace's only iteration (%d forward passes "
+                   "recorded): which model chunks they ran is unknown, so their layers are "
+                   "not numbered", n);
 }
 
 static int
@@ -230,7 +272,9 @@ group_entries(const am_rank *r, const live_ent *const *ents, size_t n, am_group 
         return -1;
     for (size_t i = 0; i < n; i++)
         g[i] = (am_group){ents[i]->phase, ents[i]->boundary,
-                          report_layer(r, ents[i]->boundary, ents[i]->layer),
+                          report_layer(r, ents[i]->boundary,
+                                       &(am_attr){0, 0, ents[i]->layer, ents[i]->fwd,
+                                                  ents[i]->first}),
                           r->by_site ? ents[i]->site : 0, ents[i]->size, 1};
     am_sort(g, n, sizeof *g, group_key_cmp);
     size_t k = 0;
@@ -359,7 +403,7 @@ update_peak(sweep *s, am_peak *p, int level, const am_event *ev, const am_attr *
     p->setter.size = ev->size;
     p->setter.tid = ev->tid;
     p->setter.attr = *a;
-    p->setter.attr.layer = report_layer(s->out, a->boundary, a->layer);
+    p->setter.attr.layer = report_layer(s->out, a->boundary, a);
     p->setter.lib = ev->lib;
     tl_where(&s->tl, ev->tid, p->setter.where, sizeof p->setter.where);
     snprintf(p->setter.python, sizeof p->setter.python, "%.*s",
@@ -556,7 +600,7 @@ on_alloc(sweep *s, const am_event *ev)
     if (ev->pretrace)
         a = (am_attr){AM_PH_unknown, AM_BD_unknown, 0};
     live_ent e = {ev->addr, ev->size, s->seq, ev->space, a.phase, a.boundary, ev->lib,
-                  a.layer, site_intern(r, ev->site, ev->site_len)};
+                  a.layer, a.fwd, a.first, site_intern(r, ev->site, ev->site_len)};
     for (int l = 0; l < AM_NLEVELS; l++) {
         if (!(ev->levels & (1 << l)))
             continue;
@@ -727,42 +771,40 @@ hybrid_layers(const am_meta *m)
     return n;
 }
 
-/* Layers of this rank's pipeline stage, all its model chunks (*stage_n),
- * and of one model chunk (return) under an uneven first/last stage
- * (--decoder-first/last-pipeline-num-layers), with or without virtual
- * stages: Megatron-Core 0.19.2 get_num_layers_to_build gives the first and
- * the last stage their own counts and the other stages the rest evenly, then
- * divides by the virtual stages per rank. 0 unknown (an even split, a
- * --pipeline-model-parallel-layout, counts that do not divide). Without the
- * post-process stage's own count the output layer and the loss after its last
- * layer are not found (issue 14 B). */
+/* An integer flag of the recorded command line, `def` when absent or not a
+ * number. */
 static int
-uneven_stage_layers(const am_meta *m, int pp, int stage, int nlayers, int *stage_n)
+argv_int(const am_meta *m, const char *flag, int def)
 {
-    const char *f = am_argv_value(m, "--decoder-first-pipeline-num-layers");
-    const char *l = am_argv_value(m, "--decoder-last-pipeline-num-layers");
-    const char *vl = am_argv_value(m, "--num-layers-per-virtual-pipeline-stage");
-    const char *vs = am_argv_value(m, "--num-virtual-stages-per-pipeline-rank");
-    *stage_n = 0;
-    if ((!f && !l) || pp < 2 || stage < 0 || stage >= pp || nlayers <= 0 ||
-        am_argv_value(m, "--pipeline-model-parallel-layout"))
-        return 0;
-    int first = f ? atoi(f) : -1, last = l ? atoi(l) : -1;
-    int mid = pp - (first >= 0) - (last >= 0);
-    int rest = nlayers - (first > 0 ? first : 0) - (last > 0 ? last : 0);
-    int n = stage == 0 && first >= 0 ? first : stage == pp - 1 && last >= 0 ? last
-            : mid > 0 && rest >= 0 && rest % mid == 0 ? rest / mid : -1;
-    int vp = vs && atoi(vs) > 0 ? atoi(vs) : 1;
-    if (vl && atoi(vl) > 0)
-        vp = 0; /* layers per virtual stage with an uneven split: not modelled */
-    if (n <= 0 || vp <= 0 || n % vp)
-        return 0;
-    *stage_n = n;
-    return n / vp;
+    const char *v = am_argv_value(m, flag);
+    return v && *v >= '0' && *v <= '9' ? atoi(v) : def;
 }
 
-/* Pipeline stage and layers per stage from the recorded command line
- * ([M] in docs/sources.md: stage = rank / (world / pp)). */
+/* Microbatches per iteration from the recorded command line: global batch /
+ * (micro batch x data parallel), data parallel = world / (TP x PP x CP)
+ * (Megatron's arguments.py); 0 unknown (no --global-batch-size, or sizes that
+ * do not divide). */
+static int
+microbatches_of(const am_rank *r, const am_meta *m)
+{
+    int gbs = argv_int(m, "--global-batch-size", 0), mbs = argv_int(m, "--micro-batch-size", 1);
+    int mp = argv_int(m, "--tensor-model-parallel-size", 1) * r->pp *
+             argv_int(m, "--context-parallel-size", 1);
+    if (gbs <= 0 || mbs <= 0 || mp <= 0 || m->world_size <= 0 || m->world_size % mp)
+        return 0;
+    int d = mbs * (m->world_size / mp);
+    return gbs % d == 0 ? gbs / d : 0;
+}
+
+/* Pipeline stage, Megatron's layer placement and the microbatches per
+ * iteration from the recorded command line ([M] in docs/sources.md: stage =
+ * rank / (world / pp); model/placement.c: the layers of each stage and model
+ * chunk, even or uneven (--decoder-first/last-pipeline-num-layers), with or
+ * without virtual stages). Layers are reported as Megatron's global numbers
+ * when that placement is known; not with --pipeline-model-parallel-layout or
+ * --account-for-*-in-pipeline-split (not modelled), nor under virtual stages
+ * without the microbatch count (the interleaved schedule's chunk order
+ * depends on it): then local indices, and a note says why. */
 static void
 layer_numbering(am_rank *r, const am_meta *m)
 {
@@ -783,34 +825,44 @@ layer_numbering(am_rank *r, const am_meta *m)
     if ((!nl && hl < 0) || r->stage < 0)
         return;
     int nlayers = hl >= 0 ? hl : atoi(nl);
-    const char *vl = am_argv_value(m, "--num-layers-per-virtual-pipeline-stage");
-    const char *vs = am_argv_value(m, "--num-virtual-stages-per-pipeline-rank");
-    if (vl && atoi(vl) > 0)
-        r->layers_per_chunk = atoi(vl);
-    else if (vs && atoi(vs) > 0 && nlayers > 0 && nlayers % (r->pp * atoi(vs)) == 0)
-        r->layers_per_chunk = nlayers / r->pp / atoi(vs);
-    else if (!am_argv_value(m, "--decoder-first-pipeline-num-layers") &&
-             !am_argv_value(m, "--decoder-last-pipeline-num-layers") &&
-             !am_argv_value(m, "--pipeline-model-parallel-layout") && nlayers > 0 &&
-             nlayers % r->pp == 0)
-        r->layers_per_chunk = nlayers / r->pp;
-    int own = uneven_stage_layers(m, r->pp, r->stage, nlayers, &r->layers_per_stage);
-    if (own)
-        r->layers_per_chunk = own;
-    if (am_argv_value(m, "--num-layers-per-virtual-pipeline-stage") ||
-        am_argv_value(m, "--num-virtual-stages-per-pipeline-rank") ||
-        am_argv_value(m, "--decoder-first-pipeline-num-layers") ||
-        am_argv_value(m, "--decoder-last-pipeline-num-layers") ||
-        am_argv_value(m, "--pipeline-model-parallel-layout")) {
-        am_note(r, "layers are local indices: virtual or uneven pipeline stages are not "
-                   "mapped to global layer numbers");
+    am_placement *p = &r->place;
+    *p = (am_placement){nlayers, r->pp, 1,
+                        argv_int(m, "--decoder-first-pipeline-num-layers", -1),
+                        argv_int(m, "--decoder-last-pipeline-num-layers", -1),
+                        argv_int(m, "--microbatch-group-size-per-virtual-pipeline-stage", 0),
+                        am_argv_value(m, "--pipeline-model-parallel-layout") ||
+                            am_argv_value(m, "--account-for-embedding-in-pipeline-split") ||
+                            am_argv_value(m, "--account-for-loss-in-pipeline-split")};
+    int vl = argv_int(m, "--num-layers-per-virtual-pipeline-stage", 0);
+    int vs = argv_int(m, "--num-virtual-stages-per-pipeline-rank", 0);
+    if (vl > 0)
+        p->vp = nlayers > 0 && nlayers % (r->pp * vl) == 0 ? nlayers / r->pp / vl : 0;
+    else if (vs > 0)
+        p->vp = vs;
+    r->microbatches = microbatches_of(r, m);
+    int lpc = p->vp > 0 ? am_place_chunk_layers(p, r->stage) : 0;
+    int whole = lpc > 0 && am_place_stage_layers(p, r->stage) == lpc * p->vp;
+    if (lpc > 0)
+        r->layers_per_chunk = lpc;
+    const char *why = p->other ? "a --pipeline-model-parallel-layout or --account-for-* "
+                                 "placement is not modelled"
+                      : !whole ? "the layers do not divide over the pipeline and virtual "
+                                 "stages as recorded"
+                      : p->vp > 1 && !r->microbatches
+                          ? "the microbatches per iteration (--global-batch-size) are not "
+                            "recorded, and the virtual stages' chunk order depends on them"
+                          : NULL;
+    if (why) {
+        am_note(r, "layers are local indices: %s", why);
+        p->num_layers = 0;
         return;
     }
-    int n = nlayers;
-    if (n <= 0 || n % r->pp)
-        return;
-    r->layers_per_stage = n / r->pp;
+    r->layers_per_stage = am_place_stage_layers(p, r->stage);
     r->layer_global = 1;
+    if (p->vp > 1)
+        am_note(r, "layers are Megatron's global numbers; under virtual pipeline stages an "
+                   "allocation of the backward pass has none (its model chunk is not "
+                   "tracked)");
 }
 
 static const char *
@@ -920,6 +972,7 @@ first_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     int rc = run_pass(s, err, errlen, last_t);
     if (s->tl.phase == AM_PH_optimizer_state_init)
         decide_opt_init(s);
+    first_fwd_offset(out, &s->src->meta);
     /* before tl_end: pass 2 never sees the resolutions made at the end */
     if (rc >= 0 && !s->pj_failed && !s->opts->replay_peaks)
         build_snapshots(s);
@@ -1069,7 +1122,9 @@ group_snapshot(am_rank *out, snapshot *sn, int blocks)
         if (sn->ents[k].seq == sn->event_index) {
             sn->peak->setter.attr.boundary = sn->ents[k].boundary;
             sn->peak->setter.attr.layer =
-                report_layer(out, sn->ents[k].boundary, sn->ents[k].layer);
+                report_layer(out, sn->ents[k].boundary,
+                             &(am_attr){0, 0, sn->ents[k].layer, sn->ents[k].fwd,
+                                        sn->ents[k].first});
         }
 }
 
@@ -1115,6 +1170,9 @@ second_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     scratch.stage = out->stage;
     scratch.layers_per_stage = out->layers_per_stage;
     scratch.layers_per_chunk = out->layers_per_chunk;
+    scratch.place = out->place;
+    scratch.microbatches = out->microbatches;
+    scratch.first_fwd_offset = out->first_fwd_offset;
     scratch.opt_state_preexisting = out->opt_state_preexisting;
     if (am_rewind(s->src) < 0) {
         snprintf(err, errlen, "%s", s->src->error);

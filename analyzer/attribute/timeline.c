@@ -168,6 +168,16 @@ cur_iter(tl *t)
     return t->iteration >= 0 && t->out->niters ? &t->out->iters[t->out->niters - 1] : NULL;
 }
 
+/* The forward pass that starts now is the k-th of its iteration (k: the
+ * iteration's forward passes counted so far, less one; -1 before the first
+ * iteration): its model chunk follows from k (am_rank_chunk) */
+static void
+fwd_chunk_now(tl *t)
+{
+    am_iteration *it = cur_iter(t);
+    t->fwd_k = it ? it->microbatches - 1 : -1;
+}
+
 /* A forward pass of another microbatch (or model chunk) starts on the
  * main thread before any backward ran since the last one (1F1B warmup). */
 static void
@@ -177,6 +187,7 @@ new_forward_pass(tl *t)
     if (it)
         it->microbatches++;
     t->fwd_layer = 0;
+    fwd_chunk_now(t);
     t->post_norm_seen = 0;
     t->post_logits_seen = 0;
 }
@@ -255,6 +266,7 @@ begin_forward(tl *t)
             if (it)
                 it->microbatches++;
             t->fwd_layer = 0;
+            fwd_chunk_now(t);
             t->post_norm_seen = 0;
             t->post_logits_seen = 0;
             t->bwd_in_iter = 0;
@@ -664,6 +676,9 @@ tl_attr(tl *t, const am_event *ev, uint64_t seq)
         a.phase = AM_PH_backward;
 
     a.layer = th->role == AM_ROLE_BACKWARD ? th->bwd_layer : t->fwd_layer;
+    /* a backward pass's model chunk is not tracked: known only without VPP */
+    a.fwd = (int16_t)(th->role != AM_ROLE_BACKWARD && t->fwd_k < INT16_MAX ? t->fwd_k : -1);
+    a.first = t->out->niters <= 1;
 
     if (ev->lib == AM_LIB_NCCL) {
         a.boundary = AM_BD_nccl;

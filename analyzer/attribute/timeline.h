@@ -87,6 +87,7 @@ typedef struct tl {
     int opt_init_iteration;
     int bwd_in_iter;
     int fwd_layer;            /* layer counter of the current forward */
+    int fwd_k;                /* its ordinal in the iteration (am_attr.fwd), -1 none */
     int fwd_max_layer;
     int layer_ranges_seen;
     int te_layers_seen;

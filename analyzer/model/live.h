@@ -12,6 +12,8 @@ typedef struct live_ent {
     uint64_t seq;             /* ordinal of the allocating event; 0 = empty slot */
     uint8_t space, phase, boundary, lib;
     int32_t layer;            /* raw local layer counter */
+    int16_t fwd;              /* its forward pass (am_attr.fwd) */
+    uint8_t first;            /* am_attr.first */
     uint32_t site;            /* allocation site: index + 1 into am_rank.sites, 0 none */
 } live_ent;
 

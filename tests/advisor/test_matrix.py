@@ -50,6 +50,9 @@ MLA = ["--sim-preset", "deepseek-v2-lite", "--num-layers", "4", "--hidden-size",
        "--max-position-embeddings", "4096", "--vocab-size", "32000",
        "--pipeline-model-parallel-size", "2", "--sim-world-size", "2",
        "--global-batch-size", "4", "--train-iters", "2"]
+# the MLA model with a q latent, interleaved (one layer per virtual stage)
+MLA_QLORA_VPP = MLA + ["--q-lora-rank", "1536", "--num-layers-per-virtual-pipeline-stage", "1",
+                       "--train-iters", "3"]
 
 # MLA on Transformer Engine's unfused attention, the shape of the real
 # Megatron-Core `mla` row (docs/validation/megatron-core.md: Moonlight-16B-A3B's
@@ -138,6 +141,14 @@ MODELS = {
     # moe_act run to full[block,1]; not fixed)
     "moe-unfused-act": (MOE + ["--no-bias-swiglu-fusion", "--moe-ffn-hidden-size", "1408"],
                         ["moe_act", "moe"]),
+    # issue 14 (a public report replayed: DeepSeek-V3 PP4 VPP4): MLA with a q
+    # latent (--q-lora-rank), whose q LayerNorm output in linear_q_up_proj has
+    # the latent's size, under the interleaved schedule with a dense first
+    # layer and MoE layers (one layer per virtual stage: stage 0 holds the
+    # dense layer 0 and the MoE layer 2). mla_up_proj's region began after
+    # that output, taken for an input by its size: predicted +11% from the run
+    # without it, the undo -9.5% from the run with it
+    "mla-qlora-vpp": (MLA_QLORA_VPP, ["mla_up_proj", "layernorm", "moe_act", "mlp"]),
 }
 
 

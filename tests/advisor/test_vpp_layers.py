@@ -20,6 +20,14 @@ first/last stages):
   - the rerun with that setting matches every replay unit it implies (its
     verdict is not withheld for want of them);
   - the recommended setting, executed, peaks within 2% of its prediction;
+  - the report's layers (JSON contributors, the text and HTML tables) are
+    Megatron's global numbers megasim placed on each rank's stage, MoE groups
+    on MoE layers only (they were local indices under virtual and uneven
+    stages);
+  - a window (RECOMPSHIM_WINDOW) that opens mid-iteration keeps the chunk
+    order: the report's layers and the advisor's layer types (MoE where the
+    trace shows grouped expert GEMMs) are right in the first, partial,
+    iteration too;
   - the analyzer's layer table (RECOMP_ADVISOR_DEBUG) gives every forward
     layer the global number megasim built it with (Megatron's placement:
     megasim's Parallel.chunk_layers, checked against megatron-core 0.19.2 by
@@ -117,6 +125,117 @@ def check_layers(name, flags, run_dir):
               "expert GEMMs" % (name, stage), "\n".join(str(x) for x in bad_moe[:12]))
 
 
+def check_report_layers(name, flags, run_dir, doc):
+    """the report's layers are Megatron's global numbers (issue 14: they were
+    local indices under virtual and uneven stages): in the JSON every
+    contributor's layer is one megasim placed on the rank's stage, MoE groups
+    only on MoE layers, and the layers at the peak span more than one model
+    chunk; the text and HTML tables show the same numbers"""
+    placed, args = megasim_layers(flags)
+    moe = eval(args.moe_layer_freq, {})  # a Python list expression, as Megatron parses it
+    for r in doc["ranks"]:
+        stage = r["pipeline"]["stage"]
+        chunks = [[l + 1 for l in c] for c in placed[stage]]
+        mine = {l for c in chunks for l in c}
+        ls = {g["layer"] for g in r["peak"]["contributors"] if g["layer"]}
+        bad = sorted(ls - mine) + sorted(g["layer"] for g in r["peak"]["contributors"]
+                                        if g["boundary"] == "moe" and g["layer"] and
+                                        not (g["layer"] <= len(moe) and moe[g["layer"] - 1]))
+        spans = sum(1 for c in chunks if ls & set(c))
+        ta.ok(r["layer_numbering"] == "global" and ls and not bad and spans == len(chunks),
+              "%s: rank %d: the report's layers are the global layers of stage %d %s" %
+              (name, r["rank"], stage, chunks),
+              "layer_numbering %s, layers %s, not placed there or MoE on a dense layer %s" %
+              (r["layer_numbering"], sorted(ls), bad))
+    html = os.path.join(os.path.dirname(run_dir), "report.html")
+    p = subprocess.run([ta.ANALYZE, "--ranks", "all", "--html", html, run_dir],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    txt = set()
+    for line in p.stdout.splitlines():
+        m = re.match(r"\s+[\d.]+ [KMG]?i?B\s+\S+\s+\S+\s+(\d+)\s+\d+$", line)
+        if m:
+            txt.add(int(m.group(1)))
+    try:
+        page = open(html).read()
+    except OSError:
+        page = ""
+    cells = {int(x) for x in re.findall(r"</td><td>(\d+)</td><td>\d+</td></tr>", page)}
+    allowed = {l + 1 for st in placed.values() for c in st for l in c}
+    ta.ok(p.returncode == 0 and txt and txt <= allowed and cells and cells <= allowed and
+          cells & {g["layer"] for r in doc["ranks"] for g in r["peak"]["contributors"]},
+          "%s: the text and HTML reports show the same global layers" % name,
+          "text %s, html %s, placed %s" % (sorted(txt), sorted(cells), sorted(allowed)))
+
+
+def check_window(name, flags, cap):
+    """a trace whose RECOMPSHIM_WINDOW opened mid-iteration (issue 14): the
+    first recorded iteration lacks its first forward passes, and counting
+    from the window's start gave its first recorded pass chunk 0 of the
+    interleaved order (a MoE chunk taken for the dense one). The window's
+    start is searched for (events index, a fraction of the run's events)
+    until the first recorded iteration holds fewer than M x VP forward passes
+    and another iteration follows; then the report's layers are the global
+    layers megasim placed on each stage (MoE groups on MoE layers) and the
+    advisor's layer table calls a layer MoE exactly where the trace shows its
+    grouped expert GEMMs, with the global number megasim built it with."""
+    base, rc, tmp, err = run(flags, cap)
+    try:
+        doc = ta.analyze(base) if base else None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not ta.ok(doc is not None, "%s: run for the window" % name, err[-800:]):
+        return
+    placed, args = megasim_layers(flags)
+    M = args.global_batch_size // (args.micro_batch_size * (args.sim_world_size //
+                                                             args.pipeline_model_parallel_size))
+    per_iter = M * len(placed[0])
+    events = min(r["events"] for r in doc["ranks"])
+    found = None
+    for frac in (0.45, 0.4, 0.5, 0.35, 0.55, 0.3, 0.6):
+        os.environ["RECOMPSHIM_WINDOW"] = "events:%d-%d" % (int(events * frac), 1 << 40)
+        try:
+            r, rc, tmp, err = run(flags, cap)
+        finally:
+            del os.environ["RECOMPSHIM_WINDOW"]
+        if r is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            continue
+        d = ta.analyze(r)
+        its = [x["iterations"] for x in d["ranks"]]
+        if all(len(i) >= 2 and 0 < i[0]["microbatches"] < per_iter for i in its):
+            found = (frac, r, tmp, d)
+            break
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not ta.ok(found is not None, "%s: a window that opens mid-iteration, another "
+                 "iteration following (%d forward passes per iteration)" % (name, per_iter)):
+        return
+    frac, r, tmp, d = found
+    try:
+        bad = []
+        for rk in d["ranks"]:
+            mine = {l + 1 for c in placed[rk["pipeline"]["stage"]] for l in c}
+            for g in rk["peak"]["contributors"]:
+                if g["layer"] and (g["layer"] not in mine or
+                                   (g["boundary"] == "moe" and
+                                    not args.moe_pattern[g["layer"] - 1])):
+                    bad.append((rk["rank"], g["phase"], g["boundary"], g["layer"]))
+        ta.ok(not bad and all(x["layer_numbering"] == "global" for x in d["ranks"]),
+              "%s, window from %d%% of the events: the report's layers are the global "
+              "layers of each stage, MoE groups on MoE layers" % (name, 100 * frac), str(bad))
+        tables = [t for t in layer_table(r) if t]
+        stages = sorted(placed)
+        wrong = []
+        for stage, t in zip(stages, tables):
+            mine = {l for c in placed[stage] for l in c}
+            wrong += [(stage,) + x for x in t if x[3] != x[4] or x[2] not in mine]
+        ta.ok(tables and not wrong, "%s, window from %d%% of the events: the advisor's "
+              "layers are MoE exactly where the trace shows grouped expert GEMMs, numbered "
+              "as megasim placed them" % (name, 100 * frac),
+              "\n".join(str(x) for x in wrong[:12]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def check_job(name, flags, cap):
     base, rc, tmp, err = run(flags, cap)
     if not ta.ok(base is not None and rc == 0, "%s: megasim run without recompute" % name,
@@ -125,6 +244,7 @@ def check_job(name, flags, cap):
     try:
         doc = ta.analyze(base)
         check_layers(name, flags, base)
+        check_report_layers(name, flags, base, doc)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     cands = {c["setting"]: c for c in doc["verdict"]["candidates"]}
@@ -200,6 +320,7 @@ def main():
     check_megasim_placement()
     for name, flags, cap in JOBS:
         check_job(name, flags, cap)
+    check_window(JOBS[0][0], JOBS[0][1], JOBS[0][2])
     print("1..%d" % ta.n)
     return 1 if ta.failed else 0
 
