@@ -400,6 +400,52 @@ void adv_finding_lever(adv_verdict *v, const char *code, const char *change, uin
  * job-level finding, a rank not evaluated, an unknown capacity). */
 int adv_finding_deficit(const adv_verdict *v, const adv_finding *f, uint64_t *deficit);
 
+/* ---- which ranks bind, which findings may speak for them (advisor_binding.c;
+ * issue 14 classes A and D) ---- */
+/* The binding ranks (bind[i] = 1 per rank index i < v->nranks): those with a
+ * fatal OOM, else those whose modelled reserved peak is over their budget.
+ * Returns how many (0: the job fits). */
+size_t adv_binding_ranks(const am_job *j, const adv_verdict *v, uint8_t *bind);
+/* 1 when rank index i's allocated peak alone (the baseline: the recorded or
+ * projected tensor-level peak with a fatal OOM's failed request) is over its
+ * device, capacity - memory outside PyTorch (bytes over in *over, may be
+ * NULL): no allocator setting can fit it. 0 otherwise or when unknown. */
+int adv_real_deficit(const adv_verdict *v, size_t i, uint64_t *over);
+/* 1 when f's fix is the allocator's alone (fragmentation: expandable segments;
+ * a library starved by PyTorch's cache: emptying it). */
+int adv_allocator_only(const adv_finding *f);
+/* 1 when text names as a change a setting the recorded configuration already
+ * has (expandable segments, the distributed optimizer, bf16 moments, the fused
+ * cross-entropy, a distributed checkpoint format, optimizer CPU offload,
+ * --recompute-activations). */
+int adv_names_in_use(const char *text, const adv_cfg *c);
+/* 1 when f's only fix is a setting the job already has (fragmentation with
+ * expandable segments on). */
+int adv_fix_in_use(const adv_finding *f, const adv_cfg *c);
+/* Drop every finding whose only fix is in use (adv_fix_in_use: its cause
+ * cannot be what it says) and every lever naming a setting already in use
+ * (adv_names_in_use) from v's findings; a finding's fix_bytes becomes its
+ * best known lever left. */
+void adv_drop_levers_in_use(adv_verdict *v, const adv_cfg *c);
+/* 1 when f may be the verdict: it is a finding of a binding rank (bind from
+ * adv_binding_ranks, nbind of them; a job-level finding always), its fix is
+ * not in use, and it is not an allocator-only fix while a binding rank is
+ * over its device in allocated bytes. */
+int adv_finding_eligible(const am_job *j, const adv_verdict *v, const uint8_t *bind,
+                         size_t nbind, const adv_finding *f);
+/* 1 when every binding rank has a finding ok[] allows (per finding index)
+ * that may be a primary code (not X:HOT_RANK, X:SHAPE_OUTLIER,
+ * X:MOE_IMBALANCE, R:..., BUDGET:...): a triage code is the verdict only
+ * when it leaves no binding rank unexplained (a rank whose bytes no triage
+ * cause holds needs the counterfactuals). */
+int adv_binding_explained(const adv_verdict *v, const uint8_t *bind, const uint8_t *ok);
+/* "BINDS: rank R (OOM in iteration i, phase p: CODE subtype); ranks ..." into
+ * out (n bytes): each binding rank (ranks with the same statement grouped, at
+ * most six groups) with what binds it; prim, the verdict's finding, when it
+ * is that rank's. "" when no rank binds. */
+void adv_binding_why(const am_job *j, const adv_verdict *v, const uint8_t *bind,
+                     const adv_finding *prim, char *out, size_t n);
+
 /* Counterfactual: peak bytes of the rewritten op stream of one rank for a
  * setting; *phase gets the phase of the peak. */
 typedef struct adv_setting {

@@ -1222,6 +1222,93 @@ triage_fragmentation(const triage_rank *k, adv_verdict *v, uint64_t req, uint64_
     return 1;
 }
 
+/* Step 3b, the cache a one-off transient left (issue 14 class D, hplay6 W1:
+ * a distributed-optimizer resume whose loaded copy was freed before the
+ * first forward, then an OOM there; expandable_segments:True ran it).
+ * PyTorch's own request of req bytes failed although the rank's allocated
+ * bytes + the request, and its allocated peak, fit the device (capacity -
+ * memory outside PyTorch: the OOM happened on the device, the headroom is
+ * the advisor's margin), while at least 256 MiB were reserved but
+ * unallocated after the allocator had released what it could (the device
+ * bytes live at the OOM, or PyTorch's reserved if lower, less its allocated
+ * bytes): segments split between live tensors and free blocks, which
+ * release_cached_blocks cannot return (c10/cuda/CUDACachingAllocator.cpp).
+ * Those segments were cut by the checkpoint load's copies (AM_PYLOAD_COPY:
+ * load_checkpoint frames), made before the first forward and freed before
+ * the OOM, at least as large as that cache: the forward's tensors took part
+ * of their segments. Only for an OOM in the first iteration recorded,
+ * before its optimizer step (later the iteration's own tensors have cut the
+ * segments again: the generic rule above). Not with expandable segments on
+ * (PyTorch unmaps free pages before failing). The levers, each
+ * with the cache's bytes: expandable segments, or torch.cuda.empty_cache()
+ * right after the load (the segments are whole then and are returned).
+ * Returns 1 when a finding was added. */
+static int
+triage_load_cache(const triage_rank *k, adv_verdict *v, uint64_t req)
+{
+    const adv_trace *t = k->t;
+    const am_rank *r = k->r;
+    uint64_t dev = k->cap > v->outside[k->i] ? k->cap - v->outside[k->i] : 0;
+    if (!(t->oom && r->oom && t->oom_lib == AM_LIB_PYTORCH && (r->levels & AM_LVL_TENSOR) &&
+          dev && !v->cfg.alloc_expandable && t->oom_load == AM_PYLOAD_NONE &&
+          t->oom_allocated + req <= dev && v->baseline[k->i] <= dev))
+        return 0;
+    uint64_t res = t->oom_reserved, live = r->oom->live[AM_L_DEVICE];
+    if (live && live < res)
+        res = live;
+    uint64_t held = res > t->oom_allocated ? res - t->oom_allocated : 0;
+    if (held < ((uint64_t)256 << 20))
+        return 0;
+    uint32_t fwd0 = ADV_NONE;
+    for (size_t q = 0; q < t->na && fwd0 == ADV_NONE; q++)
+        if (!t->a[q].bwd && t->a[q].phase == AM_PH_forward)
+            fwd0 = t->a[q].a_pos;
+    if (fwd0 == ADV_NONE || t->oom_pos <= fwd0)
+        return 0;
+    /* the OOM came in the first iteration the trace records, before its
+     * optimizer step: later, a whole iteration of activations has cut and
+     * freed the load's segments again, and the cache is the iteration's own
+     * (the generic fragmentation rule) */
+    int it0 = -1;
+    for (size_t q = 0; q < t->na; q++)
+        if (t->a[q].iteration >= 0 && (it0 < 0 || t->a[q].iteration < it0))
+            it0 = t->a[q].iteration;
+    if ((t->opt_state_init_end != ADV_NONE && t->opt_state_init_end < t->oom_pos) ||
+        (it0 >= 0 && r->oom->iteration > it0))
+        return 0;
+    uint64_t loaded = 0;
+    for (size_t q = 0; q < t->na; q++) {
+        const adv_alloc *x = &t->a[q];
+        if (x->a_pos < fwd0 && x->f_pos != ADV_NONE && x->f_pos < t->oom_pos &&
+            x->load == AM_PYLOAD_COPY)
+            loaded += x->size;
+    }
+    if (loaded < held)
+        return 0;
+    char marg[192] = "";
+    if (t->oom_allocated + req > k->budget)
+        snprintf(marg, sizeof marg, "; not within the %s budget: the fixed job runs inside "
+                 "the headroom, MARGINAL", GB(k->budget));
+    adv_finding_add(v, "X:FRAGMENTATION", "load_cache", r->rank,
+                    "PyTorch's request of %s failed with %s allocated (+ request = %s, within "
+                    "the device's %s: capacity less memory outside PyTorch%s) while %s stayed "
+                    "reserved but unallocated after the allocator released its whole free "
+                    "segments: segments split between live tensors and free blocks. The "
+                    "checkpoint load made %s of copies (load_checkpoint frames) before the "
+                    "first forward and freed them before the OOM, in the first iteration, and "
+                    "the forward's tensors took parts of their segments: the cache the load "
+                    "left. Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (free pages are "
+                    "unmapped before an OOM), or call torch.cuda.empty_cache() right after the "
+                    "load, before the first forward (its segments are whole then and go back "
+                    "to the device)",
+                    GB(req), GB(t->oom_allocated), GB(t->oom_allocated + req), GB(dev), marg,
+                    GB(held), GB(loaded));
+    adv_finding_held(v, "X:FRAGMENTATION", held);
+    LEVER("X:FRAGMENTATION", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", held);
+    LEVER("X:FRAGMENTATION", "torch.cuda.empty_cache() after the checkpoint load", held);
+    return 1;
+}
+
 /* Steps 2-3 for a rank with an OOM: the failing request's library and size
  * (bytes) and PyTorch's reserved-but-unallocated cache (bytes) decide
  * between a library outside PyTorch, memory outside PyTorch and
@@ -1238,7 +1325,7 @@ triage_oom_cause(const triage_rank *k, adv_verdict *v)
         return 2; /* other causes may coexist (item 6) */
     if (triage_outside_oom(k, v, req))
         return 2;
-    if (triage_fragmentation(k, v, req, cache))
+    if (triage_fragmentation(k, v, req, cache) || triage_load_cache(k, v, req))
         return 4;
     return 0;
 }

@@ -611,6 +611,8 @@ typedef struct run_state {
                                * and every setting but the current one, unknown */
     char *err;
     size_t errlen;
+    char binds[768];          /* what binds each binding rank, when they differ or a
+                               * finding was passed over (advisor_binding.c), "" none */
 } run_state;
 
 /* Step 1: the configuration (command line, --config, overrides) of rank 0's
@@ -1201,6 +1203,10 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
                "not see is a memory pool in this process (a colocated engine's "
                "torch.cuda.MemPool, e.g. vLLM sleep mode, refuses it): then the "
                "max_split_size_mb the why names";
+    if (strstr(prim->code, "FRAGMENTATION") && strcmp(prim->subtype, "load_cache") == 0)
+        return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or "
+               "torch.cuda.empty_cache() right after the checkpoint load (before the first "
+               "forward)";
     if (strstr(prim->code, "FRAGMENTATION"))
         return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
     if (strstr(prim->code, "CUDA_GRAPH")) {
@@ -1219,6 +1225,9 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
         return "release PyTorch's cache before NCCL allocates: torch.cuda.empty_cache() after "
                "the one-off peak (checkpoint loading) and before the first collective, or "
                "create the NCCL communicators eagerly (init_process_group(device_id=...))";
+    if (strstr(prim->code, "NCCL") && cfg->alloc_expandable)
+        return "leave NCCL a margin: fewer communicators or smaller NCCL buffers (expandable "
+               "segments are already on)";
     if (strstr(prim->code, "NCCL"))
         return "leave NCCL a margin: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, fewer "
                "communicators or smaller NCCL buffers";
@@ -1267,12 +1276,14 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
     if (!cfg->megatron)
         return "shard the optimizer state (ZeRO/FSDP), keep its moments in bf16, or offload it "
                "to the CPU";
-    snprintf(buf, n, "%s%s, or optimizer CPU offload%s",
+    snprintf(buf, n, "%s%s%s%s",
              cfg->dist_opt || cfg->dp <= 1 ? "the distributed optimizer over more data-parallel "
                                              "ranks"
                                            : "--use-distributed-optimizer",
              cfg->exp_avg_bf16 ? "" : ", --use-precision-aware-optimizer --exp-avg-dtype bf16 "
                                       "--exp-avg-sq-dtype bf16",
+             cfg->optimizer_cpu_offload ? ", or a larger --optimizer-offload-fraction"
+                                        : ", or optimizer CPU offload",
              cfg->exp_avg_bf16 ? " (the moments are already bf16)" : "");
     return buf;
 }
@@ -1283,13 +1294,13 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
  * most bytes removed), else the one holding the most bytes; NULL when none is
  * ranked (issue 14 item 6). An unknown deficit is covered by nothing. */
 static const adv_finding *
-primary_by_bytes(const adv_verdict *v)
+primary_by_bytes(const adv_verdict *v, const uint8_t *ok)
 {
     const adv_finding *best = NULL;
     int best_covers = 0;
     for (size_t k = 0; k < v->nfindings; k++) {
         const adv_finding *f = &v->findings[k];
-        if (!f->ranked)
+        if (!f->ranked || (ok && !ok[k]))
             continue;
         uint64_t deficit = 0;
         int known = adv_finding_deficit(v, f, &deficit);
@@ -1304,14 +1315,16 @@ primary_by_bytes(const adv_verdict *v)
     return best;
 }
 
-/* The primary triage finding, or NULL: retention that grows every iteration
+/* The primary triage finding among those ok[] allows (NULL: all; a finding
+ * of a rank that binds, advisor_binding.c), or NULL: retention that grows
+ * every iteration
  * and reaches the budget before the job ends decides the OOM whatever else
  * holds bytes (removing any other cause only delays it); else the first in
  * the order graph pools, NCCL/outside PyTorch, fragmentation, optimizer
  * state, parameter state, retention; a finding with bytes gives way to the
  * one whose fix covers the deficit (issue 14 items 6, 9). */
 static const adv_finding *
-primary_finding(const adv_verdict *v)
+primary_finding(const adv_verdict *v, const uint8_t *ok)
 {
     static const char *const order[] = {"X:CUDA_GRAPH_POOL", "X:NCCL_BUFFERS",
                                         "X:CHECKPOINT_SAVE", "X:FRAGMENTATION", "X:OPTIMIZER_STATE",
@@ -1319,16 +1332,16 @@ primary_finding(const adv_verdict *v)
     const adv_finding *prim = NULL;
     for (size_t k = 0; k < v->nfindings && !prim; k++)
         if (strcmp(v->findings[k].code, "X:RETENTION") == 0 &&
-            strcmp(v->findings[k].subtype, "growth") == 0)
+            strcmp(v->findings[k].subtype, "growth") == 0 && (!ok || ok[k]))
             prim = &v->findings[k];
     for (size_t q = 0; q < sizeof order / sizeof order[0] && !prim; q++)
         for (size_t k = 0; k < v->nfindings; k++)
-            if (strcmp(v->findings[k].code, order[q]) == 0) {
+            if (strcmp(v->findings[k].code, order[q]) == 0 && (!ok || ok[k])) {
                 prim = &v->findings[k];
                 break;
             }
     if (!prim || prim->ranked) {
-        const adv_finding *best = primary_by_bytes(v);
+        const adv_finding *best = primary_by_bytes(v, ok);
         if (best)
             prim = best;
     }
@@ -1456,6 +1469,34 @@ undo_unknown_verdict(run_state *st, const adv_finding *prim)
     v->chosen = -1;
 }
 
+/* The per-rank statement of what binds (adv_binding_why), kept for the why
+ * when it says more than the headline: the binding ranks are bound by
+ * different things, or a cause was passed over for the verdict (a rank that
+ * does not bind, an allocator-only fix beside a rank over its device in
+ * allocated bytes, a fix the job already has). */
+static void
+binding_note(run_state *st, const uint8_t *bind, const uint8_t *ok, const adv_finding *prim,
+             int unexplained)
+{
+    adv_verdict *v = st->v;
+    st->binds[0] = 0;
+    int passed_over = unexplained && v->nfindings;
+    for (size_t k = 0; ok && k < v->nfindings; k++)
+        passed_over |= !ok[k] && !strncmp(v->findings[k].code, "X:", 2) &&
+                       (!strcmp(v->findings[k].code, "X:FRAGMENTATION") ||
+                        !strcmp(v->findings[k].code, "X:OPTIMIZER_STATE") ||
+                        !strcmp(v->findings[k].code, "X:PARAM_STATE") ||
+                        !strcmp(v->findings[k].code, "X:NCCL_BUFFERS") ||
+                        !strcmp(v->findings[k].code, "X:CUDA_GRAPH_POOL") ||
+                        !strcmp(v->findings[k].code, "X:CHECKPOINT_SAVE") ||
+                        !strcmp(v->findings[k].code, "X:LOGITS") ||
+                        !strcmp(v->findings[k].code, "X:RETENTION"));
+    char text[sizeof st->binds];
+    adv_binding_why(st->j, v, bind, prim, text, sizeof text);
+    if (passed_over || strstr(text, "; rank"))
+        snprintf(st->binds, sizeof st->binds, "%s", text);
+}
+
 /* Step 6: the verdict: a primary triage finding, else the valid fitting
  * candidate of least replay cost (a setting holding an ineffective label
  * only when nothing else fits), else OK:FITS when the job fits as it is,
@@ -1480,7 +1521,23 @@ run_choose(run_state *st)
             }
     const adv_cand *curc = st->t0 ? find_cand(v, &st->active) : NULL;
     st->cur_idx = curc ? (int)(curc - v->cands) : -1;
-    const adv_finding *prim = primary_finding(v);
+    /* issue 14 A, D: only a finding of a rank that binds may be the verdict,
+     * never an allocator-only fix while a binding rank is over its device in
+     * allocated bytes, never a fix the job already has (advisor_binding.c) */
+    adv_drop_levers_in_use(v, st->cfg);
+    uint8_t bind[ADV_MAX_RANKS];
+    size_t nbind = adv_binding_ranks(st->j, v, bind);
+    uint8_t *ok = v->nfindings ? malloc(v->nfindings) : NULL;
+    for (size_t k = 0; ok && k < v->nfindings; k++)
+        ok[k] = (uint8_t)adv_finding_eligible(st->j, v, bind, nbind, &v->findings[k]);
+    const adv_finding *prim = primary_finding(v, ok);
+    /* a binding rank no eligible cause explains needs the counterfactuals:
+     * the triage code is then no verdict for the job (a finding, in BINDS) */
+    int unexplained = nbind && !adv_binding_explained(v, bind, ok);
+    if (unexplained)
+        prim = NULL;
+    binding_note(st, bind, ok, prim, unexplained);
+    free(ok);
     /* state created by the first optimizer step that decides a later OOM
      * (state_growth), or logits, stay findings with their levers when a
      * recompute setting also fits: the verdict is then the narrowest
@@ -1721,6 +1778,8 @@ run_guards(run_state *st)
             explain_oom(st, &j->ranks[i], i);
             break;
         }
+    if (st->binds[0])
+        why_add(v, "%s", st->binds);
 }
 
 /* a capped or windowed trace: codes decided from the live set (fits,

@@ -707,9 +707,15 @@ GRAPH_SCENARIOS = [
     ("full_iteration: OOM after the capture, default pool",
      GRAPH_JOB + ["--cuda-graph-warmup-steps", "0"], 18, "X:CUDA_GRAPH_POOL",
      ["X:CUDA_GRAPH_POOL"], ["X:FRAGMENTATION", "R:SELECTIVE", "R:FULL", "OK:FITS"]),
+    # the request fit the default pool's free bytes (the fragmentation finding),
+    # but the rank's allocated peak alone (16.71 GiB with the first step's Adam
+    # state) is over the device: run with expandable_segments:True it runs out
+    # of memory again, so the allocator fix is a finding, not the verdict
+    # (issue 14 class A, invariant 33); the state that decides it is
     ("full_iteration: OOM in the capture, fragmented default pool",
-     GRAPH_JOB + ["--cuda-graph-warmup-steps", "1"], 17, "X:FRAGMENTATION",
-     ["X:FRAGMENTATION"], ["X:CUDA_GRAPH_POOL", "R:SELECTIVE", "R:FULL", "OK:FITS"]),
+     GRAPH_JOB + ["--cuda-graph-warmup-steps", "1"], 17, "X:OPTIMIZER_STATE",
+     ["X:FRAGMENTATION", "X:OPTIMIZER_STATE"], ["X:CUDA_GRAPH_POOL", "R:SELECTIVE", "R:FULL",
+                                                 "OK:FITS"]),
 ]
 
 
@@ -719,6 +725,7 @@ def graph_oom():
     for name, flags, cap, code, finds, must_not in GRAPH_SCENARIOS:
         v = scenario(name, flags, cap, expect_code=code, expect_findings=finds,
                      must_not=must_not, profile=PROFILE_ALL)
+        code = finds[0]  # the graph finding, checked against megasim's allocator
         f = v and finding(v, code)
         run, rc, tmp, err = run_megasim(flags + PROFILE_ALL, cap)
         al = dict(re.findall(r"(\w+)=(\d+)", (re.findall(r"allocator at OOM: (.*)", err) or

@@ -109,6 +109,28 @@ violations):
      global, every contributor's layer is one megasim placed on that rank's
      pipeline stage (virtual and uneven stages included; they were local
      indices there), and a moe group's layer is a MoE layer.
+  33. the verdict speaks for the ranks that bind (issue 14 class A, hplay6
+     W1/W2): the binding ranks are those that died of an OOM, else those over
+     their budget; an X: verdict is a finding of a binding rank and every
+     binding rank has a cause among the findings; no allocator-only cause
+     (X:FRAGMENTATION, X:NCCL_BUFFERS cache_starved) is the verdict while a
+     binding rank's allocated peak alone is over its device (capacity -
+     outside PyTorch); where binding ranks are held
+     by different causes, or a cause was passed over, the why says what binds
+     each of them (BINDS:).
+  34. no fix names a setting the recorded configuration already has (class
+     D; invariant 29 generalised): no verdict change, config diff or finding
+     lever names expandable segments, the distributed optimizer, bf16
+     moments, the fused cross-entropy, a distributed checkpoint format,
+     optimizer CPU offload or --recompute-activations for a job that has
+     it; with expandable segments on there is no X:FRAGMENTATION finding.
+  35. the cache a freed checkpoint load left (class D, hplay6 W1): a resume
+     whose rank ran out of memory after the first forward began, with its
+     allocated bytes + the request within the device and >= 256 MiB reserved
+     but unallocated at the OOM, and without expandable segments, gets an
+     X:FRAGMENTATION load_cache finding on that rank with those bytes and the
+     levers expandable segments and torch.cuda.empty_cache() after the load;
+     a job that loads no checkpoint never gets load_cache.
   36. the last stage's output layer and loss are found under any stage
      layout (uneven first/last stages, virtual stages): a peak set by an
      allocation whose Python stack is the post-process (megasim's
@@ -238,6 +260,20 @@ G20 = ["--num-layers", "48", "--hidden-size", "6144", "--ffn-hidden-size", "1638
        "--hidden-dropout", "0.0", "--bf16", "--disable-bias-linear", "--micro-batch-size", "1",
        "--pipeline-model-parallel-size", "4", "--sim-world-size", "8",
        "--use-distributed-optimizer", "--global-batch-size", "16", "--train-iters", "3"]
+# hplay6 W1: Llama-3 8B-like, 8 layers, PP2 DP2 with the distributed optimizer,
+# 4096 tokens, resumed from a torch_dist checkpoint
+W1_RESUME = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--pipeline-model-parallel-size",
+             "2", "--sim-world-size", "4", "--use-distributed-optimizer", "--global-batch-size",
+             "8", "--seq-length", "4096", "--max-position-embeddings", "8192", "--train-iters",
+             "3", "--ckpt-format", "torch_dist", "--sim-resume-optimizer"]
+# hplay6 W2: GPT-30B-like FP8 (delayed scaling), TP2 SP PP2 of 16 ranks, ranks 0 and 8
+W2_G30 = ["--num-layers", "48", "--hidden-size", "7168", "--num-attention-heads", "56",
+          "--seq-length", "2048", "--max-position-embeddings", "2048", "--vocab-size", "50257",
+          "--bf16", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+          "--pipeline-model-parallel-size", "2", "--sim-world-size", "16", "--sim-only-ranks",
+          "0,8", "--use-distributed-optimizer", "--micro-batch-size", "2",
+          "--global-batch-size", "64", "--recompute-activations", "--fp8-format", "hybrid",
+          "--fp8-recipe", "delayed", "--train-iters", "3"]
 SCENARIOS = [
     # the README's main job, and the same job capped at 768 KiB of trace
     sc("main", MAIN),
@@ -599,6 +635,28 @@ SCENARIOS += [
         "--train-iters", "3", "--expert-model-parallel-size", "4", "--sim-moe-imbalance", "0.6"],
        96, env={"RECOMPSHIM_MAX_BYTES": "3M"}, converge=False,
        expect=("n/a", "iteration and phase unknown")),
+
+    # issue 14 classes A and D, hplay6 W1 (a public report replayed,
+    # NVIDIA/Megatron-LM PR 4638: a distributed-optimizer resume runs out of
+    # memory where the fresh run fits): the loaded copy is freed before the
+    # first forward, and its split segments (1.40 GiB reserved but
+    # unallocated) leave the loss's 1.96 GiB request no room on stage 1,
+    # although 18.82 GiB allocated + the request fit the 21.5 GiB device. The
+    # verdict was stage 0's "shard the parameters" (ranks 0,1 ran); with
+    # expandable_segments:True the job runs (inside the headroom)
+    sc("resume: the freed load's cache, OOM in the first forward", W1_RESUME, 22,
+       converge=False, expect=("X:FRAGMENTATION", "the cache the load left")),
+    # issue 14 classes A and D, hplay6 W2 (a public report replayed,
+    # NVIDIA/Megatron-LM issue 637: GPT-30B FP8, selective recompute, the
+    # distributed optimizer, 16 GPUs): stage 0 is 13 GiB over its device in
+    # parameters, grads and FP8 copies, while stage 1's inactive split made
+    # X:FRAGMENTATION "expandable segments" the job's verdict; rerun with
+    # expandable segments, the verdict repeated it
+    sc("GPT-30B FP8 PP2: stage 0 over its device, stage 1 fragmented", W2_G30, 80,
+       converge=False, expect=("R:INSUFFICIENT", "BINDS: rank 0")),
+    sc("GPT-30B FP8 PP2 with expandable segments", W2_G30, 80,
+       env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, converge=False,
+       expect=("R:INSUFFICIENT", "BINDS: rank 0")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -1507,6 +1565,17 @@ def inv19_bytes_decide(c):
     if bad:
         return bad
     xs = [f for f in fs if f["code"].startswith("X:")]
+    # only a cause of a rank that binds, never an allocator-only one while a
+    # binding rank is over its device in allocated bytes, and none while a
+    # binding rank has no such cause (invariant 33, issue 14 class A)
+    bind = binding_ranks(c)
+    vr = {r["rank"]: r for r in v.get("ranks", [])}
+    if bind:
+        real = any(rk in vr and over_device(vr[rk]) for rk in bind)
+        xs = [f for f in xs if f.get("rank") in bind and not (real and allocator_only(f))]
+        if any(not any(f.get("rank") == rk and f["code"] in PRIMARY_CODES for f in xs)
+               for rk in bind):
+            xs = []
     prim, code, why = expected_primary(xs), v.get("code", ""), v.get("why", "")
     why = verdict_evidence(why)
     # no OOM and every rank within its budget as it runs: the finding is a
@@ -1970,6 +2039,171 @@ def inv31_global_layers(c):
     return bad[:10]
 
 
+ALLOCATOR_ONLY = (("X:FRAGMENTATION", None), ("X:NCCL_BUFFERS", "cache_starved"))
+PRIMARY_CODES = ("X:CUDA_GRAPH_POOL", "X:NCCL_BUFFERS", "X:CHECKPOINT_SAVE", "X:FRAGMENTATION",
+                 "X:OPTIMIZER_STATE", "X:PARAM_STATE", "X:RETENTION", "X:LOGITS")
+
+
+def binding_ranks(c):
+    """the ranks that bind: those that died of an OOM, else those whose
+    margin is negative (rank ids)"""
+    died = {r["rank"] for r in ooms(c)}
+    if died:
+        return died
+    return {r["rank"] for r in c.v.get("ranks", [])
+            if r.get("margin_bytes") is not None and r["margin_bytes"] < 0}
+
+
+def over_device(vr):
+    """a verdict rank's allocated peak alone (its baseline, with the failed
+    request) is over its device (capacity - memory outside PyTorch)"""
+    cap = vr.get("capacity_bytes")
+    return bool(cap) and vr.get("baseline_peak_bytes", 0) > cap - (vr.get("outside_pytorch_bytes")
+                                                                   or 0)
+
+
+def allocator_only(f):
+    return any(f.get("code") == code and (sub is None or f.get("subtype") == sub)
+               for code, sub in ALLOCATOR_ONLY)
+
+
+def inv33_binding_ranks(c):
+    """the verdict speaks for the ranks that bind (issue 14 class A): an X:
+    verdict is a finding of a binding rank and every binding rank has a cause
+    among the findings; no allocator-only verdict while a binding rank is
+    over its device in allocated bytes; binding ranks held by different
+    causes are each stated (BINDS:)"""
+    v = c.v
+    if not v or not v.get("ranks"):
+        return []
+    bad = []
+    bind = binding_ranks(c)
+    vr = {r["rank"]: r for r in v["ranks"]}
+    finds = v.get("findings", [])
+    code = v.get("code") or ""
+    causes = {rk: {f["code"] for f in finds if f.get("rank") == rk and f.get("code") in
+                   PRIMARY_CODES} for rk in bind}
+    if code.startswith("X:") and bind:
+        if not any(f.get("code") == code and f.get("rank") in bind for f in finds):
+            bad.append("verdict %s is no finding of a binding rank %s" % (code, sorted(bind)))
+        for rk in sorted(bind):
+            if not causes[rk]:
+                bad.append("verdict %s leaves binding rank %d without a cause" % (code, rk))
+    real = [rk for rk in bind if rk in vr and over_device(vr[rk])]
+    if real and any(allocator_only(f) and f.get("code") == code for f in finds):
+        bad.append("allocator-only verdict %s while binding rank(s) %s are over their device "
+                   "in allocated bytes" % (code, real))
+    if len(bind) > 1 and len({frozenset(x) for x in causes.values()}) > 1 and \
+            not code.startswith("n/a"):
+        why = v.get("why", "")
+        seg = why[why.find("BINDS:"):] if "BINDS:" in why else ""
+        named = {int(x) for x in re.findall(r"\d+", " ".join(
+            re.findall(r"ranks? ([\d,]+) \(", seg)))}
+        if not seg:
+            bad.append("binding ranks %s are held by different causes %s and the why does not "
+                       "say what binds each (BINDS:)" % (sorted(bind), causes))
+        elif not bind <= named and "and more ranks" not in seg:
+            bad.append("BINDS: names %s, not every binding rank %s" % (sorted(named),
+                                                                      sorted(bind)))
+    return bad
+
+
+def settings_in_use(sc):
+    """(setting, the text that names it as a change) for each setting the
+    scenario's recorded configuration already has"""
+    if not sc:
+        return []
+    fl, env = sc["flags"], sc["env"]
+    conf = env.get("PYTORCH_CUDA_ALLOC_CONF") or env.get("PYTORCH_ALLOC_CONF") or ""
+    out = []
+    if re.search(r"expandable_segments:(True|true|1)", conf):
+        out.append(("expandable segments", "expandable_segments:True"))
+    if "--use-distributed-optimizer" in fl:
+        out.append(("the distributed optimizer", "--use-distributed-optimizer"))
+    if flag_value(fl, "--exp-avg-dtype") == "bf16":
+        out.append(("bf16 moments", "--exp-avg-dtype bf16"))
+    if "--cross-entropy-loss-fusion" in fl:
+        out.append(("the fused cross-entropy", "--cross-entropy-loss-fusion"))
+    if flag_value(fl, "--ckpt-format", "torch_dist") != "torch":
+        out.append(("a distributed checkpoint format", "--ckpt-format torch_dist"))
+    if "--optimizer-cpu-offload" in fl:
+        out.append(("optimizer CPU offload", "optimizer CPU offload"))
+    if "--recompute-activations" in fl:
+        out.append(("--recompute-activations", "--recompute-activations"))
+    return out
+
+
+def inv34_no_lever_in_use(c):
+    """no fix names a setting the recorded configuration already has (issue
+    14 class D): the verdict's change and config diff and every finding's
+    levers; with expandable segments on, no X:FRAGMENTATION finding"""
+    v = c.v
+    if not v:
+        return []
+    bad = []
+    texts = [("verdict change", v.get("change") or "")]
+    texts += [("config diff", d) for d in (v.get("config_diff") or [])]
+    for f in v.get("findings", []):
+        texts += [("%s/%s lever" % (f.get("code"), f.get("subtype")), lv.get("change") or "")
+                  for lv in f.get("levers") or []]
+    for name, needle in settings_in_use(c.scenario):
+        for where, t in texts:
+            if needle in t:
+                bad.append("%s names %s (%r), which the job already has" % (where, name, t[:120]))
+        if needle == "expandable_segments:True" and any(
+                f.get("code") == "X:FRAGMENTATION" for f in v.get("findings", [])):
+            bad.append("X:FRAGMENTATION found although expandable segments are on (PyTorch "
+                       "unmaps free pages before an OOM)")
+    return bad
+
+
+def inv35_load_cache(c):
+    """the cache a freed checkpoint load left (issue 14 class D, hplay6 W1): a
+    resume's rank that ran out of memory after its first forward began, its
+    allocated bytes + the request within the device and >= 256 MiB reserved
+    but unallocated, without expandable segments: X:FRAGMENTATION load_cache
+    on that rank with those bytes and both levers; no load_cache in a job
+    that loads no checkpoint"""
+    v = c.v
+    if not v or c.scenario is None:
+        return []
+    bad = []
+    resume = "--sim-resume-optimizer" in c.scenario["flags"]
+    lc = [f for f in v.get("findings", []) if f.get("subtype") == "load_cache"]
+    if not resume:
+        return ["load_cache on rank %s of a job that loads no checkpoint" % f.get("rank")
+                for f in lc]
+    if any(n for n, _ in settings_in_use(c.scenario) if n == "expandable segments"):
+        return bad
+    vr = {r["rank"]: r for r in v.get("ranks", [])}
+    for r in ooms(c):
+        o, x = r["oom"], vr.get(r["rank"])
+        if not x or o.get("library") != "pytorch" or o.get("past_limit") or \
+                o.get("iteration") is None or o.get("phase") not in ("forward", "backward"):
+            continue
+        dev = (x.get("capacity_bytes") or 0) - (x.get("outside_pytorch_bytes") or 0)
+        tensor, device = o.get("live_tensor_bytes"), o.get("live_device_bytes")
+        if tensor is None or not device or over_device(x):
+            continue
+        held = device - tensor
+        if tensor + o["requested_bytes"] > dev or held < (256 << 20):
+            continue
+        mine = [f for f in lc if f.get("rank") == r["rank"]]
+        if not mine:
+            bad.append("rank %d: OOM with %d allocated + %d requested within the %d device and "
+                       "%d reserved but unallocated after a checkpoint load: no load_cache "
+                       "finding" % (r["rank"], tensor, o["requested_bytes"], dev, held))
+            continue
+        f = mine[0]
+        levers = " | ".join(lv.get("change", "") for lv in f.get("levers") or [])
+        if not (256 << 20) <= (f.get("bytes") or 0) <= held or \
+                "expandable_segments:True" not in levers or \
+                "empty_cache()" not in levers:
+            bad.append("rank %d: load_cache states %s bytes (held %d) and levers %r" %
+                       (r["rank"], f.get("bytes"), held, levers))
+    return bad
+
+
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
@@ -2017,6 +2251,11 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
                "undo of the first run", inv30_round_trip),
               ("31 the report's layers are Megatron's global numbers of the rank's stage",
                inv31_global_layers),
+              ("33 the verdict speaks for the ranks that bind", inv33_binding_ranks),
+              ("34 no fix names a setting the recorded configuration already has",
+               inv34_no_lever_in_use),
+              ("35 the cache a freed checkpoint load left is named with its bytes",
+               inv35_load_cache),
               ("36 the output layer and loss are found under any stage layout",
                inv36_output_layer_any_layout),
               ("37 X:LOGITS judges bytes of one moment", inv37_logits_one_moment),

@@ -754,6 +754,37 @@ Test(fragmentation, expandable_segments_reach_the_capacity, .timeout = 120)
     run_free(&r);
 }
 
+/* Expandable segments unmap the whole pages of every free block before an
+ * OOM, not only the free end of the segment (PyTorch's release_blocks calls
+ * unmap_block on each free block of an expandable segment; hplay6: megasim
+ * held 9.37 GiB reserved but unallocated at such an OOM, real PyTorch
+ * would have unmapped it). Stage 1 of a resume on 21 GiB: the loaded
+ * state's freed copy lies between live blocks; at the OOM no free block
+ * holds a whole 20 MiB page (before: one 653 MiB free block). */
+Test(fragmentation, expandable_segments_unmap_every_free_page_on_oom, .timeout = 120)
+{
+    run r;
+    megasim(&r, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "--sim-preset", "llama3-8b",
+            "--num-layers", "8", "--pipeline-model-parallel-size", "2", "--sim-world-size", "4",
+            "--sim-only-ranks", "2", "--use-distributed-optimizer", "--global-batch-size", "8",
+            "--seq-length", "4096", "--max-position-embeddings", "8192", "--train-iters", "3",
+            "--sim-resume-optimizer", "--sim-capacity-gib", "21", NULL);
+    cr_assert_neq(r.status, 0, "no OOM");
+    const char *line = strstr(r.err, "megasim: allocator at OOM:");
+    cr_assert(line, "%s", r.err);
+    char b[64];
+    uint64_t res = strtoull(field(line, "reserved", b, sizeof b), NULL, 10);
+    uint64_t alloc = strtoull(field(line, "allocated", b, sizeof b), NULL, 10);
+    uint64_t largest = strtoull(field(line, "largest_free", b, sizeof b), NULL, 10);
+    uint64_t nfree = strtoull(field(line, "inactive_split_blocks", b, sizeof b), NULL, 10);
+    cr_expect_lt(largest, 20 * MIB, "a free block of %llu bytes kept a whole page mapped",
+                 (unsigned long long)largest);
+    /* each free block keeps at most its two partial pages */
+    cr_expect_leq(res - alloc, (nfree + 1) * 2 * 20 * MIB, "reserved %llu - allocated %llu",
+                  (unsigned long long)res, (unsigned long long)alloc);
+    run_free(&r);
+}
+
 /* --------------------------------------------------------------- faults */
 
 Test(faults, resume_allocates_optimizer_state_before_first_forward, .timeout = 60)

@@ -25,8 +25,11 @@
  * 20 MiB large) with cuMemCreate + cuMemMap + cuMemSetAccess at its end; the
  * driver functions come from cudaGetDriverEntryPointByVersion(name, 12000),
  * as c10::cuda::DriverAPI gets them. Free blocks merge across the whole
- * range; on OOM the free tail is unmapped (cuMemUnmap + cuMemRelease) and the
- * mapping retried. Without the double the setting is refused.
+ * range; on OOM the whole pages of every free block are unmapped
+ * (cuMemUnmap + cuMemRelease; PyTorch's release_blocks / unmap_block), and
+ * the mapping is retried: unmapped holes are mapped again, lowest address
+ * first (try_allocate_expandable_block), else the chain's end grows. Without
+ * the double the setting is refused.
  * Every block alloc/free is reported through ms_report_block (PyTorch's
  * reportMemoryUsageToProfiler).
  */
@@ -55,6 +58,7 @@ typedef struct block {
     int pool;                     /* pool id */
     int small;
     int allocated;
+    int unmapped;                 /* expandable segments: address space without pages */
     struct block *prev, *next;    /* neighbours in the segment */
     struct block *fprev, *fnext;  /* free list */
     struct block *hnext;          /* live-pointer hash chain */
@@ -257,7 +261,8 @@ get_free_block(int poolid, int small, uint64_t size)
          * counts as the size it can grow to, so any other fitting block
          * comes first */
         if (expandable_tail(b, small)) {
-            tail = b;
+            if (!tail || b->size < tail->size || (b->size == tail->size && b->ptr < tail->ptr))
+                tail = b;
             continue;
         }
 #endif
@@ -367,9 +372,8 @@ static struct {
 } g_drv;
 
 typedef struct xseg {
-    uint64_t base, va_size, mapped, page;
-    CUmemGenericAllocationHandle *handles;
-    uint64_t nhandles;
+    uint64_t base, va_size, mapped, page; /* mapped: the end of the block chain (VA) */
+    CUmemGenericAllocationHandle *handles; /* per page, 0 unmapped */
     block *tail;                  /* last block of the chain (NULL when empty) */
 } xseg;
 static xseg g_xseg[2];            /* [large, small] */
@@ -402,7 +406,10 @@ expandable_init(void)
     for (int sm = 0; sm < 2; sm++) {
         xseg *x = &g_xseg[sm];
         x->page = sm ? K_SMALL_BUF : K_LARGE_BUF;
-        x->va_size = (t + x->page - 1) / x->page * x->page;
+        /* PyTorch reserves 9/8 of the device's memory per segment, so pages
+         * unmapped inside it can be mapped again at its end */
+        uint64_t want = (uint64_t)t / 8 * 9;
+        x->va_size = (want + x->page - 1) / x->page * x->page;
         CUdeviceptr base = 0;
         if (g_drv.reserve(&base, x->va_size, 0, 0, 0) != CUDA_SUCCESS)
             return -1;
@@ -412,17 +419,65 @@ expandable_init(void)
     return 0;
 }
 
+/* a free mapped block of an expandable segment */
+static int
+xfree(const block *b)
+{
+    return b && !b->allocated && !b->unmapped;
+}
+
+/* a free block that can grow in place: the chain's last block, or one whose
+ * next neighbour is unmapped (PyTorch's get_free_block counts it as the size
+ * it can expand to) */
 static int
 expandable_tail(const block *b, int small)
 {
-    return g_inited == MS_MODE_EXPANDABLE && b == g_xseg[small].tail;
+    return g_inited == MS_MODE_EXPANDABLE &&
+           (b == g_xseg[small].tail || (b->next && b->next->unmapped));
 }
 
-/* maps `pages` more pages at the end of segment sm; 0 ok */
-static int
-xseg_grow(int sm, uint64_t pages)
+static void
+unlink_block(xseg *x, block *b)
 {
-    xseg *x = &g_xseg[sm];
+    if (b->prev)
+        b->prev->next = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    else
+        x->tail = b->prev;
+    free(b);
+}
+
+/* insert n just before b in b's chain */
+static void
+link_before(block *n, block *b)
+{
+    n->prev = b->prev;
+    n->next = b;
+    if (b->prev)
+        b->prev->next = n;
+    b->prev = n;
+}
+
+/* unmaps the pages [at, at + bytes) of x (page aligned) */
+static void
+unmap_range(xseg *x, uint64_t at, uint64_t bytes)
+{
+    for (uint64_t a = at; a < at + bytes; a += x->page) {
+        uint64_t k = (a - x->base) / x->page;
+        g_drv.unmap(a, x->page);
+        g_drv.release(x->handles[k]);
+        x->handles[k] = 0;
+    }
+    g_st.reserved -= bytes;
+    g_pools[0].reserved -= bytes;
+}
+
+/* maps the pages [at, at + bytes) of x, all or none (ExpandableSegment::map
+ * releases the handles it made when one cannot be created); 0 ok */
+static int
+map_range(xseg *x, uint64_t at, uint64_t bytes)
+{
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -432,30 +487,42 @@ xseg_grow(int sm, uint64_t pages)
     memset(&desc, 0, sizeof desc);
     desc.location = prop.location;
     desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    uint64_t done = 0;
-    for (; done < pages; done++) {
-        if (x->mapped + x->page > x->va_size)
-            break;
+    if (at + bytes > x->base + x->va_size)
+        return -1;
+    uint64_t a = at;
+    for (; a < at + bytes; a += x->page) {
         CUmemGenericAllocationHandle h = 0;
         if (g_drv.create(&h, x->page, &prop, 0) != CUDA_SUCCESS)
             break;
-        CUdeviceptr at = x->base + x->mapped;
-        if (g_drv.map(at, x->page, 0, h, 0) != CUDA_SUCCESS) {
+        if (g_drv.map(a, x->page, 0, h, 0) != CUDA_SUCCESS) {
             g_drv.release(h);
             break;
         }
-        g_drv.access(at, x->page, &desc, 1);
-        x->handles[x->nhandles++] = h;
-        x->mapped += x->page;
+        g_drv.access(a, x->page, &desc, 1);
+        x->handles[(a - x->base) / x->page] = h;
     }
-    if (done == 0)
+    g_st.reserved += a - at;
+    g_pools[0].reserved += a - at;
+    if (a < at + bytes) {
+        unmap_range(x, at, a - at);
         return -1;
-    uint64_t bytes = done * x->page;
-    g_st.reserved += bytes;
-    g_pools[0].reserved += bytes;
+    }
     note_peaks();
+    return 0;
+}
+
+/* maps `pages` more pages at the end of segment sm's chain, merged into its
+ * free last block; 0 ok */
+static int
+xseg_grow(int sm, uint64_t pages)
+{
+    xseg *x = &g_xseg[sm];
+    uint64_t bytes = pages * x->page;
+    if (!pages || map_range(x, x->base + x->mapped, bytes))
+        return -1;
+    x->mapped += bytes;
     block *t = x->tail;
-    if (t && !t->allocated) {
+    if (xfree(t)) {
         flist_del(t);
         t->size += bytes;
         flist_add(t);
@@ -472,41 +539,158 @@ xseg_grow(int sm, uint64_t pages)
         g_st.segments = 2;
         flist_add(b);
     }
-    return done == pages ? 0 : -1;
+    return 0;
 }
 
-/* release_cached_blocks for expandable segments: unmap the whole free pages
- * at the end of each segment */
+/* maps up to `want` bytes (rounded up to pages, at most u's size) at the
+ * start of the unmapped block u (PyTorch's map_block); the mapped part is a
+ * free block merged with its free neighbours, returned; NULL when the
+ * pages could not be mapped */
+static block *
+xseg_map_block(xseg *x, int sm, block *u, uint64_t want)
+{
+    uint64_t bytes = (want + x->page - 1) / x->page * x->page;
+    if (bytes > u->size)
+        bytes = u->size;
+    if (map_range(x, u->ptr, bytes))
+        return NULL;
+    block *m = u;
+    if (bytes < u->size) {
+        m = calloc(1, sizeof *m);
+        m->ptr = u->ptr;
+        m->size = bytes;
+        m->pool = 0;
+        m->small = sm;
+        link_before(m, u);
+        u->ptr += bytes;
+        u->size -= bytes;
+    }
+    m->unmapped = 0;
+    if (xfree(m->prev)) {
+        block *p = m->prev;
+        flist_del(p);
+        p->size += m->size;
+        unlink_block(x, m);
+        m = p;
+    }
+    if (xfree(m->next)) {
+        block *n = m->next;
+        flist_del(n);
+        m->size += n->size;
+        unlink_block(x, n);
+    }
+    flist_add(m);
+    return m;
+}
+
+/* PyTorch's try_allocate_expandable_block: a run of free and unmapped
+ * blocks from the lowest unmapped one (with the free block just before it)
+ * holding size bytes of address space, its unmapped parts mapped, else the
+ * free end of the chain grown; the free block of at least size bytes, or
+ * NULL when the driver could not map the pages */
+static block *
+xseg_map_for(int sm, uint64_t size)
+{
+    xseg *x = &g_xseg[sm];
+    block *head = x->tail;
+    while (head && head->prev)
+        head = head->prev;
+    block *c = NULL;
+    for (block *u = head; u && !c; u = u->next) {
+        if (!u->unmapped)
+            continue;
+        block *s = xfree(u->prev) ? u->prev : u;
+        uint64_t bytes = 0;
+        block *w = s;
+        for (; w && bytes < size && !w->allocated; w = w->next)
+            bytes += w->size;
+        if (bytes >= size || !w)
+            c = s; /* enough room, or the run reaches the chain's end */
+    }
+    if (!c && xfree(x->tail))
+        c = x->tail;
+    if (c && c->unmapped && !(c = xseg_map_block(x, sm, c, size)))
+        return NULL;
+    while (c && c->size < size && c->next && c->next->unmapped) {
+        /* free -> unmapped: map the next block's pages into c */
+        if (!(c = xseg_map_block(x, sm, c->next, size - c->size)))
+            return NULL;
+    }
+    uint64_t have = c ? c->size : 0;
+    if (have < size && xseg_grow(sm, (size - have + x->page - 1) / x->page))
+        return NULL;
+    return have < size ? x->tail : c;
+}
+
+/* release_cached_blocks for expandable segments (PyTorch's release_blocks
+ * and unmap_block): unmap the whole pages of every free block of both
+ * segments; unmapped space at the end of a chain leaves it */
 static void
-xseg_release_tails(void)
+xseg_release_free(void)
 {
     for (int sm = 0; sm < 2; sm++) {
         xseg *x = &g_xseg[sm];
-        block *t = x->tail;
-        if (!t || t->allocated)
-            continue;
-        uint64_t keep_end = (t->ptr + x->page - 1 - x->base) / x->page * x->page + x->base;
-        uint64_t end = x->base + x->mapped;
-        if (keep_end >= end)
-            continue;
-        uint64_t pages = (end - keep_end) / x->page;
-        for (uint64_t i = 0; i < pages; i++) {
-            x->mapped -= x->page;
-            g_drv.unmap(x->base + x->mapped, x->page);
-            g_drv.release(x->handles[--x->nhandles]);
-        }
-        uint64_t bytes = pages * x->page;
-        g_st.reserved -= bytes;
-        g_pools[0].reserved -= bytes;
-        flist_del(t);
-        t->size -= bytes;
-        if (t->size == 0) {
-            x->tail = t->prev;
-            if (t->prev)
-                t->prev->next = NULL;
-            free(t);
-        } else {
-            flist_add(t);
+        block *b = x->tail;
+        while (b && b->prev)
+            b = b->prev;
+        while (b) {
+            if (!xfree(b)) {
+                b = b->next;
+                continue;
+            }
+            uint64_t lo = x->base + (b->ptr - x->base + x->page - 1) / x->page * x->page;
+            uint64_t hi = x->base + (b->ptr + b->size - x->base) / x->page * x->page;
+            if (hi <= lo) {
+                b = b->next;
+                continue;
+            }
+            unmap_range(x, lo, hi - lo);
+            flist_del(b);
+            block *after = NULL;
+            if (lo > b->ptr) {
+                block *p = calloc(1, sizeof *p);
+                p->ptr = b->ptr;
+                p->size = lo - b->ptr;
+                p->pool = 0;
+                p->small = sm;
+                link_before(p, b);
+                flist_add(p);
+            }
+            if (hi < b->ptr + b->size) {
+                after = calloc(1, sizeof *after);
+                after->ptr = hi;
+                after->size = b->ptr + b->size - hi;
+                after->pool = 0;
+                after->small = sm;
+                after->prev = b;
+                after->next = b->next;
+                if (b->next)
+                    b->next->prev = after;
+                else
+                    x->tail = after;
+                b->next = after;
+                flist_add(after);
+            }
+            b->ptr = lo;
+            b->size = hi - lo;
+            b->unmapped = 1;
+            if (b->prev && b->prev->unmapped) {
+                block *p = b->prev;
+                p->size += b->size;
+                unlink_block(x, b);
+                b = p;
+            }
+            if (b->next && b->next->unmapped) {
+                block *n = b->next;
+                b->size += n->size;
+                unlink_block(x, n);
+            }
+            block *cont = after ? after->next : b->next;
+            if (!b->next) {
+                x->mapped = b->ptr - x->base;
+                unlink_block(x, b);
+            }
+            b = cont;
         }
     }
 }
@@ -518,29 +702,18 @@ malloc_expandable(uint64_t orig, uint64_t *out)
     int small = size <= K_SMALL_SIZE;
     xseg *x = &g_xseg[small];
     block *b = get_free_block(0, small, size);
-    if (!b) {
-        block *t = x->tail;
-        uint64_t have = t && !t->allocated ? t->size : 0;
-        uint64_t pages = (size - have + x->page - 1) / x->page;
-        if (xseg_grow(small, pages)) {
-            xseg_release_tails();
-            g_st.num_alloc_retries++;
-            t = x->tail;
-            have = t && !t->allocated ? t->size : 0;
-            pages = have >= size ? 0 : (size - have + x->page - 1) / x->page;
-            if (pages && xseg_grow(small, pages)) {
-                size_t f = 0, tt = 0;
-                g_drv.meminfo(&f, &tt);
-                g_st.num_ooms++;
-                g_st.oom_request = size;
-                g_st.oom_free = f;
-                g_st.oom_total = tt;
-                return MS_EOOM;
-            }
-        }
-        b = get_free_block(0, small, size);
-        if (!b)
+    if (!b && !(b = xseg_map_for(small, size))) {
+        xseg_release_free();
+        g_st.num_alloc_retries++;
+        if (!(b = xseg_map_for(small, size))) {
+            size_t f = 0, tt = 0;
+            g_drv.meminfo(&f, &tt);
+            g_st.num_ooms++;
+            g_st.oom_request = size;
+            g_st.oom_free = f;
+            g_st.oom_total = tt;
             return MS_EOOM;
+        }
     }
     flist_del(b);
     uint64_t rem = b->size - size;
@@ -644,7 +817,7 @@ free_native(uint64_t ptr)
     g_st.allocated -= b->size;
     g_st.active_blocks--;
     report(ptr, -(int64_t)b->size);
-    if (b->prev && !b->prev->allocated) {
+    if (b->prev && !b->prev->allocated && !b->prev->unmapped) {
         block *p = b->prev;
         flist_del(p);
         p->size += b->size;
@@ -654,7 +827,7 @@ free_native(uint64_t ptr)
         free(b);
         b = p;
     }
-    if (b->next && !b->next->allocated) {
+    if (b->next && !b->next->allocated && !b->next->unmapped) {
         block *n = b->next;
         flist_del(n);
         b->size += n->size;
@@ -789,7 +962,7 @@ ms_alloc_empty_cache(void)
         release_cached_blocks();
 #ifdef MS_HAVE_EXPANDABLE
     if (g_inited == MS_MODE_EXPANDABLE)
-        xseg_release_tails();
+        xseg_release_free();
 #endif
     pthread_mutex_unlock(&g_mu);
     return MS_OK;
