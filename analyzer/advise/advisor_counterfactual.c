@@ -839,10 +839,14 @@ build_units(cf *c, const adv_cfg *cfg, const adv_setting *s)
              * parallelism TE's CP attention (Python autograd functions) saves
              * copies of its own, all of which the checkpoint drops, as the
              * unfused attention's: all the region's tensors but the output.
-             * Its inputs: what the attention's code made before it (qkv, RoPE) */
+             * Its inputs: what the attention's code made before it (qkv, RoPE);
+             * none kept on an MLA layer, whose up-projection's Q, K and V the
+             * run without the checkpoint holds as long (the real library's
+             * `mla` row: core_attn saves exactly the probabilities; the
+             * undo's early frees skip MLA layers alike) */
             int own = cfg->fused_attn && cfg->cp <= 1;
-            if (checkpoint_unit(c, L->inst, L->core_b, L->core_e, L->core_b, L->attn_b, L,
-                                own ? m_core : m_all, !own) < 0)
+            if (checkpoint_unit(c, L->inst, L->core_b, L->core_e, L->core_b,
+                                L->mla ? ADV_NONE : L->attn_b, L, own ? m_core : m_all, !own) < 0)
                 return -1;
         }
     }

@@ -603,12 +603,10 @@ QWEN05 = ["--sim-preset", "llama3-8b", "--num-layers", "24", "--hidden-size", "8
           "--global-batch-size", "2", "--micro-batch-size", "1", "--train-iters", "3"]
 SCENARIOS += [
     # c1-res22: the logits live at the OOM were subtracted from a construction
-    # peak (20.83 GiB, the loaded state, no logits): X:LOGITS "would fit without them"
+    # peak (20.83 GiB, the loaded state, no logits): X:LOGITS "would fit without them";
+    # invariant 7 holds since the verdict speaks for the ranks that bind (33)
     sc("hplay6 c1-res22: resume, a construction peak, logits at the OOM",
-       L8 + ["--sim-resume-optimizer"], 22, converge=False,
-       known_gaps={"7": "hplay6 class A/D (issue 14): the headline is taken from ranks 0,1, "
-                        "which did not OOM, and the resume's freed copy left as cache is not "
-                        "recognised (another engineer's item)"}),
+       L8 + ["--sim-resume-optimizer"], 22, converge=False),
     # c1-fresh21: the same claim for an OOM in iteration 1's forward, whose
     # backward (after the first step's state) was never recorded
     sc("hplay6 c1-fresh21: OOM in iteration 1's forward, logits at the OOM", L8, 21,

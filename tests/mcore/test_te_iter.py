@@ -46,6 +46,7 @@ MODEL = ("--num-layers 2 --hidden-size 1024 --ffn-hidden-size 2816 --num-attenti
          "--hidden-dropout 0 --profile --nvtx-ranges --profile-step-start 0 "
          "--profile-step-end 2").split()
 LAYERS, MBS, HEADS, SEQ = 2, 1, 16, 1024
+HIDDEN, GROUPS = 1024, 4
 # The next micro-batch's inputs (driver.py mock_batches: int64 and float32
 # tensors of b x s; in this test's trace 512 + 8192 + 8192 + 4096 bytes live
 # before the next forward, after the step that set iteration 0's peak) are made
@@ -145,14 +146,24 @@ def main():
              "selective[layernorm] is a valid candidate with TE (%s)"
              % (ln and ln.get("reason")))
     # TE's UnfusedDotProductAttention saves the b*np x s x s probabilities
-    # (bf16) of each layer; core_attn recompute frees at least those
+    # (bf16) of each layer, which core_attn recompute frees; Megatron-Core's
+    # CheckpointFunction keeps its inputs instead, to the end of its backward:
+    # the fused QKV output (s*b*(h + 2*groups*head_dim), pinned by the value,
+    # a view of it) and the key after RoPE (s*b*groups*head_dim), which the
+    # run without it frees at the attention's return. So the saving is at
+    # least the probabilities less those inputs (the real llama-te row,
+    # docs/validation/megatron-core.md: predicted within 0.04% of the run;
+    # "at least the probabilities" was the advisor's old error, -2.02%)
     probs = LAYERS * MBS * HEADS * SEQ * SEQ * 2
+    head_dim = HIDDEN // HEADS
+    kept = LAYERS * SEQ * MBS * ((HIDDEN + 2 * GROUPS * head_dim) + GROUPS * head_dim) * 2
     ca = cands.get("selective[core_attn]")
     peak = max(r["predicted_peak_bytes"] for r in a["verdict"]["ranks"])
     got = ca and peak - max(ca["predicted_peak_bytes"].values())
-    tm.check(ca is not None and ca["valid"] and got >= probs,
+    tm.check(ca is not None and ca["valid"] and got >= probs - kept,
              "TE's unfused core attention: selective[core_attn] lowers the predicted peak by "
-             "%s bytes, at least the %d of the saved probabilities" % (got, probs))
+             "%s bytes, at least the %d of the saved probabilities less the %d of the "
+             "checkpoint's kept inputs" % (got, probs, kept))
     print("# %d failed; %.0f s" % (len(tm.failures), time.time() - t0))
     return 1 if tm.failures else 0
 
