@@ -56,10 +56,7 @@ def main():
     build = os.environ.get("RS_BUILD_DIR") or os.path.join(tm.ROOT, "build")
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(build, "tests", "mcore",
                                                              "out-te-moe-act")
-    if not tti.te_built(build) and os.environ.get("RECOMPSHIM_TE_BUILD") != "1":
-        print("# SKIP: Transformer Engine's PyTorch extension is not built or stale (run "
-              "tools/mcore_job/install-te.sh build/te-cache build/mcore-cache/site once, "
-              "30-60 min, or set RECOMPSHIM_TE_BUILD=1)")
+    if tti.skip_without_te(build):
         return 77
     t0 = time.time()
     runs = {}
