@@ -217,6 +217,28 @@ unverified_replay(const adv_verdict *v, const eval_ctx *e, const adv_setting *s,
  * 1.9% (tensors the checkpoint keeps as its inputs: 7 MiB per layer and
  * microbatch there), and the run opens one more 256 MiB segment than the
  * model (-4.9% reserved for selective[core_attn], -10% for full[uniform,1]). */
+/* The reserved peak's uncertainty from the rewrite under the allocator the
+ * trace recorded (bytes), from the model's step for the largest replayed
+ * block (adv_cache_step: its segment, native; its pages, expandable).
+ * Native: one more segment for that block (cudaMalloc of the request
+ * rounded). With expandable segments (adv_cfg alloc_expandable) there are no
+ * per-request segments: PyTorch keeps one segment per stream and pool and,
+ * when no free block holds a request, maps pages at its end for the bytes
+ * its free tail lacks (c10/cuda/CUDACachingAllocator.cpp, Note [Expandable
+ * Segments] and try_allocate_expandable_block: 2 MiB pages for the small
+ * pool, 20 MiB for the large); a run that holds a little more than the
+ * rewrite maps those bytes (inside the 2% bound) rounded up to one page.
+ * Checked against megasim executing candidates with expandable segments
+ * (docs/advisor.md "Reserved uncertainty"). */
+static uint64_t
+reserved_step(const adv_verdict *v, uint64_t step)
+{
+    const uint64_t large_page = (uint64_t)20 << 20;
+    if (!v->cfg.alloc_expandable)
+        return step;
+    return step > large_page ? large_page : step; /* a small request's step is its page */
+}
+
 static void
 unverified_segment(const adv_verdict *v, adv_cand *c)
 {
@@ -235,11 +257,18 @@ unverified_segment(const adv_verdict *v, adv_cand *c)
     if (worst < 0)
         return;
     c->effect = ADV_E_MARGINAL;
-    snprintf(c->reason, sizeof c->reason,
-             "unverified reserved: rank %d fits with the 2%% bound, but not by one more %s "
-             "segment (%s short), which the run opens when it holds a little more than the "
-             "rewrite predicts (measured on real Megatron-Core: -4.9%% to -10%% reserved)",
-             worst, GB(step), GB(short_by));
+    if (v->cfg.alloc_expandable)
+        snprintf(c->reason, sizeof c->reason,
+                 "unverified reserved: rank %d fits with the 2%% bound, but not by one more "
+                 "%s page of its expandable segment (%s short), which the run maps when it "
+                 "holds a little more than the rewrite predicts",
+                 worst, GB(step), GB(short_by));
+    else
+        snprintf(c->reason, sizeof c->reason,
+                 "unverified reserved: rank %d fits with the 2%% bound, but not by one more %s "
+                 "segment (%s short), which the run opens when it holds a little more than the "
+                 "rewrite predicts (measured on real Megatron-Core: -4.9%% to -10%% reserved)",
+                 worst, GB(step), GB(short_by));
 }
 
 /* A fit on a rank whose trace ended before the allocator's cache was seen at
@@ -309,6 +338,7 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
             c->peak[i] = cf_at(e->t0 ? &e->t0[i] : &e->tr[i], e->parts, i, e->t0 != NULL,
                                &v->cfg, s, e->extra[i], &ph, lim, &c->reserved[i],
                                &c->step[i]);
+        c->step[i] = reserved_step(v, c->step[i]);
         if (c->peak[i] > c->max_peak)
             c->max_peak = c->peak[i];
         if (getenv("RECOMP_ADVISOR_DEBUG"))
@@ -331,7 +361,13 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
     c->cost = (s->labels || s->full_method) ? adv_replay_cost(&v->cfg, s, e->stage_layers) : 0;
     c->valid = adv_valid(&v->cfg, s, c->reason, sizeof c->reason);
     int64_t small = small_of(e->ref_max);
-    if (c->fails_rank < 0)
+    /* one rule for every candidate, the current setting included: one that
+     * peaks above the job without recompute (ref) adds bytes, whether or
+     * not it fits (its reason says which) */
+    int adds = (s->labels || s->full_method) && c->saving < -(int64_t)((uint64_t)16 << 20);
+    if (adds)
+        c->effect = ADV_E_COUNTER;
+    else if (c->fails_rank < 0)
         c->effect = ADV_E_FITS;
     else if (!over_exact && c->saving >= small)
         c->effect = ADV_E_MARGINAL;
@@ -345,7 +381,13 @@ evaluate(adv_verdict *v, const eval_ctx *e, const adv_setting *s, adv_cand *c)
     unverified_cache(v, c);
     unverified_segment(v, c);
     if (!c->reason[0]) {
-        if (c->effect == ADV_E_FITS)
+        if (adds && c->fails_rank < 0)
+            snprintf(c->reason, sizeof c->reason,
+                     "peaks %s above the job without recompute (%s against %s): it adds "
+                     "bytes; within every budget%s",
+                     GB((uint64_t)-c->saving), GB(c->max_peak), GB(e->ref_max),
+                     cur ? " (the current setting, measured)" : "");
+        else if (c->effect == ADV_E_FITS)
             snprintf(c->reason, sizeof c->reason, "every rank within its budget%s",
                      cur ? " (the current setting, measured)" : "");
         else if (c->effect == ADV_E_MARGINAL)
@@ -1103,12 +1145,16 @@ choose_tier(const adv_cand *c)
 }
 
 
-/* the full-recompute family of one method: every n, one best member listed */
+/* the full-recompute family of one method: every n, one best member listed
+ * (the cheapest of the best tier, choose_tier); and when a cheaper member
+ * fits only marginally (tiers 1-3: inside the 2% bound, within a reserved
+ * step, unverified), the cheapest such member too, so that what was judged
+ * marginal, and why, is in the list and the why (cheaper_marginal_note) */
 static void
 sweep_full_family(run_state *st, const eval_ctx *ec, int meth)
 {
-    adv_cand best, c;
-    int have_best = 0;
+    adv_cand best, c, cheap;
+    int have_best = 0, have_cheap = 0;
     int lpc = adv_cfg_max_chunk_layers(st->cfg);
     for (int nl = 1; nl <= lpc; nl++) {
         if (meth == 1 && nl > 1 && lpc % nl && nl != lpc)
@@ -1124,11 +1170,18 @@ sweep_full_family(run_state *st, const eval_ctx *ec, int meth)
             best = c;
             have_best = 1;
         }
+        if (rc >= 1 && rc <= 3 && (!have_cheap || c.cost < cheap.cost ||
+                                   (c.cost == cheap.cost && rc < choose_tier(&cheap)))) {
+            cheap = c;
+            have_cheap = 1;
+        }
     }
     if (have_best) {
         best.family_best = 1;
         add_cand(st->v, &best);
     }
+    if (have_best && have_cheap && cheap.cost < best.cost - 1e-4)
+        add_cand(st->v, &cheap);
 }
 
 /* Step 5: the candidates: the current setting and none (recompute on), every
@@ -1400,6 +1453,38 @@ choose_fallback(run_state *st)
 }
 
 /* the recommended candidate: code, config diff, predictions, why */
+/* The cheapest valid candidate that costs less than ref (a clear fit) but
+ * fits only marginally (choose_tier 1-3: inside the 2% bound, within its
+ * reserved step, unverified), or NULL: what "cheapest" passed over. */
+static const adv_cand *
+cheaper_marginal(const adv_verdict *v, const adv_cand *ref)
+{
+    const adv_cand *m = NULL;
+    for (size_t k = 0; k < v->ncands; k++) {
+        const adv_cand *x = &v->cands[k];
+        int t = choose_tier(x);
+        if (x->valid && t >= 1 && t <= 3 && x->cost < ref->cost - 1e-4 &&
+            (!m || x->cost < m->cost))
+            m = x;
+    }
+    return m;
+}
+
+/* Appends to the why the cheaper setting judged marginal (cheaper_marginal)
+ * that a clear fit ref was chosen over, with its cost, margin and reason;
+ * returns 1 when there is one. */
+static int
+cheaper_marginal_note(adv_verdict *v, const adv_cand *ref)
+{
+    const adv_cand *m = cheaper_marginal(v, ref);
+    if (!m)
+        return 0;
+    why_add(v, "Cheaper, but judged marginal, not a clear fit: %s (%.1f%% replay, predicted "
+               "max peak %s): %s",
+            m->name, 100 * m->cost, GB(m->max_peak), m->reason);
+    return 1;
+}
+
 static void
 choose_candidate(run_state *st, const adv_cand *curc)
 {
@@ -1413,18 +1498,24 @@ choose_candidate(run_state *st, const adv_cand *curc)
         v->pred_reserved[i] = c->reserved[i];
         v->cache[i] = c->reserved[i] - c->peak[i];
     }
+    char adds[96] = "";
+    if (curc && curc->effect == ADV_E_COUNTER)
+        snprintf(adds, sizeof adds, "; it adds %s over no recompute",
+                 GB((uint64_t)-curc->saving));
     if (curc)
         snprintf(v->why, sizeof v->why,
                  "the least replay cost (%.1f%% of the step, %s) among the settings that "
                  "fit every rank: predicted max peak %s; the current %s costs %.1f%% and "
-                 "peaks at %s (%s)",
+                 "peaks at %s (%s%s)",
                  100 * c->cost, "FLOP model", GB(c->max_peak), curc->name, 100 * curc->cost,
-                 GB(curc->max_peak), curc->effect == ADV_E_FITS ? "fits" : "does not fit");
+                 GB(curc->max_peak), curc->fails_rank < 0 ? "fits" : "does not fit", adds);
     else
         snprintf(v->why, sizeof v->why,
                  "the least replay cost (%.1f%% of the step, %s) among the settings that "
                  "fit every rank: predicted max peak %s against %s without it",
                  100 * c->cost, "FLOP model", GB(c->max_peak), GB(st->base_max));
+    if (c->effect == ADV_E_FITS)
+        cheaper_marginal_note(v, c);
     if (c->effect == ADV_E_MARGINAL && !strncmp(c->reason, "unverified cache", 16))
         why_add(v, "CACHE UNVERIFIED: %s, so the allocator's cache in every prediction here "
                    "is a lower bound%s: confirm with a run before relying on it",
@@ -1608,7 +1699,9 @@ run_choose(run_state *st)
         if (curc) {
             size_t l = strlen(v->why);
             snprintf(v->why + l, sizeof v->why - l,
-                     "; the current setting %s is the cheapest that fits", curc->name);
+                     "; the current setting %s is the cheapest %s", curc->name,
+                     cheaper_marginal(v, curc) ? "clear fit" : "that fits");
+            cheaper_marginal_note(v, curc);
             snprintf(v->change, sizeof v->change, "none (keep %s)", curc->name);
         }
         if (st->undo_short)

@@ -154,6 +154,23 @@ violations):
      core_attn and mla_up_proj regions found (megatron-core 0.19.2 pushes no
      range inside MLA's self_attention): neither is of unknown effect or
      ineffective with a zero saving.
+  41. "cheapest" says what was judged (hplay7 item 1): where a cheaper valid
+     candidate than the chosen clear fit (or the current setting kept) fits
+     only marginally, the why does not say "cheapest that fits", names the
+     cheapest such candidate as "judged marginal, not a clear fit", and that
+     candidate is listed; a full-recompute family whose listed best member
+     fits clearly lists its cheaper marginal member too.
+  42. one rule for candidate labels (hplay7 item 4): every candidate with
+     recompute, the current setting included, that peaks more than 16 MiB
+     above the job without recompute is counter-productive (fitting or not),
+     and no other candidate is.
+  43. the reserved uncertainty follows the allocator the trace recorded
+     (hplay7 item 1a): with expandable segments every candidate's
+     reserved_step_bytes is at most one 20 MiB page (PyTorch maps pages into
+     one growing segment) and an 'unverified reserved' reason names a page;
+     without them it names a segment; and the rerun of a recommended setting
+     (megasim executing it, same allocator) holds at most its predicted
+     reserved peak + 2% + that step on every rank.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
@@ -655,6 +672,46 @@ SCENARIOS += [
     sc("GPT-30B FP8 PP2 with expandable segments", W2_G30, 80,
        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, converge=False,
        expect=("R:INSUFFICIENT", "BINDS: rank 0")),
+]
+
+# hplay7 (public reports replayed): ms-swift issue 9265, Qwen3-30B-A3B 120K
+# SFT, EP4 CP4, bf16 moments, optimizer CPU offload, full recompute, with
+# expandable segments: full[block,46] was demoted by one more 960 MiB
+# "segment" of uncertainty (there are no per-request segments under
+# expandable segments) and the why called the current full[uniform,1] "the
+# cheapest that fits"; megasim runs full[block,45] at its predicted 73.85 GiB
+# allocated / 75.20 GiB reserved (budget 77.50 GiB), full[block,44] at 76.88 /
+# 77.08 GiB (inside the 2% bound: marginal)
+SW_CP4 = Q30[:Q30.index("--seq-length")] + Q30[Q30.index("--vocab-size"):] + [
+    "--seq-length", "122880", "--max-position-embeddings", "131072",
+    "--tensor-model-parallel-size", "1", "--expert-model-parallel-size", "4",
+    "--expert-tensor-parallel-size", "1", "--context-parallel-size", "4",
+    "--sim-world-size", "8", "--use-precision-aware-optimizer", "--optimizer-cpu-offload",
+    "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16", "--main-grads-dtype", "bf16",
+    "--recompute-granularity", "full", "--recompute-method", "uniform",
+    "--recompute-num-layers", "1", "--micro-batch-size", "1", "--global-batch-size", "2",
+    "--train-iters", "3", "--sim-only-ranks", "0"]
+# hplay7 item 4, NVIDIA-NeMo/Megatron-Bridge PR 2971 (Llama3-70B FP8, TP4 PP4
+# VPP5, selective core_attn, expandable segments, 86 GiB): the current
+# selective[core_attn] was labelled "fits" while selective[core_attn,layernorm]
+# at the same 81.57 GiB was "counter-productive" (+1.80 GiB over none)
+L70_FP8 = ["--sim-preset", "llama3-8b", "--num-layers", "80", "--hidden-size", "8192",
+           "--ffn-hidden-size", "28672", "--num-attention-heads", "64", "--num-query-groups", "8",
+           "--seq-length", "4096", "--max-position-embeddings", "8192",
+           "--tensor-model-parallel-size", "4", "--sequence-parallel",
+           "--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "4",
+           "--sim-world-size", "32", "--use-distributed-optimizer", "--micro-batch-size", "1",
+           "--global-batch-size", "32", "--train-iters", "3", "--fp8-format", "hybrid",
+           "--fp8-recipe", "tensorwise", "--recompute-granularity", "selective",
+           "--recompute-modules", "core_attn"]
+ES = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+SCENARIOS += [
+    sc("hplay7 sw-cp4-es: a cheaper full member judged marginal, expandable segments",
+       SW_CP4, 80, env=ES,
+       expect=("R:FULL[block,45]", "judged marginal, not a clear fit: full[block,44]")),
+    sc("hplay7 l70-frag86-es: the current setting judged against none",
+       L70_FP8 + ["--sim-fragment", "--sim-only-ranks", "0,31"], 86, env=ES,
+       expect=("OK:FITS", "adds 1.80 GiB over no recompute")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -2202,6 +2259,137 @@ def inv35_load_cache(c):
     return bad
 
 
+def judged_ref(v):
+    """the clear fit a verdict chose, else the current setting an OK:FITS
+    keeps as the cheapest, else None"""
+    cands = v.get("candidates") or []
+    ref = next((k for k in cands if k.get("chosen")), None)
+    if ref is None and v.get("code") == "OK:FITS":
+        ref = next((k for k in cands
+                    if "(the current setting, measured)" in k.get("reason", "") and
+                    "the current setting %s is the cheapest" % k["setting"] in
+                    (v.get("why") or "")), None)
+    return ref if ref is not None and ref.get("effect") == "fits" else None
+
+
+def inv41_cheapest_judged(c):
+    """'cheapest' says what was judged (hplay7 item 1): a cheaper valid
+    candidate that fits only marginally is named as such, never hidden
+    behind 'cheapest that fits'; a full family whose listed best fits clearly
+    lists a cheaper marginal member of its own"""
+    v = c.v
+    if not v:
+        return []
+    bad, why = [], v.get("why") or ""
+    cands = v.get("candidates") or []
+    ref = judged_ref(v)
+    if ref is not None:
+        cost = ref["replay_cost_fraction"]
+        marg = sorted((k for k in cands if k.get("valid") and k.get("effect") == "marginal" and
+                       k["replay_cost_fraction"] < cost - 1e-4),
+                      key=lambda k: k["replay_cost_fraction"])
+        if marg:
+            m = marg[0]["setting"]
+            if "cheapest that fits" in why:
+                bad.append("why says 'cheapest that fits' although %s (cheaper) fits "
+                           "marginally" % m)
+            if "judged marginal, not a clear fit: %s " % m not in why:
+                bad.append("the cheaper marginal %s is not named as judged marginal" % m)
+    for meth in ("uniform", "block"):
+        fam = [k for k in cands if k.get("method") == meth]
+        best = [k for k in fam if k.get("family_best") and k.get("effect") == "fits"]
+        if not best:
+            continue
+        for k in fam:
+            if k is not best[0] and k.get("effect") not in ("marginal",) and \
+                    k["replay_cost_fraction"] < best[0]["replay_cost_fraction"] - 1e-4 and \
+                    not (k.get("reason") or "").endswith("(the current setting, measured)"):
+                bad.append("full[%s] family lists %s (%s) beside its best %s" %
+                           (meth, k["setting"], k.get("effect"), best[0]["setting"]))
+    return bad
+
+
+def no_recompute_peak(v):
+    """the job's peak without recompute (bytes) the advisor judges against:
+    the listed 'none' candidate's, else (recompute off) the measured
+    baseline; None when the undo is incomplete"""
+    cands = v.get("candidates") or []
+    none = next((k for k in cands if k.get("setting") == "none"), None)
+    if none is not None:
+        return none.get("max_predicted_peak_bytes")
+    if any(k.get("labels") or k.get("method") for k in cands
+           if "(the current setting, measured)" in k.get("reason", "")):
+        return None  # recompute on, no undo: nothing to judge against
+    base = [r.get("baseline_peak_bytes") or 0 for r in v.get("ranks") or []]
+    return max(base) if base else None
+
+
+def inv42_one_label_rule(c):
+    """one rule for candidate labels (hplay7 item 4): counter-productive is a
+    candidate with recompute that peaks > 16 MiB above the job without it,
+    the current setting included, fitting or not; nothing else is"""
+    v = c.v
+    ref = no_recompute_peak(v) if v else None
+    if not ref or "UNKNOWN" in (v.get("why") or ""):
+        return []
+    bad = []
+    for k in v.get("candidates") or []:
+        if not (k.get("labels") or k.get("method")):
+            continue
+        peak, eff = k.get("max_predicted_peak_bytes") or 0, k.get("effect")
+        if peak > ref + (16 << 20) and eff != "counter-productive":
+            bad.append("%s peaks %.3f GiB, %.3f GiB over no recompute, labelled %s" %
+                       (k["setting"], peak / GIB, (peak - ref) / GIB, eff))
+        if eff == "counter-productive" and peak <= ref + (16 << 20):
+            bad.append("%s labelled counter-productive at %.3f GiB against %.3f GiB without "
+                       "recompute" % (k["setting"], peak / GIB, ref / GIB))
+    return bad
+
+
+def expandable(sc):
+    conf = (sc or {}).get("env", {})
+    conf = conf.get("PYTORCH_CUDA_ALLOC_CONF") or conf.get("PYTORCH_ALLOC_CONF") or ""
+    return bool(re.search(r"expandable_segments:(True|true|1)", conf))
+
+
+def inv43_step_follows_allocator(c):
+    """the reserved uncertainty follows the recorded allocator (hplay7 item
+    1a): a page under expandable segments, a segment otherwise; and megasim
+    executing the recommended setting stays within predicted reserved + 2% +
+    step on every rank"""
+    v = c.v
+    if not v or c.scenario is None:
+        return []
+    bad, es = [], expandable(c.scenario)
+    for k in v.get("candidates") or []:
+        steps = k.get("reserved_step_bytes") or {}
+        if es and any(st > (20 << 20) for st in steps.values()):
+            bad.append("%s: reserved step %s under expandable segments (more than a 20 MiB "
+                       "page)" % (k["setting"], max(steps.values())))
+        why = k.get("reason") or ""
+        if why.startswith("unverified reserved") and (("page" in why) != es):
+            bad.append("%s: %s" % (k["setting"], why[:160]))
+    r = rerun(c)
+    chosen = next((k for k in v.get("candidates") or [] if k.get("chosen")), None)
+    if not r or not r[2] or r[1] != 0 or chosen is None or diagnosis_run(v):
+        return bad
+    doc2 = r[2]
+    if any(x.get("oom") for x in doc2.get("ranks", [])):
+        return bad
+    pred = chosen.get("predicted_reserved_bytes") or {}
+    steps = chosen.get("reserved_step_bytes") or {}
+    for x in doc2.get("ranks", []):
+        got = ((x.get("device_peak") or {}).get("by_library") or {}).get("pytorch")
+        want = pred.get(str(x["rank"]))
+        if got is None or not want:
+            continue
+        if got > want + want // 50 + steps.get(str(x["rank"]), 0):
+            bad.append("rank %s: %s predicted %.3f GiB reserved (+2%% + step %s), megasim "
+                       "reserves %.3f GiB" % (x["rank"], chosen["setting"], want / GIB,
+                                              steps.get(str(x["rank"]), 0), got / GIB))
+    return bad
+
+
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
@@ -2262,7 +2450,13 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("39 what a cut trace did not record agrees with the trace",
                inv39_unrecorded_agrees),
               ("40 MLA's core_attn and mla_up_proj regions are found from Python frames",
-               inv40_mla_regions_from_frames)]
+               inv40_mla_regions_from_frames),
+              ("41 'cheapest' says what was judged: a cheaper marginal fit is named",
+               inv41_cheapest_judged),
+              ("42 one rule for candidate labels: above no recompute is counter-productive",
+               inv42_one_label_rule),
+              ("43 the reserved uncertainty follows the recorded allocator, megasim within it",
+               inv43_step_follows_allocator)]
 
 
 def diagnosis_run(v):
