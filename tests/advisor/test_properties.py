@@ -157,9 +157,11 @@ violations):
   41. "cheapest" says what was judged (hplay7 item 1): where a cheaper valid
      candidate than the chosen clear fit (or the current setting kept) fits
      only marginally, the why does not say "cheapest that fits", names the
-     cheapest such candidate as "judged marginal, not a clear fit", and that
-     candidate is listed; a full-recompute family whose listed best member
-     fits clearly lists its cheaper marginal member too.
+     cheapest such candidate as "judged marginal, not a clear fit"; a
+     full-recompute family whose listed best member fits clearly lists no
+     other cheaper member than a marginal one (that an unlisted cheaper
+     marginal member gets listed is the expect of scenario "hplay7
+     sw-cp4-es", where it was hidden).
   42. one rule for candidate labels (hplay7 item 4): every candidate with
      recompute, the current setting included, that peaks more than 16 MiB
      above the job without recompute is counter-productive (fitting or not),
