@@ -1330,6 +1330,43 @@ triage_oom_cause(const triage_rank *k, adv_verdict *v)
     return 0;
 }
 
+/* What the optimizer's sharding is and what more of it would save, for an
+ * optimizer-state finding with the distributed optimizer already on
+ * (hplay7: "--use-distributed-optimizer, more DP" told to a job that had it,
+ * its experts' state on one expert-data-parallel rank). Megatron-Core's
+ * distributed optimizer shards the dense parameters' state over the data-
+ * parallel group (world / (TP x PP x CP)) and the expert parameters' state
+ * over the expert-data-parallel group (parallel_state: world / (ETP x EP x
+ * PP)). state: the optimizer-state bytes live at the moment judged (those
+ * the optimizer phases allocated); the trace does not tell dense from
+ * expert state, so doubling both groups saves at most state/2 (bytes,
+ * returned). Writes the sentence (text) and the lever's change (lever). */
+static uint64_t
+sharding_note(const adv_cfg *c, uint64_t state, char *text, size_t n, char *lever, size_t ln)
+{
+    int etp = c->etp > 0 ? c->etp : 1, ep = c->ep > 0 ? c->ep : 1, pp = c->pp > 0 ? c->pp : 1;
+    int edp = c->world % (etp * ep * pp) == 0 ? c->world / (etp * ep * pp) : 1;
+    if (edp < 1)
+        edp = 1;
+    char ex[200] = "";
+    if (c->num_experts > 0)
+        snprintf(ex, sizeof ex, ", the expert parameters' over expert DP %d (world %d / ETP %d x "
+                 "EP %d x PP %d%s)", edp, c->world, etp, ep, pp,
+                 edp == 1 ? ": not sharded; more ranks or a smaller EP shard it" : "");
+    snprintf(text, n,
+             "The distributed optimizer is already on: the dense parameters' optimizer state is "
+             "sharded over DP %d (world %d / TP x PP x CP)%s. Of the %s of optimizer state live "
+             "here, doubling %s would keep half: at most -%s (the trace does not tell dense "
+             "from expert state)",
+             c->dp, c->world, ex, GB(state),
+             c->num_experts > 0 ? "DP and expert DP" : "DP", GB(state / 2));
+    snprintf(lever, ln, "more data-parallel ranks (now DP %d%s)", c->dp,
+             c->num_experts > 0 ? (edp == 1 ? ", expert DP 1" : ", expert DP >1") : "");
+    if (c->num_experts > 0 && edp > 1)
+        snprintf(lever, ln, "more data-parallel ranks (now DP %d, expert DP %d)", c->dp, edp);
+    return state / 2;
+}
+
 /* Step 4, optimizer / parameter state: at the OOM (else the recorded
  * tensor-level peak) the job is over its budget and the peak is in the
  * optimizer step, or activations are under 1% of the live bytes; a loaded
@@ -1340,7 +1377,7 @@ triage_optimizer_state(const triage_rank *k, adv_verdict *v, uint64_t loaded)
 {
     const adv_trace *t = k->t;
     const am_rank *r = k->r;
-    uint64_t act = 0, all = 0;
+    uint64_t act = 0, all = 0, opt = 0;
     /* a library's failed request (NCCL, cuBLAS) says nothing about what
      * PyTorch needed then: judge PyTorch's own tensor-level peak instead */
     int oom = t->oom && t->oom_lib == AM_LIB_PYTORCH && !t->oom_past_limit;
@@ -1355,6 +1392,8 @@ triage_optimizer_state(const triage_rank *k, adv_verdict *v, uint64_t loaded)
                 all += x->size;
                 if (is_act(x))
                     act += x->size;
+                if (x->phase == AM_PH_optimizer || x->phase == AM_PH_optimizer_state_init)
+                    opt += x->size;
             }
         }
     int in_opt = ph == AM_PH_optimizer || ph == AM_PH_optimizer_state_init;
@@ -1364,22 +1403,35 @@ triage_optimizer_state(const triage_rank *k, adv_verdict *v, uint64_t loaded)
     if (!(over && all && (in_opt || act * 100 < all)))
         return 0;
     const char *code = ph == AM_PH_init ? "X:PARAM_STATE" : "X:OPTIMIZER_STATE";
+    const adv_cfg *c = &v->cfg;
+    int sharded = c->megatron && c->dist_opt;
+    char shard[640] = "", shard_lever[96] = "";
+    uint64_t shard_saves = sharded ? sharding_note(c, opt, shard, sizeof shard, shard_lever,
+                                                   sizeof shard_lever)
+                                   : 0;
     adv_finding_add(v, code, in_opt ? "peak_in_optimizer" : "state_dominates", r->rank,
                     "%s in phase %s with %s live, of which activations %s (%.2f%%): "
-                    "recompute cannot help. Use the distributed optimizer over a "
-                    "larger domain (--use-distributed-optimizer, more DP), "
+                    "recompute cannot help. Use %s, "
                     "lower-precision states (--use-precision-aware-optimizer "
                     "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), optimizer CPU "
-                    "offload, or more TP/PP%s",
+                    "offload, or more TP/PP%s%s%s",
                     oom ? "the OOM" : "the peak", am_phase_name(ph), GB(all), GB(act),
                     all ? 100.0 * (double)act / (double)all : 0.0,
+                    sharded ? "more data-parallel ranks for the distributed optimizer"
+                            : "the distributed optimizer over a larger domain "
+                              "(--use-distributed-optimizer, more DP)",
                     ph == AM_PH_init && !t->py_seen
                         ? ". The trace has no Python frames: a loaded checkpoint's state dict "
                           "in these bytes could not be told from parameters (record with "
                           "RECOMPSHIM_PYSTACK=1)"
-                        : "");
+                        : "", sharded ? ". " : "", shard);
     adv_finding_held(v, code, all > act ? all - act : 0);
-    LEVER_UNKNOWN(code, "--use-distributed-optimizer, more DP");
+    if (sharded && opt)
+        LEVER(code, shard_lever, shard_saves);
+    else if (sharded)
+        LEVER_UNKNOWN(code, shard_lever);
+    else
+        LEVER_UNKNOWN(code, "--use-distributed-optimizer, more DP");
     LEVER_UNKNOWN(code, "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
                         "--exp-avg-sq-dtype bf16");
     LEVER_UNKNOWN(code, "optimizer CPU offload");

@@ -123,7 +123,9 @@ violations):
      lever names expandable segments, the distributed optimizer, bf16
      moments, the fused cross-entropy, a distributed checkpoint format,
      optimizer CPU offload or --recompute-activations for a job that has
-     it; with expandable segments on there is no X:FRAGMENTATION finding.
+     it; with expandable segments on there is no X:FRAGMENTATION finding;
+     with the distributed optimizer on, neither the why nor an optimizer- or
+     parameter-state finding's words name --use-distributed-optimizer.
   35. the cache a freed checkpoint load left (class D, hplay6 W1): a resume
      whose rank ran out of memory after the first forward began, with its
      allocated bytes + the request within the device and >= 256 MiB reserved
@@ -714,6 +716,18 @@ SCENARIOS += [
     sc("hplay7 l70-frag86-es: the current setting judged against none",
        L70_FP8 + ["--sim-fragment", "--sim-only-ranks", "0,31"], 86, env=ES,
        expect=("OK:FITS", "adds 1.80 GiB over no recompute")),
+    # hplay7 item 3, alibaba/Pai-Megatron-Patch issue 529 (Moonlight SFT, EP8,
+    # the distributed optimizer on, 40 GiB): X:OPTIMIZER_STATE told the job
+    # "--use-distributed-optimizer, more DP"; its expert state is on one
+    # expert-data-parallel rank (world 8 / ETP 1 x EP 8 x PP 1)
+    sc("hplay7 pai-none40: optimizer state with the distributed optimizer on",
+       ["--sim-preset", "moonlight-16b", "--tensor-model-parallel-size", "1",
+        "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1",
+        "--pipeline-model-parallel-size", "1", "--seq-length", "2048",
+        "--max-position-embeddings", "8192", "--sim-world-size", "8",
+        "--use-distributed-optimizer", "--micro-batch-size", "1", "--global-batch-size", "8",
+        "--train-iters", "3", "--sim-only-ranks", "0"], 40, converge=False,
+       expect=("X:OPTIMIZER_STATE", "over expert DP 1 (world 8 / ETP 1 x EP 8 x PP 1")),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
@@ -2203,8 +2217,14 @@ def inv34_no_lever_in_use(c):
     for f in v.get("findings", []):
         texts += [("%s/%s lever" % (f.get("code"), f.get("subtype")), lv.get("change") or "")
                   for lv in f.get("levers") or []]
+    # hplay7 item 3: an optimizer-state finding's words name no lever the job
+    # has either ("--use-distributed-optimizer, more DP" with it on)
+    words = [("verdict why", v.get("why") or "")]
+    words += [("%s/%s evidence" % (f.get("code"), f.get("subtype")), f.get("evidence") or "")
+              for f in v.get("findings", []) if f.get("code") in ("X:OPTIMIZER_STATE",
+                                                                  "X:PARAM_STATE")]
     for name, needle in settings_in_use(c.scenario):
-        for where, t in texts:
+        for where, t in texts + (words if needle == "--use-distributed-optimizer" else []):
             if needle in t:
                 bad.append("%s names %s (%r), which the job already has" % (where, name, t[:120]))
         if needle == "expandable_segments:True" and any(
