@@ -1356,10 +1356,10 @@ sharding_note(const adv_cfg *c, uint64_t state, char *text, size_t n, char *leve
     snprintf(text, n,
              "The distributed optimizer is already on: the dense parameters' optimizer state is "
              "sharded over DP %d (world %d / TP x PP x CP)%s. Of the %s of optimizer state live "
-             "here, doubling %s would keep half: at most -%s (the trace does not tell dense "
-             "from expert state)",
+             "here, doubling %s would keep half: at most -%s%s",
              c->dp, c->world, ex, GB(state),
-             c->num_experts > 0 ? "DP and expert DP" : "DP", GB(state / 2));
+             c->num_experts > 0 ? "DP and expert DP" : "DP", GB(state / 2),
+             c->num_experts > 0 ? " (the trace does not tell dense from expert state)" : "");
     snprintf(lever, ln, "more data-parallel ranks (now DP %d%s)", c->dp,
              c->num_experts > 0 ? (edp == 1 ? ", expert DP 1" : ", expert DP >1") : "");
     if (c->num_experts > 0 && edp > 1)

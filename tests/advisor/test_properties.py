@@ -497,7 +497,7 @@ SCENARIOS = [
     # 0 of 24 units, took the measured full-recompute peak for no recompute and
     # said OK:FITS "remove recompute" for a job over its budget without it
     sc("hidden dropout, full[uniform,1] on at 37.3 GiB", HDROP + ta.FULL1, 37.3,
-       expect=("OK:FITS", "the current setting full[uniform,1] is the cheapest that fits")),
+       expect=("OK:FITS", "the current setting full[uniform,1] is the cheapest clear fit")),
     # replays that allocate what their no_grad forward did not (a kernel path
     # taken only under grad): the undo cannot match them, so nothing that
     # depends on it is said; the current setting alone is judged
