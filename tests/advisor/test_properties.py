@@ -728,6 +728,19 @@ SCENARIOS += [
         "--use-distributed-optimizer", "--micro-batch-size", "1", "--global-batch-size", "8",
         "--train-iters", "3", "--sim-only-ranks", "0"], 40, converge=False,
        expect=("X:OPTIMIZER_STATE", "over expert DP 1 (world 8 / ETP 1 x EP 8 x PP 1")),
+    # the main job and its full-recompute rerun with expandable segments: the
+    # recommendation megasim executes is held to predicted reserved + 2% + a
+    # page (invariant 43)
+    sc("main with expandable segments", MAIN, env=ES),
+    sc("main full[uniform,1] with expandable segments", MAIN + ta.FULL1, env=ES,
+       known_gaps={"30": "undoing full[uniform,1] under expandable segments predicts "
+                         "full[block,3] at 74.93 GiB, megasim runs it at 73.43 GiB (-2.0%), "
+                         "full[block,2] at 77.06 GiB against 75.43 GiB run (also on main "
+                         "before hplay7's fixes)",
+                   "4": "follows from 30: full[block,2], over-predicted from the "
+                        "full[uniform,1] trace, is marginal there; from the full[block,3] "
+                        "rerun it is predicted at 75.56 / 75.85 GiB reserved and megasim runs "
+                        "it at 75.43 / 75.73 GiB, so the rerun rightly recommends it"}),
 ]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
