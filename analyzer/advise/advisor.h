@@ -75,8 +75,8 @@ typedef struct adv_cfg {
                                * configuration recorded) */
     /* pipeline layer placement (advisor_layers.c): --decoder-first/last-pipeline-num-layers
      * (num_layers_in_first/last_pipeline_stage) PLUS ONE, 0 not given (a zeroed
-     * configuration, as a summary's, is the even split; the summary format does not
-     * carry these four fields: docs/advisor.md "Limits");
+     * configuration is the even split; a summary carries all four:
+     * docs/summary-format.md 6.0);
      * --microbatch-group-size-per-virtual-pipeline-stage, 0 not given (PP);
      * layout_other: a placement the advisor does not model
      * (--pipeline-model-parallel-layout, --account-for-embedding/loss-in-pipeline-split) */

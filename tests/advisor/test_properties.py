@@ -109,6 +109,13 @@ violations):
      global, every contributor's layer is one megasim placed on that rank's
      pipeline stage (virtual and uneven stages included; they were local
      indices there), and a moe group's layer is a MoE layer.
+  32. a summary gives the verdict of its traces (issue 14 class C): summarize
+     then merge --json of the same input (scenario or fixture) gives the JSON
+     report of the direct analysis: the same verdict, candidates with the
+     same predicted bytes per rank, findings (triage codes, bytes, levers),
+     peaks and OOMs. A field the advisor reads and the summary forgot
+     (summary format 5.0 lacked the uneven stage sizes, the hybrid layer
+     pattern, the allocator settings) makes them differ.
   33. the verdict speaks for the ranks that bind (issue 14 class A, hplay6
      W1/W2): the binding ranks are those that died of an OOM, else those over
      their budget; an X: verdict is a finding of a binding rank and every
@@ -675,9 +682,10 @@ class Case:
     """one analysed scenario: doc (the JSON report), stderr of the job, the
     scenario dict (None for fixtures), the run directory"""
 
-    def __init__(self, name, doc, job_stderr="", scenario=None, run=None, rc=0):
+    def __init__(self, name, doc, job_stderr="", scenario=None, run=None, rc=0, merged=None):
         self.name, self.doc, self.job_stderr = name, doc, job_stderr
         self.scenario, self.run, self.rc = scenario, run, rc
+        self.merged = merged  # summarize + merge --json of the same input (invariant 32)
         self.v = doc.get("verdict") or {}
 
 
@@ -2202,6 +2210,57 @@ def inv35_load_cache(c):
     return bad
 
 
+def summary_doc(path, *extra):
+    """recomp-analyze summarize PATH (with the analysis' options) then merge
+    --json of that summary: the JSON report, or a string saying what failed"""
+    tmp = tempfile.mkdtemp(prefix="advprop-sum.")
+    try:
+        summ = os.path.join(tmp, "s.rssum")
+        p = subprocess.run([ta.ANALYZE, "summarize"] + list(extra) + [path, "--out", summ],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if p.returncode:
+            return "summarize exit %d: %s" % (p.returncode, p.stderr[-800:])
+        p = subprocess.run([ta.ANALYZE, "merge", "--json", summ], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        if p.returncode:
+            return "merge exit %d: %s" % (p.returncode, p.stderr[-800:])
+        return json.loads(p.stdout)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def json_diffs(a, b, where="", out=None, limit=12):
+    """the JSON paths where a and b differ (at most limit), with both values"""
+    out = [] if out is None else out
+    if len(out) >= limit:
+        return out
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            json_diffs(a.get(k), b.get(k), "%s.%s" % (where, k), out, limit)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            json_diffs(x, y, "%s[%d]" % (where, i), out, limit)
+    elif a != b:
+        out.append("%s: trace %s, summary %s" % (where or "(doc)", json.dumps(a)[:200],
+                                                 json.dumps(b)[:200]))
+    return out
+
+
+def inv32_summary_agrees(c):
+    """32: the summary of a job (summarize, then merge) gives the verdict of its
+    traces: the same code, why and change, the same candidates with the same
+    predicted allocated and reserved bytes per rank, the same findings (triage
+    codes, bytes, levers) -- the whole JSON report, which also holds the ranks'
+    peaks and OOMs. A field the advisor reads and the summary forgot makes them
+    differ (issue 14 C: uneven pipeline stages, summary format 5.0)"""
+    m = c.merged
+    if isinstance(m, str):
+        return [m]
+    v, mv = c.doc.get("verdict") or {}, m.get("verdict") or {}
+    first = json_diffs(v, mv, "verdict")
+    return first or json_diffs(c.doc, m)
+
+
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
               ("2 unknown is not zero", inv2_unknown),
               ("3 incomplete coverage qualified", inv3_coverage),
@@ -2249,6 +2308,7 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
                "undo of the first run", inv30_round_trip),
               ("31 the report's layers are Megatron's global numbers of the rank's stage",
                inv31_global_layers),
+              ("32 a summary gives the verdict of its traces", inv32_summary_agrees),
               ("33 the verdict speaks for the ranks that bind", inv33_binding_ranks),
               ("34 no fix names a setting the recorded configuration already has",
                inv34_no_lever_in_use),
@@ -2571,12 +2631,13 @@ def main():
             continue
         try:
             doc = analyze(run, *s["args"])
+            merged = summary_doc(run, *s["args"])
         except RuntimeError as e:
             ta.ok(False, "%s: recomp-analyze" % s["name"], str(e))
             continue
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        cases.append(Case(s["name"], doc, err, s, run, rc))
+        cases.append(Case(s["name"], doc, err, s, run, rc, merged))
     if not only or "fixtures" in only:
         fx = fixture_files()
         if not fx:
@@ -2584,7 +2645,7 @@ def main():
         for p in fx:
             name = os.path.relpath(p, FIXTURES)
             try:
-                cases.append(Case(name, analyze(p)))
+                cases.append(Case(name, analyze(p), merged=summary_doc(p)))
             except RuntimeError as e:
                 ta.ok(False, "%s: recomp-analyze" % name, str(e))
     for c in cases:
