@@ -555,6 +555,11 @@ typedef struct adv_rank_part {
     adv_cf *cf;               /* the counterfactual table (adv_part_settings) */
     size_t ncf;
     int missing;              /* merge: a setting the table lacked was asked for */
+    /* per label: whether its region was recorded in some layer it applies to,
+     * and in how many layers it applies (adv_label_region_seen, on the trace
+     * with the recorded recompute undone when it was on) */
+    uint8_t label_seen[ADV_NLABELS];
+    uint32_t label_layers[ADV_NLABELS];
 } adv_rank_part;
 
 /* The settings the candidate sweep can ask of a rank (into out, at most max;
@@ -562,6 +567,15 @@ typedef struct adv_rank_part {
  * and the active labels, every full[method,n] with n in 1..layers per chunk. */
 size_t adv_part_settings(const adv_cfg *c, const adv_setting *active, adv_setting *out,
                          size_t max);
+/* Whether label l's region was recorded in some layer of t it applies to
+ * (1), and in *applies how many layers of t it applies to; the region markers
+ * adv_trace_build sets from Megatron's NVTX ranges, TE's calls and Python
+ * frames: core_attn its start and end, mla_up_proj (MLA layers) its start,
+ * Q/K/V and the core attention's end (what advisor_counterfactual.c's
+ * mla_unit needs), mlp (dense layers) its range, moe_act (MoE layers) the
+ * expert activation. Labels without a region of their own (layernorm, moe,
+ * shared_experts, ...): 1, *applies 0. */
+int adv_label_region_seen(const adv_trace *t, int l, uint32_t *applies);
 /* The table entry of (undone, s), or NULL. */
 const adv_cf *adv_part_find(const adv_rank_part *p, int undone, const adv_setting *s);
 void adv_rank_part_free(adv_rank_part *p);

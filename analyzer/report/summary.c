@@ -755,6 +755,17 @@ v_part(sio *io, adv_rank_part *p)
         U64(f, step);
     }
     INT(p, undo_by_size);
+    /* 6.0: per label, whether its region was recorded and in how many layers it
+     * applies (adv_label_region_seen); as many as this build has labels */
+    uint8_t nl = ADV_NLABELS;
+    s_u8(io, "nlabels", &nl);
+    if (io->rd && !io->bad && nl != ADV_NLABELS)
+        fail(io, "nlabels", "%u recompute labels, this build has %d (summarize again with "
+                            "this build)", nl, ADV_NLABELS);
+    for (int l = 0; l < ADV_NLABELS && !io->bad; l++) {
+        s_bool8(io, "label_seen", &p->label_seen[l]);
+        s_u32(io, "label_layers", &p->label_layers[l]);
+    }
 }
 
 static void

@@ -104,6 +104,7 @@ fill_part(adv_rank_part *p)
     p->nfindings = 0;
     p->cf = NULL;
     p->ncf = 0;
+    memset(p->label_seen, 1, sizeof p->label_seen); /* 0 or 1 */
 }
 
 /* The fields a summary does not carry by design, zeroed in both. */
