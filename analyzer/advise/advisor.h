@@ -334,6 +334,24 @@ typedef struct adv_verdict {
     size_t nhot;
     int cache_short;          /* ranks whose cache term is a lower bound (adv_cache_history) */
     char cache_why[320];      /* the first such rank's reason */
+    /* what binds each binding rank (adv_binding_why), in rank order: the
+     * verdict's BINDS in the JSON; binds_known 0: never evaluated */
+    struct adv_bind {
+        int rank;
+        int oom;              /* 1: its fatal OOM binds it (iteration, phase) */
+        int past_limit;       /* ... recorded after the byte limit: iteration and phase
+                               * unknown (the last recorded event's, not the OOM's) */
+        int iteration;        /* -1 before iteration 0 */
+        uint8_t phase;        /* am_phase */
+        uint64_t over_budget; /* no OOM: reserved peak - budget (bytes) */
+        uint64_t over_device; /* its allocated peak's bytes over the device (capacity -
+                               * outside PyTorch), 0 when within (adv_real_deficit) */
+        char code[64], subtype[48]; /* the finding the why names for it, "" none */
+        uint8_t allocator_only_aside; /* that finding is an allocator fix for this rank's
+                                       * cache, not the job's verdict */
+    } binds[ADV_MAX_RANKS];
+    size_t nbinds;
+    int binds_known;
 } adv_verdict;
 
 typedef struct adv_opts {
@@ -442,8 +460,9 @@ int adv_binding_explained(const adv_verdict *v, const uint8_t *bind, const uint8
 /* "BINDS: rank R (OOM in iteration i, phase p: CODE subtype); ranks ..." into
  * out (n bytes): each binding rank (ranks with the same statement grouped, at
  * most six groups) with what binds it; prim, the verdict's finding, when it
- * is that rank's. "" when no rank binds. */
-void adv_binding_why(const am_job *j, const adv_verdict *v, const uint8_t *bind,
+ * is that rank's. "" when no rank binds. The same per rank, structured, into
+ * v->binds (binds_known set): the JSON's verdict.binds. */
+void adv_binding_why(const am_job *j, adv_verdict *v, const uint8_t *bind,
                      const adv_finding *prim, char *out, size_t n);
 
 /* Counterfactual: peak bytes of the rewritten op stream of one rank for a

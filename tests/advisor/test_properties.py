@@ -124,7 +124,11 @@ violations):
      binding rank's allocated peak alone is over its device (capacity -
      outside PyTorch); where binding ranks are held
      by different causes, or a cause was passed over, the why says what binds
-     each of them (BINDS:).
+     each of them (BINDS:). The JSON's verdict.binds (schema 1.7) names
+     the ranks that died (with an OOM), each with its OOM's iteration and
+     phase as its own record states them, or bytes over the budget, over the
+     device exactly when its allocated peak is, and a cause among its own
+     findings.
   34. no fix names a setting the recorded configuration already has (class
      D; invariant 29 generalised): no verdict change, config diff or finding
      lever names expandable segments, the distributed optimizer, bf16
@@ -2111,6 +2115,48 @@ def inv33_binding_ranks(c):
         elif not bind <= named and "and more ranks" not in seg:
             bad.append("BINDS: names %s, not every binding rank %s" % (sorted(named),
                                                                       sorted(bind)))
+    return bad + binds_json(c, bind, vr, finds)
+
+
+def binds_json(c, bind, vr, finds):
+    """verdict.binds (JSON schema 1.7) states what binds each binding rank:
+    with an OOM exactly the ranks that died, each with its OOM's iteration
+    and phase as the rank's own record states them (unknown past the byte
+    limit); without one, ranks whose baseline's reserved peak is over the
+    budget (a positive over_budget_bytes; margin_bytes is the prediction's,
+    so it does not say which); over the device exactly when the allocated
+    peak is; a cause that is one of the rank's findings"""
+    binds = c.v.get("binds")
+    if binds is None:
+        return []
+    bad = []
+    oom = {r["rank"]: r["oom"] for r in ooms(c)}
+    named = {b["rank"] for b in binds}
+    if (oom and named != set(oom)) or not named <= set(vr):
+        bad.append("verdict.binds names ranks %s; ranks that died %s, evaluated %s" %
+                   (sorted(named), sorted(oom), sorted(vr)))
+    for b in binds:
+        rk, o, cause = b["rank"], b["oom"], b["cause"]
+        if (o is None) != (rk not in oom):
+            bad.append("verdict.binds rank %d: oom %s, the rank's OOM %s" % (rk, o, oom.get(rk)))
+        elif o is not None and (o["phase"], o["iteration"]) != (oom[rk].get("phase"),
+                                                                 oom[rk].get("iteration")):
+            bad.append("verdict.binds rank %d: OOM in %s/%s, its record %s/%s" %
+                       (rk, o["iteration"], o["phase"], oom[rk].get("iteration"),
+                        oom[rk].get("phase")))
+        if o is None and not b["over_budget_bytes"]:
+            bad.append("verdict.binds rank %d: no OOM and %s bytes over its budget" %
+                       (rk, b["over_budget_bytes"]))
+        if rk in vr and (b["over_device_bytes"] is not None) != over_device(vr[rk]):
+            bad.append("verdict.binds rank %d: over_device_bytes %s, its baseline %s against "
+                       "capacity %s less outside %s" % (rk, b["over_device_bytes"],
+                                                        vr[rk].get("baseline_peak_bytes"),
+                                                        vr[rk].get("capacity_bytes"),
+                                                        vr[rk].get("outside_pytorch_bytes")))
+        if cause and not any(f.get("rank") == rk and f["code"] == cause["code"] and
+                             f.get("subtype") == cause["subtype"] for f in finds):
+            bad.append("verdict.binds rank %d: cause %s/%s is none of its findings" %
+                       (rk, cause["code"], cause["subtype"]))
     return bad
 
 
