@@ -1327,6 +1327,9 @@ load_merged(char *const *in, int nin, const cli *o, run *rp, cli *eff)
         am_summary_free(&sv[i]);
     free(sv);
     *rp = r;
+    /* the job's verdict is the copy's: &r.verdict dies with this frame (a
+     * merge read a dead stack frame's verdict: crashed once adv_verdict grew) */
+    rp->job.verdict = rp->have_verdict ? &rp->verdict : NULL;
     return rc;
 }
 

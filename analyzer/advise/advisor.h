@@ -75,8 +75,8 @@ typedef struct adv_cfg {
                                * configuration recorded) */
     /* pipeline layer placement (advisor_layers.c): --decoder-first/last-pipeline-num-layers
      * (num_layers_in_first/last_pipeline_stage) PLUS ONE, 0 not given (a zeroed
-     * configuration, as a summary's, is the even split; the summary format does not
-     * carry these four fields: docs/advisor.md "Limits");
+     * configuration is the even split; a summary carries all four:
+     * docs/summary-format.md 6.0);
      * --microbatch-group-size-per-virtual-pipeline-stage, 0 not given (PP);
      * layout_other: a placement the advisor does not model
      * (--pipeline-model-parallel-layout, --account-for-embedding/loss-in-pipeline-split) */
@@ -334,6 +334,24 @@ typedef struct adv_verdict {
     size_t nhot;
     int cache_short;          /* ranks whose cache term is a lower bound (adv_cache_history) */
     char cache_why[320];      /* the first such rank's reason */
+    /* what binds each binding rank (adv_binding_why), in rank order: the
+     * verdict's BINDS in the JSON; binds_known 0: never evaluated */
+    struct adv_bind {
+        int rank;
+        int oom;              /* 1: its fatal OOM binds it (iteration, phase) */
+        int past_limit;       /* ... recorded after the byte limit: iteration and phase
+                               * unknown (the last recorded event's, not the OOM's) */
+        int iteration;        /* -1 before iteration 0 */
+        uint8_t phase;        /* am_phase */
+        uint64_t over_budget; /* no OOM: reserved peak - budget (bytes) */
+        uint64_t over_device; /* its allocated peak's bytes over the device (capacity -
+                               * outside PyTorch), 0 when within (adv_real_deficit) */
+        char code[64], subtype[48]; /* the finding the why names for it, "" none */
+        uint8_t allocator_only_aside; /* that finding is an allocator fix for this rank's
+                                       * cache, not the job's verdict */
+    } binds[ADV_MAX_RANKS];
+    size_t nbinds;
+    int binds_known;
 } adv_verdict;
 
 typedef struct adv_opts {
@@ -442,8 +460,9 @@ int adv_binding_explained(const adv_verdict *v, const uint8_t *bind, const uint8
 /* "BINDS: rank R (OOM in iteration i, phase p: CODE subtype); ranks ..." into
  * out (n bytes): each binding rank (ranks with the same statement grouped, at
  * most six groups) with what binds it; prim, the verdict's finding, when it
- * is that rank's. "" when no rank binds. */
-void adv_binding_why(const am_job *j, const adv_verdict *v, const uint8_t *bind,
+ * is that rank's. "" when no rank binds. The same per rank, structured, into
+ * v->binds (binds_known set): the JSON's verdict.binds. */
+void adv_binding_why(const am_job *j, adv_verdict *v, const uint8_t *bind,
                      const adv_finding *prim, char *out, size_t n);
 
 /* Counterfactual: peak bytes of the rewritten op stream of one rank for a
@@ -555,6 +574,11 @@ typedef struct adv_rank_part {
     adv_cf *cf;               /* the counterfactual table (adv_part_settings) */
     size_t ncf;
     int missing;              /* merge: a setting the table lacked was asked for */
+    /* per label: whether its region was recorded in some layer it applies to,
+     * and in how many layers it applies (adv_label_region_seen, on the trace
+     * with the recorded recompute undone when it was on) */
+    uint8_t label_seen[ADV_NLABELS];
+    uint32_t label_layers[ADV_NLABELS];
 } adv_rank_part;
 
 /* The settings the candidate sweep can ask of a rank (into out, at most max;
@@ -562,6 +586,15 @@ typedef struct adv_rank_part {
  * and the active labels, every full[method,n] with n in 1..layers per chunk. */
 size_t adv_part_settings(const adv_cfg *c, const adv_setting *active, adv_setting *out,
                          size_t max);
+/* Whether label l's region was recorded in some layer of t it applies to
+ * (1), and in *applies how many layers of t it applies to; the region markers
+ * adv_trace_build sets from Megatron's NVTX ranges, TE's calls and Python
+ * frames: core_attn its start and end, mla_up_proj (MLA layers) its start,
+ * Q/K/V and the core attention's end (what advisor_counterfactual.c's
+ * mla_unit needs), mlp (dense layers) its range, moe_act (MoE layers) the
+ * expert activation. Labels without a region of their own (layernorm, moe,
+ * shared_experts, ...): 1, *applies 0. */
+int adv_label_region_seen(const adv_trace *t, int l, uint32_t *applies);
 /* The table entry of (undone, s), or NULL. */
 const adv_cf *adv_part_find(const adv_rank_part *p, int undone, const adv_setting *s);
 void adv_rank_part_free(adv_rank_part *p);

@@ -201,11 +201,20 @@ adv_binding_explained(const adv_verdict *v, const uint8_t *bind, const uint8_t *
  * alone are over the device. */
 static void
 rank_binds(const am_job *j, const adv_verdict *v, size_t i, const adv_finding *prim,
-           int real_any, char *out, size_t n)
+           int real_any, char *out, size_t n, struct adv_bind *b)
 {
     const am_rank *r = &j->ranks[i];
+    memset(b, 0, sizeof *b);
+    b->rank = v->rank_id[i];
+    b->oom = r->oom != NULL;
+    b->past_limit = r->oom && r->oom->past_limit;
+    b->iteration = r->oom ? r->oom->iteration : -1;
+    b->phase = r->oom ? r->oom->phase : 0;
+    b->over_budget = !r->oom && v->reserved[i] > v->budget[i] ? v->reserved[i] - v->budget[i] : 0;
     char what[128];
-    if (r->oom && r->oom->iteration >= 0)
+    if (r->oom && r->oom->past_limit)
+        snprintf(what, sizeof what, "OOM after the byte limit, iteration and phase unknown");
+    else if (r->oom && r->oom->iteration >= 0)
         snprintf(what, sizeof what, "OOM in iteration %d, phase %s", r->oom->iteration,
                  am_phase_name(r->oom->phase));
     else if (r->oom)
@@ -221,7 +230,14 @@ rank_binds(const am_job *j, const adv_verdict *v, size_t i, const adv_finding *p
         if (v->findings[k].rank == v->rank_id[i] && primary_capable(&v->findings[k]))
             own = &v->findings[k];
     uint64_t over = 0;
-    if (adv_real_deficit(v, i, &over))
+    int real = adv_real_deficit(v, i, &over);
+    b->over_device = real ? over : 0;
+    if (own) {
+        snprintf(b->code, sizeof b->code, "%s", own->code);
+        snprintf(b->subtype, sizeof b->subtype, "%s", own->subtype);
+        b->allocator_only_aside = (uint8_t)(adv_allocator_only(own) && (real || real_any));
+    }
+    if (real)
         snprintf(out, n, "%s: its allocated bytes alone, %s with the failed request, are %s "
                  "over the device (capacity less memory outside PyTorch), so no allocator "
                  "setting fits them%s%s%s",
@@ -239,9 +255,11 @@ rank_binds(const am_job *j, const adv_verdict *v, size_t i, const adv_finding *p
 }
 
 void
-adv_binding_why(const am_job *j, const adv_verdict *v, const uint8_t *bind,
+adv_binding_why(const am_job *j, adv_verdict *v, const uint8_t *bind,
                 const adv_finding *prim, char *out, size_t n)
 {
+    v->nbinds = 0;
+    v->binds_known = 1;
     /* ranks with the same statement are one group: "ranks 2,3 (...)" */
     char prev[512] = "", ranks[160] = "";
     size_t l = 0, groups = 0;
@@ -254,7 +272,7 @@ adv_binding_why(const am_job *j, const adv_verdict *v, const uint8_t *bind,
         if (i < v->nranks && !bind[i])
             continue;
         if (i < v->nranks)
-            rank_binds(j, v, i, prim, real_any, one, sizeof one);
+            rank_binds(j, v, i, prim, real_any, one, sizeof one, &v->binds[v->nbinds++]);
         if (i < v->nranks && prev[0] && strcmp(one, prev) == 0) {
             size_t rl = strlen(ranks);
             snprintf(ranks + rl, sizeof ranks - rl, ",%d", v->rank_id[i]);

@@ -46,6 +46,43 @@ adv_part_settings(const adv_cfg *c, const adv_setting *active, adv_setting *out,
     return n;
 }
 
+int
+adv_label_region_seen(const adv_trace *t, int l, uint32_t *applies)
+{
+    *applies = 0;
+    if (l != ADV_L_core_attn && l != ADV_L_mla_up_proj && l != ADV_L_mlp && l != ADV_L_moe_act)
+        return 1;
+    for (size_t k = 0; t->layers && k < t->nlayers; k++) {
+        const adv_layer *L = &t->layers[k];
+        int seen;
+        switch (l) {
+        case ADV_L_core_attn: seen = L->core_b != ADV_NONE && L->core_e != ADV_NONE; break;
+        case ADV_L_mla_up_proj:
+            /* a start found by the latents' sizes alone, without Q/K/V (TE's
+             * unfused attention, no Python frames), frees nothing */
+            if (!L->mla)
+                continue;
+            seen = L->mla_up_b != ADV_NONE && L->mla_q != ADV_NONE && L->mla_v != ADV_NONE &&
+                   L->core_e != ADV_NONE;
+            break;
+        case ADV_L_mlp:
+            if (L->moe)
+                continue;
+            seen = L->mlp_b != ADV_NONE;
+            break;
+        default: /* moe_act */
+            if (!L->moe)
+                continue;
+            seen = L->moe_act != ADV_NONE;
+            break;
+        }
+        if (seen)
+            return 1;
+        (*applies)++;
+    }
+    return 0;
+}
+
 const adv_cf *
 adv_part_find(const adv_rank_part *p, int undone, const adv_setting *s)
 {

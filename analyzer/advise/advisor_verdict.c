@@ -647,7 +647,9 @@ typedef struct run_state {
     adv_rank_part *const *mparts; /* adv_run_merge: each rank's part (no traces); else NULL */
     const adv_cfg *mcfg;      /* adv_run_merge: the parts' configuration */
     adv_rank_part *sparts;    /* adv_run_summarize: the parts to fill; else NULL */
-    size_t ntriage;           /* findings triage added (the per-rank ones) */
+    size_t ntriage;           /* findings up to triage's last (the per-rank ones) */
+    size_t triage_from;       /* ... and before its first: job-level ones made earlier (the
+                               * budget's BUDGET:DEVICE_LIMIT), which merge makes again */
     int undo_matched, undo_units; /* recompute on: replay units matched / implied (all ranks) */
     int undo_short;           /* undo_matched < undo_units: the trace without recompute,
                                * and every setting but the current one, unknown */
@@ -826,6 +828,7 @@ run_triage(run_state *st)
     adv_verdict *v = st->v;
     am_job *j = st->j;
     adv_cfg *cfg = st->cfg;
+    st->triage_from = v->nfindings;
     if (st->mparts)
         for (size_t i = 0; i < v->nranks; i++)
             for (size_t f = 0; f < st->mparts[i]->nfindings; f++)
@@ -999,7 +1002,8 @@ run_undo_active(run_state *st)
  * to, on any rank (1), so the counterfactual could free nothing for it and
  * its saving is unknown, not zero; 0 when some layer has its region or the
  * label is one whose region is not marked by a range of its own (layernorm,
- * moe, shared_experts), or without traces (a merge of summaries). The region
+ * moe, shared_experts); a merge takes each rank's part's label_seen and
+ * label_layers (adv_label_region_seen). The region
  * markers are those adv_trace_build sets from Megatron's NVTX ranges and TE's
  * calls: core_attn the layer's core-attention region (start and end),
  * mla_up_proj its Q/K/V up-projection (start, Q/K/V, the discard point),
@@ -1011,43 +1015,17 @@ run_undo_active(run_state *st)
 static int
 label_unseen(const run_state *st, int l)
 {
-    if (!st->tr || st->mparts || (l != ADV_L_core_attn && l != ADV_L_mla_up_proj &&
-                                  l != ADV_L_mlp && l != ADV_L_moe_act))
+    if (!st->tr || (l != ADV_L_core_attn && l != ADV_L_mla_up_proj && l != ADV_L_mlp &&
+                    l != ADV_L_moe_act))
         return 0;
-    size_t applies = 0;
+    uint64_t applies = 0;
     for (size_t i = 0; i < st->v->nranks; i++) {
-        const adv_trace *t = st->t0 ? &st->t0[i] : &st->tr[i];
-        for (size_t k = 0; k < t->nlayers; k++) {
-            const adv_layer *L = &t->layers[k];
-            int seen;
-            switch (l) {
-            case ADV_L_core_attn: seen = L->core_b != ADV_NONE && L->core_e != ADV_NONE; break;
-            case ADV_L_mla_up_proj:
-                /* what the counterfactual needs (advisor_counterfactual.c
-                 * mla_unit): the region's start, its Q/K/V and the discard
-                 * point after the core attention; a start found by the
-                 * latents' sizes alone, without Q/K/V (TE's unfused
-                 * attention, no Python frames), frees nothing */
-                if (!L->mla)
-                    continue;
-                seen = L->mla_up_b != ADV_NONE && L->mla_q != ADV_NONE &&
-                       L->mla_v != ADV_NONE && L->core_e != ADV_NONE;
-                break;
-            case ADV_L_mlp:
-                if (L->moe)
-                    continue;
-                seen = L->mlp_b != ADV_NONE;
-                break;
-            default: /* moe_act */
-                if (!L->moe)
-                    continue;
-                seen = L->moe_act != ADV_NONE;
-                break;
-            }
-            if (seen)
-                return 0;
-            applies++;
-        }
+        uint32_t a = st->mparts ? st->mparts[i]->label_layers[l] : 0;
+        int seen = st->mparts ? st->mparts[i]->label_seen[l]
+                              : adv_label_region_seen(st->t0 ? &st->t0[i] : &st->tr[i], l, &a);
+        if (seen)
+            return 0;
+        applies += a;
     }
     return applies > 0;
 }
@@ -2003,7 +1981,7 @@ static void
 unrecorded_rest(const run_state *st, size_t i, char *buf, size_t n)
 {
     const am_rank *r = &st->j->ranks[i];
-    const adv_trace *t = st->tr && !st->mparts ? &st->tr[i] : NULL;
+    const adv_trace *t = st->tr ? &st->tr[i] : NULL; /* merge: the part's scalars */
     uint8_t b = t && t->oom && !t->oom_past_limit ? t->oom_boundary : AM_BD_unknown;
     if (r->pp > 1 && r->stage >= 0 && r->stage != r->pp - 1)
         snprintf(buf, n, "the rest of that forward (this stage's later layers; the output "
@@ -2123,6 +2101,9 @@ fill_part(void *arg, size_t i)
     p->scal.nabwd = p->scal.capabwd = 0;
     p->scal.na = p->scal.capa = p->scal.nops = p->scal.capops = p->scal.caplayers = 0;
     p->scal.ninsts = p->scal.capinsts = p->scal.nxr = 0;
+    for (int l = 0; l < ADV_NLABELS; l++)
+        p->label_seen[l] = (uint8_t)adv_label_region_seen(st->t0 ? &st->t0[i] : t, l,
+                                                          &p->label_layers[l]);
     if (!st->tensor)
         return 0;
     size_t max = 2 + (1u << ADV_NLABELS) + 2 * 1024;
@@ -2160,7 +2141,7 @@ run_fill_parts(run_state *st)
     adv_verdict *v = st->v;
     if (am_parallel_for(v->nranks, st->o->workers, fill_part, st) < v->nranks)
         return -1;
-    for (size_t f = 0; f < st->ntriage; f++) {
+    for (size_t f = st->triage_from; f < st->ntriage; f++) {
         size_t i = 0;
         while (i < v->nranks && st->j->ranks[i].rank != v->findings[f].rank)
             i++;

@@ -295,6 +295,57 @@ verdict_json_hot(yajl_gen g, const adv_verdict *v)
     yajl_gen_array_close(g);
 }
 
+/* "binds" (schema 1.7): what binds each binding rank, the BINDS of the why
+ * per rank (adv_binding_why): rank, its OOM {iteration (null before
+ * iteration 0 or past the byte limit), phase ("unknown" past the byte
+ * limit)} or null, over_budget_bytes (no OOM: its reserved peak
+ * less its budget; null with an OOM), over_device_bytes (its allocated peak
+ * over the device, capacity less memory outside PyTorch; null when within),
+ * cause {code, subtype, set_aside} (the finding that explains it; set_aside:
+ * an allocator fix for this rank's cache, not the job's verdict while a
+ * binding rank is over its device in allocated bytes) or null. [] when no rank binds; null when not evaluated. */
+static void
+verdict_json_binds(yajl_gen g, const adv_verdict *v)
+{
+    S(g, "binds");
+    if (!v->binds_known) {
+        yajl_gen_null(g);
+        return;
+    }
+    yajl_gen_array_open(g);
+    for (size_t k = 0; k < v->nbinds; k++) {
+        const struct adv_bind *b = &v->binds[k];
+        yajl_gen_map_open(g);
+        S(g, "rank"); I(g, b->rank);
+        S(g, "oom");
+        if (b->oom) {
+            yajl_gen_map_open(g);
+            S(g, "iteration");
+            if (b->iteration >= 0 && !b->past_limit) I(g, b->iteration); else yajl_gen_null(g);
+            S(g, "phase"); S(g, b->past_limit ? "unknown" : am_phase_name(b->phase));
+            yajl_gen_map_close(g);
+        } else {
+            yajl_gen_null(g);
+        }
+        S(g, "over_budget_bytes");
+        if (b->oom) yajl_gen_null(g); else u64(g, b->over_budget);
+        S(g, "over_device_bytes");
+        if (b->over_device) u64(g, b->over_device); else yajl_gen_null(g);
+        S(g, "cause");
+        if (b->code[0]) {
+            yajl_gen_map_open(g);
+            S(g, "code"); S(g, b->code);
+            S(g, "subtype"); S(g, b->subtype);
+            S(g, "set_aside"); yajl_gen_bool(g, b->allocator_only_aside);
+            yajl_gen_map_close(g);
+        } else {
+            yajl_gen_null(g);
+        }
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+}
+
 void
 adv_report_json(void *gen, const adv_verdict *v)
 {
@@ -326,5 +377,6 @@ adv_report_json(void *gen, const adv_verdict *v)
         verdict_json_candidate(g, v, k);
     yajl_gen_array_close(g);
     verdict_json_hot(g, v);
+    verdict_json_binds(g, v);
     yajl_gen_map_close(g);
 }

@@ -352,6 +352,8 @@ s_cstrv(sio *io, const char *f, size_t *n, const char *const **v)
         *v = io->bad ? NULL : a;
 }
 
+static void s_bool8(sio *io, const char *f, uint8_t *v);
+
 #define U64(p, x) s_u64(io, #x, &(p)->x)
 #define INT(p, x) s_int(io, #x, &(p)->x)
 #define BOOL(p, x) s_int(io, #x, &(p)->x) /* an int flag, kept as it is */
@@ -428,6 +430,12 @@ v_attr(sio *io, am_attr *a)
     PHASE(a, phase);
     BOUNDARY(a, boundary);
     s_i32(io, "layer", &a->layer);
+    int32_t fwd = a->fwd; /* 6.0: the forward pass and the first-iteration flag */
+    s_i32(io, "fwd", &fwd);
+    if (io->rd && !io->bad && (fwd < INT16_MIN || fwd > INT16_MAX))
+        fail(io, "fwd", "%d out of range", (int)fwd);
+    a->fwd = (int16_t)fwd;
+    s_bool8(io, "first", &a->first);
 }
 
 static void
@@ -523,6 +531,19 @@ v_coverage(sio *io, am_coverage *c)
     CHARS(c, meaning);
 }
 
+/* Megatron's layer placement the rank was numbered with (6.0) */
+static void
+v_place(sio *io, am_placement *p)
+{
+    INT(p, num_layers);
+    INT(p, pp);
+    INT(p, vp);
+    INT(p, first);
+    INT(p, last);
+    INT(p, mb_group);
+    BOOL(p, other);
+}
+
 /* the scalar fields of the analysed rank, then its arrays */
 static void
 v_rank(sio *io, am_rank *r)
@@ -546,6 +567,7 @@ v_rank(sio *io, am_rank *r)
     INT(r, opt_init_iteration);
     BOOL(r, opt_state_preexisting);
     INT(r, first_opt_iteration);
+    BOOL(r, opt_inferred);
     int has_oom = r->oom != NULL;
     s_bool(io, "oom", &has_oom);
     if (io->rd && has_oom && !io->bad && !(r->oom = calloc(1, sizeof *r->oom)))
@@ -572,6 +594,9 @@ v_rank(sio *io, am_rank *r)
     INT(r, layers_per_stage);
     INT(r, layers_per_chunk);
     s_cstr(io, "stage_source", &r->stage_source);
+    v_place(io, &r->place);
+    INT(r, microbatches);
+    INT(r, first_fwd_offset);
     U64(r, nevents);
     U64(r, nallocs);
     U64(r, nfrees);
@@ -596,18 +621,10 @@ v_rank(sio *io, am_rank *r)
         s_str(io, "notes", &r->notes[i]);
 }
 
-/* adv_cfg: its int fields, then its strings */
-#define CFG_INTS(X) X(megatron) X(num_layers) X(hidden) X(ffn) X(heads) X(groups) \
-    X(kv_channels) X(seq) X(mbs) X(gbs) X(vocab) X(train_iters) X(ce_fusion) X(tp) X(pp) \
-    X(cp) X(ep) X(etp) X(vpp) X(sp) X(world) X(dp) X(dist_opt) X(bf16) X(fp16) X(swiglu)   \
-    X(fused_attn) X(num_experts) X(topk) X(moe_ffn) X(shared_ffn) X(grouped_gemm)          \
-    X(shared_overlap) X(ep_overlap) X(mla) X(q_lora) X(kv_lora) X(qk_head) X(qk_pos)       \
-    X(v_head) X(granularity) X(method) X(recompute_num_layers) X(fp8) X(distribute_saved)  \
-    X(cpu_offloading) X(exp_avg_bf16) X(moe_layer_freq_k) X(alloc_expandable) X(no_te)      \
-    X(optimizer_cpu_offload) X(ckpt_fully_reshardable) X(ckpt_mem_efficient) X(ckpt_torch) \
-    X(bias_linear)
-#define CFG_STRS(X) X(source) X(fp8_recipe) X(cuda_graph_impl) X(cuda_graph_modules) \
-    X(moe_pattern) X(unknown)
+/* adv_cfg: its int fields, then its strings (AM_SUMMARY_CFG_INTS/STRS,
+ * summary.h) */
+#define CFG_INTS AM_SUMMARY_CFG_INTS
+#define CFG_STRS AM_SUMMARY_CFG_STRS
 
 static void
 v_cfg(sio *io, adv_cfg *c)
@@ -662,6 +679,24 @@ v_scal(sio *io, adv_trace *t)
     U64(t, oom_device_live);
     U64(t, init_bytes);
     INT(t, optimizer_seen);
+    /* 6.0 */
+    BOOL(t, oom_past_limit);
+    s_enum(io, "oom_load", &t->oom_load, AM_PYLOAD_STATE + 1);
+    BOOL(t, load_seen);
+    BOOL(t, py_seen);
+    am_moe_dispatch *m = &t->moe;
+    uint64_t mn = m->n, mu = m->uneven;
+    s_u64(io, "moe.n", &mn);
+    s_u64(io, "moe.uneven", &mu);
+    m->n = (size_t)mn;
+    m->uneven = (size_t)mu;
+    U64(m, max_recv);
+    U64(m, sent_at_max);
+    U64(m, min_recv);
+    INT(m, layer);
+    INT(m, iteration);
+    INT(m, fwd);
+    INT(m, first);
 }
 
 /* a 0/1 flag kept in a u8 (another value is damaged) */
@@ -720,6 +755,17 @@ v_part(sio *io, adv_rank_part *p)
         U64(f, step);
     }
     INT(p, undo_by_size);
+    /* 6.0: per label, whether its region was recorded and in how many layers it
+     * applies (adv_label_region_seen); as many as this build has labels */
+    uint8_t nl = ADV_NLABELS;
+    s_u8(io, "nlabels", &nl);
+    if (io->rd && !io->bad && nl != ADV_NLABELS)
+        fail(io, "nlabels", "%u recompute labels, this build has %d (summarize again with "
+                            "this build)", nl, ADV_NLABELS);
+    for (int l = 0; l < ADV_NLABELS && !io->bad; l++) {
+        s_bool8(io, "label_seen", &p->label_seen[l]);
+        s_u32(io, "label_layers", &p->label_layers[l]);
+    }
 }
 
 static void
@@ -833,9 +879,16 @@ check_header(const char *name, const unsigned char *buf, size_t len, char *err, 
     }
     unsigned major = (unsigned)get_le(buf + 8, 2), minor = (unsigned)get_le(buf + 10, 2);
     if (major != AM_SUMMARY_MAJOR) {
+        /* 5.x lacked what the verdict of an uneven, interleaved or hybrid
+         * pipeline depends on: reading it would give another verdict than
+         * its traces (docs/summary-format.md "Compatibility") */
         snprintf(err, errlen, "%s: offset 8: field version: summary format %u.%u, this "
-                              "recomp-analyze reads %d.x (summarize again with this build)",
-                 name, major, minor, AM_SUMMARY_MAJOR);
+                              "recomp-analyze reads %d.x (summarize again with this build%s)",
+                 name, major, minor, AM_SUMMARY_MAJOR,
+                 major == 5 ? ": a 5.x summary lacks the pipeline layer placement "
+                              "(--decoder-first/last-pipeline-num-layers, microbatch groups), "
+                              "the hybrid layer pattern and the allocator settings, so its "
+                              "verdict could differ from the traces'" : "");
         return -1;
     }
     uint64_t plen = get_le(buf + 16, 8);

@@ -20,11 +20,29 @@
 #include "analysis.h"
 
 #define AM_SUMMARY_MAGIC "RSSUMMRY"
-#define AM_SUMMARY_MAJOR 5
+#define AM_SUMMARY_MAJOR 6
 #define AM_SUMMARY_MINOR 0
 #define AM_SUMMARY_HEADER 32 /* bytes before the payload */
 #define AM_SUMMARY_DEFLATE 1 /* flags: the payload is stored as its length (u64) and a
                               * zlib stream of it */
+
+/* adv_cfg as a summary holds it: its int fields in this order, then its
+ * strings (char arrays), then offload_fraction, modules and flags_style
+ * (summary.c v_cfg). A field added to adv_cfg goes here (appended), or the
+ * round trip test (tests/summary/test_summary_cfg.c) fails: every byte of the
+ * struct must come back. 6.0 appended first_stage_layers, last_stage_layers,
+ * mb_group, layout_other and the strings alloc_conf, hybrid. */
+#define AM_SUMMARY_CFG_INTS(X) X(megatron) X(num_layers) X(hidden) X(ffn) X(heads) X(groups) \
+    X(kv_channels) X(seq) X(mbs) X(gbs) X(vocab) X(train_iters) X(ce_fusion) X(tp) X(pp) \
+    X(cp) X(ep) X(etp) X(vpp) X(sp) X(world) X(dp) X(dist_opt) X(bf16) X(fp16) X(swiglu)   \
+    X(fused_attn) X(num_experts) X(topk) X(moe_ffn) X(shared_ffn) X(grouped_gemm)          \
+    X(shared_overlap) X(ep_overlap) X(mla) X(q_lora) X(kv_lora) X(qk_head) X(qk_pos)       \
+    X(v_head) X(granularity) X(method) X(recompute_num_layers) X(fp8) X(distribute_saved)  \
+    X(cpu_offloading) X(exp_avg_bf16) X(moe_layer_freq_k) X(alloc_expandable) X(no_te)      \
+    X(optimizer_cpu_offload) X(ckpt_fully_reshardable) X(ckpt_mem_efficient) X(ckpt_torch) \
+    X(bias_linear) X(first_stage_layers) X(last_stage_layers) X(mb_group) X(layout_other)
+#define AM_SUMMARY_CFG_STRS(X) X(source) X(fp8_recipe) X(cuda_graph_impl) \
+    X(cuda_graph_modules) X(moe_pattern) X(unknown) X(alloc_conf) X(hybrid)
 
 /* The analysis options a summary was made with; merge refuses others, as the
  * per-rank values depend on them. */

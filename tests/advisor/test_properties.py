@@ -109,6 +109,13 @@ violations):
      global, every contributor's layer is one megasim placed on that rank's
      pipeline stage (virtual and uneven stages included; they were local
      indices there), and a moe group's layer is a MoE layer.
+  32. a summary gives the verdict of its traces (issue 14 class C): summarize
+     then merge --json of the same input (scenario or fixture) gives the JSON
+     report of the direct analysis: the same verdict, candidates with the
+     same predicted bytes per rank, findings (triage codes, bytes, levers),
+     peaks and OOMs. A field the advisor reads and the summary forgot
+     (summary format 5.0 lacked the uneven stage sizes, the hybrid layer
+     pattern, the allocator settings) makes them differ.
   33. the verdict speaks for the ranks that bind (issue 14 class A, hplay6
      W1/W2): the binding ranks are those that died of an OOM, else those over
      their budget; an X: verdict is a finding of a binding rank and every
@@ -117,7 +124,11 @@ violations):
      binding rank's allocated peak alone is over its device (capacity -
      outside PyTorch); where binding ranks are held
      by different causes, or a cause was passed over, the why says what binds
-     each of them (BINDS:).
+     each of them (BINDS:). The JSON's verdict.binds (schema 1.7) names
+     the ranks that died (with an OOM), each with its OOM's iteration and
+     phase as its own record states them, or bytes over the budget, over the
+     device exactly when its allocated peak is, and a cause among its own
+     findings.
   34. no fix names a setting the recorded configuration already has (class
      D; invariant 29 generalised): no verdict change, config diff or finding
      lever names expandable segments, the distributed optimizer, bf16
@@ -761,9 +772,10 @@ class Case:
     """one analysed scenario: doc (the JSON report), stderr of the job, the
     scenario dict (None for fixtures), the run directory"""
 
-    def __init__(self, name, doc, job_stderr="", scenario=None, run=None, rc=0):
+    def __init__(self, name, doc, job_stderr="", scenario=None, run=None, rc=0, merged=None):
         self.name, self.doc, self.job_stderr = name, doc, job_stderr
         self.scenario, self.run, self.rc = scenario, run, rc
+        self.merged = merged  # summarize + merge --json of the same input (invariant 32)
         self.v = doc.get("verdict") or {}
 
 
@@ -2189,6 +2201,48 @@ def inv33_binding_ranks(c):
         elif not bind <= named and "and more ranks" not in seg:
             bad.append("BINDS: names %s, not every binding rank %s" % (sorted(named),
                                                                       sorted(bind)))
+    return bad + binds_json(c, bind, vr, finds)
+
+
+def binds_json(c, bind, vr, finds):
+    """verdict.binds (JSON schema 1.7) states what binds each binding rank:
+    with an OOM exactly the ranks that died, each with its OOM's iteration
+    and phase as the rank's own record states them (unknown past the byte
+    limit); without one, ranks whose baseline's reserved peak is over the
+    budget (a positive over_budget_bytes; margin_bytes is the prediction's,
+    so it does not say which); over the device exactly when the allocated
+    peak is; a cause that is one of the rank's findings"""
+    binds = c.v.get("binds")
+    if binds is None:
+        return []
+    bad = []
+    oom = {r["rank"]: r["oom"] for r in ooms(c)}
+    named = {b["rank"] for b in binds}
+    if (oom and named != set(oom)) or not named <= set(vr):
+        bad.append("verdict.binds names ranks %s; ranks that died %s, evaluated %s" %
+                   (sorted(named), sorted(oom), sorted(vr)))
+    for b in binds:
+        rk, o, cause = b["rank"], b["oom"], b["cause"]
+        if (o is None) != (rk not in oom):
+            bad.append("verdict.binds rank %d: oom %s, the rank's OOM %s" % (rk, o, oom.get(rk)))
+        elif o is not None and (o["phase"], o["iteration"]) != (oom[rk].get("phase"),
+                                                                 oom[rk].get("iteration")):
+            bad.append("verdict.binds rank %d: OOM in %s/%s, its record %s/%s" %
+                       (rk, o["iteration"], o["phase"], oom[rk].get("iteration"),
+                        oom[rk].get("phase")))
+        if o is None and not b["over_budget_bytes"]:
+            bad.append("verdict.binds rank %d: no OOM and %s bytes over its budget" %
+                       (rk, b["over_budget_bytes"]))
+        if rk in vr and (b["over_device_bytes"] is not None) != over_device(vr[rk]):
+            bad.append("verdict.binds rank %d: over_device_bytes %s, its baseline %s against "
+                       "capacity %s less outside %s" % (rk, b["over_device_bytes"],
+                                                        vr[rk].get("baseline_peak_bytes"),
+                                                        vr[rk].get("capacity_bytes"),
+                                                        vr[rk].get("outside_pytorch_bytes")))
+        if cause and not any(f.get("rank") == rk and f["code"] == cause["code"] and
+                             f.get("subtype") == cause["subtype"] for f in finds):
+            bad.append("verdict.binds rank %d: cause %s/%s is none of its findings" %
+                       (rk, cause["code"], cause["subtype"]))
     return bad
 
 
@@ -2423,6 +2477,55 @@ def inv43_step_follows_allocator(c):
                        "reserves %.3f GiB" % (x["rank"], chosen["setting"], want / GIB,
                                               steps.get(str(x["rank"]), 0), got / GIB))
     return bad
+def summary_doc(path, *extra):
+    """recomp-analyze summarize PATH (with the analysis' options) then merge
+    --json of that summary: the JSON report, or a string saying what failed"""
+    tmp = tempfile.mkdtemp(prefix="advprop-sum.")
+    try:
+        summ = os.path.join(tmp, "s.rssum")
+        p = subprocess.run([ta.ANALYZE, "summarize"] + list(extra) + [path, "--out", summ],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if p.returncode:
+            return "summarize exit %d: %s" % (p.returncode, p.stderr[-800:])
+        p = subprocess.run([ta.ANALYZE, "merge", "--json", summ], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        if p.returncode:
+            return "merge exit %d: %s" % (p.returncode, p.stderr[-800:])
+        return json.loads(p.stdout)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def json_diffs(a, b, where="", out=None, limit=12):
+    """the JSON paths where a and b differ (at most limit), with both values"""
+    out = [] if out is None else out
+    if len(out) >= limit:
+        return out
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            json_diffs(a.get(k), b.get(k), "%s.%s" % (where, k), out, limit)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            json_diffs(x, y, "%s[%d]" % (where, i), out, limit)
+    elif a != b:
+        out.append("%s: trace %s, summary %s" % (where or "(doc)", json.dumps(a)[:200],
+                                                 json.dumps(b)[:200]))
+    return out
+
+
+def inv32_summary_agrees(c):
+    """32: the summary of a job (summarize, then merge) gives the verdict of its
+    traces: the same code, why and change, the same candidates with the same
+    predicted allocated and reserved bytes per rank, the same findings (triage
+    codes, bytes, levers) -- the whole JSON report, which also holds the ranks'
+    peaks and OOMs. A field the advisor reads and the summary forgot makes them
+    differ (issue 14 C: uneven pipeline stages, summary format 5.0)"""
+    m = c.merged
+    if isinstance(m, str):
+        return [m]
+    v, mv = c.doc.get("verdict") or {}, m.get("verdict") or {}
+    first = json_diffs(v, mv, "verdict")
+    return first or json_diffs(c.doc, m)
 
 
 INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
@@ -2472,6 +2575,7 @@ INVARIANTS = [("1 OOM never fits, explained, request predicted", inv1_oom),
                "undo of the first run", inv30_round_trip),
               ("31 the report's layers are Megatron's global numbers of the rank's stage",
                inv31_global_layers),
+              ("32 a summary gives the verdict of its traces", inv32_summary_agrees),
               ("33 the verdict speaks for the ranks that bind", inv33_binding_ranks),
               ("34 no fix names a setting the recorded configuration already has",
                inv34_no_lever_in_use),
@@ -2800,12 +2904,13 @@ def main():
             continue
         try:
             doc = analyze(run, *s["args"])
+            merged = summary_doc(run, *s["args"])
         except RuntimeError as e:
             ta.ok(False, "%s: recomp-analyze" % s["name"], str(e))
             continue
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        cases.append(Case(s["name"], doc, err, s, run, rc))
+        cases.append(Case(s["name"], doc, err, s, run, rc, merged))
     if not only or "fixtures" in only:
         fx = fixture_files()
         if not fx:
@@ -2813,7 +2918,7 @@ def main():
         for p in fx:
             name = os.path.relpath(p, FIXTURES)
             try:
-                cases.append(Case(name, analyze(p)))
+                cases.append(Case(name, analyze(p), merged=summary_doc(p)))
             except RuntimeError as e:
                 ta.ok(False, "%s: recomp-analyze" % name, str(e))
     for c in cases:

@@ -8,6 +8,9 @@
   (full and selective: the undo, the measured current setting), MoE/MLA (more
   labels), replays with extra work, triage findings (fragmentation, CUDA
   graphs, NCCL, retention), an explicit --budget;
+- the pipeline layouts of REGRESSIONS (issue 14 class C: uneven first/last
+  stages, virtual stages, a hybrid layer pattern), whose verdict a 5.0
+  summary changed: the same, and the verdict and candidates named;
 - the real fixtures of tests/scenarios.py (Kineto traces, a memory
   snapshot) when RECOMP_FIXTURES holds them (skipped visibly otherwise);
 - two "nodes": the ranks of one job in two run directories of the same name,
@@ -52,6 +55,37 @@ PYDIR = os.environ["MEGASIM_PYDIR"]
 # job part); a new scenario is compared without a change here
 COMPARED = list(scenarios.SCENARIOS)
 
+# issue 14 class C: summaries of pipeline layouts whose verdict depends on the
+# advisor's placement fields and the hybrid layer pattern, which summary
+# format 5.0 did not carry. Each is compared as the scenarios are (text and
+# JSON of merge identical to the direct analysis: the verdict, every
+# candidate's predicted bytes per rank, the findings). name -> (megasim
+# flags, capacity GiB, extra recomp-analyze arguments)
+UNEVEN_PP = ["--sim-preset", "llama3-8b", "--num-layers", "8", "--pipeline-model-parallel-size",
+             "4", "--decoder-first-pipeline-num-layers", "1",
+             "--decoder-last-pipeline-num-layers", "3", "--sim-world-size", "4",
+             "--use-distributed-optimizer", "--seq-length", "8192", "--global-batch-size", "8"]
+REGRESSIONS = {
+    # the tester's case: PP4 over 8 layers, stages of 1, 2, 2 and 3 layers. A
+    # 5.0 summary listed full[uniform,2]/full[block,2] (27.05 GiB) where the
+    # traces list full[*,3] (25.99 GiB): the job part took the even split
+    "uneven first/last stage (issue 14 C)": (UNEVEN_PP + scenarios.PROFILE, 30, []),
+    # virtual stages by --num-layers-per-virtual-pipeline-stage, PP2 VPP2
+    "virtual stages by layers per virtual stage": (
+        scenarios.SMALL["llama3-8b"] + ["--num-layers-per-virtual-pipeline-stage", "2"] +
+        scenarios.PROFILE, None, []),
+    # virtual and uneven: the last stage holds 6 of 8 layers over two chunks
+    "virtual and uneven last stage": (
+        ["--sim-preset", "llama3-8b", "--num-layers", "8", "--pipeline-model-parallel-size",
+         "2", "--sim-world-size", "2", "--use-distributed-optimizer", "--seq-length", "4096",
+         "--global-batch-size", "8", "--train-iters", "2",
+         "--num-virtual-stages-per-pipeline-rank", "2", "--decoder-last-pipeline-num-layers",
+         "6"] + scenarios.PROFILE, 80, []),
+    # a hybrid Mamba/attention model (--hybrid-layer-pattern), out of memory
+    "hybrid layer pattern": (scenarios.HYBRID_JOB + scenarios.PROFILE,
+                             scenarios.HYBRID_JOB_CAP, []),
+}
+
 n = 0
 failed = 0
 
@@ -76,9 +110,14 @@ def analyze(*args):
     return p.returncode, p.stdout, p.stderr
 
 
+def spec(name):
+    """(flags, capacity, extra arguments) of a scenario or a regression"""
+    return scenarios.SCENARIOS[name] if name in scenarios.SCENARIOS else REGRESSIONS[name]
+
+
 def megasim(name, out):
     """scenario `name` under the shim into out; its run directory"""
-    flags, capacity, _ = scenarios.SCENARIOS[name]
+    flags, capacity, _ = spec(name)
     env = dict(os.environ, MEGASIM_LIB_DIR=LIBDIR, PYTHONPATH=PYDIR, LD_PRELOAD=preload(SHIM),
                RECOMPSHIM_OUT=out, RECOMPSHIM_MEMINFO_MS="3600000")
     args = [sys.executable, "-m", "megasim"] + flags + ["--sim-quiet"]
@@ -110,8 +149,8 @@ def compare_scenario(name, tmp):
     rundir = megasim(name, os.path.join(tmp, name))
     if not ok(rundir, "%s: megasim left one run directory" % name):
         return None
-    extra = scenarios.SCENARIOS[name][2]
-    summ = os.path.join(tmp, name + ".rssum")
+    extra = spec(name)[2]
+    summ = os.path.join(tmp, re.sub(r"[^A-Za-z0-9.-]+", "_", name) + ".rssum")
     rc = analyze("summarize", *extra, rundir, "--out", summ)
     if not ok(rc[0] == 0 and os.path.getsize(summ) > 0, "%s: summarize" % name, rc[2]):
         return None
@@ -127,6 +166,25 @@ def compare_scenario(name, tmp):
                      "oom,verdict!=OK:FITS", summ))
         ok(open(md_d).read() == open(md_m).read(), "main: Markdown identical")
     return rundir, summ
+
+
+def regression(name, tmp):
+    """a REGRESSIONS job compared, and its verdict and candidates named"""
+    got = compare_scenario(name, tmp)
+    if not got:
+        return
+    rundir, summ = got
+    d = json.loads(analyze("--json", *spec(name)[2], rundir)[1] or "{}").get("verdict") or {}
+    m = json.loads(analyze("merge", "--json", summ)[1] or "{}").get("verdict") or {}
+
+    def cands(v):
+        return [(k.get("setting"), k.get("effect"), k.get("predicted_peak_bytes"),
+                 k.get("predicted_reserved_bytes")) for k in v.get("candidates") or []]
+    ok(d.get("code") and d.get("code") == m.get("code") and cands(d) and cands(d) == cands(m),
+       "%s: the summary's verdict %s and its %d candidates' predicted bytes per rank are the "
+       "traces'" % (name, m.get("code"), len(cands(m))),
+       "traces: %s %s\nsummary: %s %s" % (d.get("code"), cands(d)[:6], m.get("code"),
+                                          cands(m)[:6]))
 
 
 def comparisons(got, tmp):
@@ -248,7 +306,7 @@ def reseal(payload, flags=0):
                        fnv(payload)) + payload
 
 
-FORMAT_MAJOR = 5  # docs/summary-format.md
+FORMAT_MAJOR = 6  # docs/summary-format.md
 
 
 def bad(label, data, tmp, *want):
@@ -386,6 +444,8 @@ def main():
         fixtures(tmp)
         for name in COMPARED:
             got[name] = compare_scenario(name, tmp)
+        for name in REGRESSIONS:
+            regression(name, tmp)
         comparisons(got, tmp)
         if got.get("main"):
             rundir, summ = got["main"]
