@@ -598,19 +598,22 @@ _Static_assert(sizeof(rs_rec_free_c) == 24, "free_c");
 #define RS_PACKED_PTR_BITS 48u
 #define RS_PACKED_PTR_MASK ((1ull << RS_PACKED_PTR_BITS) - 1)
 
-/* The packed word: pointer (< 2^48) and site id (< 2^16). */
+/* The packed word of pointer ptr (< 2^48; higher bits would overlap the
+ * site, so the writer packs only such pointers) and site id (< 2^16). */
 static inline uint64_t
 rs_packed_word(uint64_t ptr, uint32_t site)
 {
     return ptr | (uint64_t)site << RS_PACKED_PTR_BITS;
 }
 
+/* The pointer of packed word w: its low 48 bits, zero-extended. */
 static inline uint64_t
 rs_packed_ptr(uint64_t w)
 {
     return w & RS_PACKED_PTR_MASK;
 }
 
+/* The site id of packed word w: its top 16 bits. */
 static inline uint32_t
 rs_packed_site(uint64_t w)
 {
@@ -693,11 +696,13 @@ rs_checksum(const void *data, uint64_t len)
  * piece but the last is a multiple of 8 bytes long. */
 #define RS_FNV_PRIME 0x100000001b3ull  /* FNV 64-bit prime */
 
+/* rs_checksum4 in progress: the four lanes and the bytes folded so far. */
 typedef struct rs_checksum4_state {
     uint64_t lane[4];
     uint64_t len;                        /* bytes folded so far */
 } rs_checksum4_state;
 
+/* Start a four-lane checksum: lane j = RS_CHECKSUM_INIT + j, len 0. */
 static inline void
 rs_checksum4_init(rs_checksum4_state *s)
 {
@@ -706,6 +711,9 @@ rs_checksum4_init(rs_checksum4_state *s)
     s->len = 0;
 }
 
+/* Fold len more bytes at data into s: word i of the whole (counting from
+ * the first byte ever folded) goes to lane i % 4; a last piece whose
+ * length is not a multiple of 8 is zero-padded (fold nothing after it). */
 static inline void
 rs_checksum4_more(rs_checksum4_state *s, const void *data, uint64_t len)
 {
@@ -737,6 +745,7 @@ rs_checksum4_more(rs_checksum4_state *s, const void *data, uint64_t len)
     s->len += len;
 }
 
+/* The checksum of what s folded: FNV-1a's fold of lanes 0..3, then len. */
 static inline uint64_t
 rs_checksum4_final(const rs_checksum4_state *s)
 {
@@ -746,6 +755,7 @@ rs_checksum4_final(const rs_checksum4_state *s)
     return (h ^ s->len) * RS_FNV_PRIME;
 }
 
+/* The four-lane checksum of len bytes at data (format 1.5's chunk seal). */
 static inline uint64_t
 rs_checksum4(const void *data, uint64_t len)
 {
