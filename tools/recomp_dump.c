@@ -640,6 +640,11 @@ dump_record(out *o, const rs_reader *r, const rs_event *ev)
     case RS_REC_FREE_C:
         break;
 #endif
+#if RS_TRACE_VERSION_MINOR >= 5
+    case RS_REC_ALLOC_P: /* expanded, as ALLOC_C */
+    case RS_REC_FREE_P:
+        break;
+#endif
     case RS_REC_POOL_ATTR: {
         const rs_rec_pool_attr *a = p;
         kv_x(o, "pool", a->pool);

@@ -474,6 +474,10 @@ translate(native *n, const rs_event *re, am_event *ev)
     case RS_REC_ALLOC_C: /* never handed out: expanded into ALLOC / FREE */
     case RS_REC_FREE_C:
 #endif
+#if RS_TRACE_VERSION_MINOR >= 5
+    case RS_REC_ALLOC_P: /* as ALLOC_C: expanded by the iterator */
+    case RS_REC_FREE_P:
+#endif
         return 0;
 #if RS_TRACE_VERSION_MINOR >= 1
     case RS_REC_VMM_CREATE: {

@@ -615,6 +615,11 @@ check_fields(rs_reader *r, const rd_chunk *c, uint64_t off, uint32_t idx,
          * (check_compact) */
         break;
 #endif
+#if RS_TRACE_VERSION_MINOR >= 5
+    case RS_REC_ALLOC_P: /* as ALLOC_C: check_compact */
+    case RS_REC_FREE_P:
+        break;
+#endif
     case RS_REC_SET_DEVICE:
     case RS_REC_THREAD:
     case RS_REC_NVTX_POP:
@@ -640,6 +645,42 @@ check_record(rs_reader *r, const rd_chunk *c, uint32_t pos, uint32_t idx,
     return 0;
 }
 
+/* Is `kind` a compact record (ALLOC_C, FREE_C: 1.4; ALLOC_P, FREE_P: 1.5),
+ * whose time is a delta from its chunk's previous record? */
+static inline int
+rd_is_compact(uint32_t kind)
+{
+    return kind == RS_REC_ALLOC_C || kind == RS_REC_FREE_C || kind == RS_REC_ALLOC_P ||
+           kind == RS_REC_FREE_P;
+}
+
+/* The site id a compact record h names, and the byte offset of the field
+ * holding it from the record's start (for error messages): ALLOC_P/FREE_P
+ * keep it in the top 16 bits of their packed word (bytes 14-15). */
+static void
+compact_site(const rs_record_header *h, uint32_t *site, size_t *off)
+{
+    const void *p = h;
+    switch (h->kind) {
+    case RS_REC_ALLOC_C:
+        *site = ((const rs_rec_alloc_c *)p)->site;
+        *off = offsetof(rs_rec_alloc_c, site);
+        return;
+    case RS_REC_FREE_C:
+        *site = ((const rs_rec_free_c *)p)->site;
+        *off = offsetof(rs_rec_free_c, site);
+        return;
+    case RS_REC_ALLOC_P:
+        *site = rs_packed_site(((const rs_rec_alloc_p *)p)->ptr_site);
+        *off = offsetof(rs_rec_alloc_p, ptr_site) + RS_PACKED_PTR_BITS / 8;
+        return;
+    default: /* RS_REC_FREE_P */
+        *site = rs_packed_site(((const rs_rec_free_p *)p)->ptr_site);
+        *off = offsetof(rs_rec_free_p, ptr_site) + RS_PACKED_PTR_BITS / 8;
+        return;
+    }
+}
+
 /* What check_compact knows of a chunk's records so far (format 1.4). */
 typedef struct rd_cstate {
     uint64_t t;       /* time of the previous record (reconstructed if compact) */
@@ -663,17 +704,16 @@ check_compact(rs_reader *r, const rd_chunk *c, uint64_t off, uint32_t idx,
                 h->aux, st->nsites + 1);
         return -1;
     }
-    if (kind != RS_REC_ALLOC_C && kind != RS_REC_FREE_C) {
+    if (!rd_is_compact(kind)) {
         st->nsites += kind == RS_REC_SITE;
         st->t = h->t_ns;
         st->have_t = 1;
         return 0;
     }
     const rs_compact_header *ch = (const void *)h;
-    uint32_t site = kind == RS_REC_ALLOC_C ? ((const rs_rec_alloc_c *)(const void *)h)->site
-                                           : ((const rs_rec_free_c *)(const void *)h)->site;
-    size_t site_off = kind == RS_REC_ALLOC_C ? offsetof(rs_rec_alloc_c, site)
-                                             : offsetof(rs_rec_free_c, site);
+    uint32_t site;
+    size_t site_off;
+    compact_site(h, &site, &site_off);
     if (!st->have_t) {
         rec_err(r, off, c, idx, kind,
                 "a compact record cannot be its chunk's first record (its time is a delta "
@@ -992,6 +1032,39 @@ check_sum(rs_reader *r, uint32_t k, uint64_t off, uint64_t stored, uint64_t comp
     return -1;
 }
 
+/* A chunk checksum folded piece by piece: FNV-1a 64 (rs_checksum) in
+ * files before format 1.5, four lanes (rs_checksum4) from 1.5
+ * (trace_format.h, rs_chunk_checksum). */
+typedef struct rd_fold {
+    int lanes;
+    uint64_t fnv;
+    rs_checksum4_state s4;
+} rd_fold;
+
+static void
+rd_fold_init(rd_fold *f, unsigned minor)
+{
+    f->lanes = minor >= RS_TRACE_MINOR_PACKED;
+    f->fnv = RS_CHECKSUM_INIT;
+    rs_checksum4_init(&f->s4);
+}
+
+/* Every piece but the last a multiple of 8 bytes long. */
+static void
+rd_fold_more(rd_fold *f, const void *p, uint64_t n)
+{
+    if (f->lanes)
+        rs_checksum4_more(&f->s4, p, n);
+    else
+        f->fnv = rs_checksum_more(f->fnv, p, n);
+}
+
+static uint64_t
+rd_fold_final(const rd_fold *f)
+{
+    return f->lanes ? rs_checksum4_final(&f->s4) : f->fnv;
+}
+
 /* A sealed chunk's checksum, for scan_chunk to verify in its record walk. */
 typedef struct rd_seal {
     uint64_t sum;  /* stored */
@@ -1054,7 +1127,8 @@ check_chunk(rs_reader *r, uint32_t k, rd_chunk *c, rd_seal *seal)
             seal->len = ch.checksum_len;
             seal->sealed = 1;
         } else if (check_sum(r, k, off, ch.checksum,
-                             rs_checksum(r->base + off + sizeof ch, ch.checksum_len),
+                             rs_chunk_checksum(r->hdr.version_minor,
+                                               r->base + off + sizeof ch, ch.checksum_len),
                              ch.checksum_len)) {
             return -1;
         }
@@ -1083,7 +1157,8 @@ scan_chunk(rs_reader *r, const rd_chunk *c, uint32_t record_count, const rd_seal
 {
     const unsigned char *payload = r->base + c->offset + sizeof(rs_chunk_header);
     uint32_t lim = seal ? seal->len : 0, summed = 0;
-    uint64_t sum = RS_CHECKSUM_INIT;
+    rd_fold sum;
+    rd_fold_init(&sum, r->hdr.version_minor);
     uint32_t pos = 0, idx = 0;
     rd_cstate cst = {0};
     int bad = 0;
@@ -1099,17 +1174,20 @@ scan_chunk(rs_reader *r, const rd_chunk *c, uint32_t record_count, const rd_seal
             bad = 1;
             break;
         }
-        if (pos < lim) {
-            uint32_t n = lim - pos < h->size ? lim - pos : h->size;
-            sum = rs_checksum_more(sum, payload + pos, n);
-            summed = pos + n;
-        }
         pos += h->size;
         idx++;
+        /* fold the validated bytes in runs of >= 2 KiB (still in cache);
+         * every run ends at a record's end, so a multiple of 8 */
+        if (pos < lim && pos - summed >= 2048) {
+            rd_fold_more(&sum, payload + summed, pos - summed);
+            summed = pos;
+        }
     }
-    if (seal && check_sum(r, c->index, c->offset, seal->sum,
-                         rs_checksum_more(sum, payload + summed, lim - summed), lim))
-        return -1;
+    if (seal) {
+        rd_fold_more(&sum, payload + summed, lim - summed);
+        if (check_sum(r, c->index, c->offset, seal->sum, rd_fold_final(&sum), lim))
+            return -1;
+    }
     if (bad)
         return -1;
     r->nrecords += idx;
@@ -1649,7 +1727,7 @@ cmp_order(const void *a, const void *b, void *ctx)
 static int
 stream_load_compact(rs_reader *r, rd_stream *s, const rs_record_header *h)
 {
-    if (h->kind == RS_REC_ALLOC_C || h->kind == RS_REC_FREE_C) {
+    if (rd_is_compact(h->kind)) {
         s->t += ((const rs_compact_header *)(const void *)h)->dt_ns;
         return 1;
     }
@@ -1670,12 +1748,48 @@ stream_load_compact(rs_reader *r, rd_stream *s, const rs_record_header *h)
     return 1;
 }
 
+/* expand_compact for the packed records of format 1.5 (ALLOC_P, FREE_P):
+ * the pointer is the packed word's low 48 bits, zero-extended. *out was
+ * zeroed. */
+static void
+expand_packed(const rd_stream *s, const rs_record_header *h, rd_full *out)
+{
+    const void *p = h;
+    if (h->kind == RS_REC_ALLOC_P) {
+        const rs_rec_alloc_p *c = p;
+        const rs_rec_site *st = s->sites[rs_packed_site(c->ptr_site) - 1];
+        out->a.h = (rs_record_header){.kind = RS_REC_ALLOC, .size = sizeof out->a,
+                                      .aux = c->pystack, .t_ns = s->t};
+        out->a.ptr = rs_packed_ptr(c->ptr_site);
+        out->a.size = c->size;
+        out->a.stream = st->stream;
+        out->a.caller = st->caller;
+        out->a.api = st->api;
+        out->a.mem = st->mem;
+        out->a.device = st->device;
+        return;
+    }
+    const rs_rec_free_p *c = p;
+    const rs_rec_site *st = s->sites[rs_packed_site(c->ptr_site) - 1];
+    out->f.h = (rs_record_header){.kind = RS_REC_FREE, .size = sizeof out->f, .t_ns = s->t};
+    out->f.ptr = rs_packed_ptr(c->ptr_site);
+    out->f.stream = st->stream;
+    out->f.caller = st->caller;
+    out->f.api = st->api;
+    out->f.mem = st->mem;
+    out->f.device = st->device;
+}
+
 /* The full ALLOC/FREE record that compact record h (current in stream s,
  * at time s->t) stands for, written into *out. */
 static void
 expand_compact(const rd_stream *s, const rs_record_header *h, rd_full *out)
 {
     memset(out, 0, sizeof *out);
+    if (h->kind == RS_REC_ALLOC_P || h->kind == RS_REC_FREE_P) {
+        expand_packed(s, h, out);
+        return;
+    }
     if (h->kind == RS_REC_ALLOC_C) {
         const rs_rec_alloc_c *c = (const void *)h;
         const rs_rec_site *st = s->sites[c->site - 1];
@@ -1815,7 +1929,7 @@ rs_iter_next(rs_iter *it, rs_event *ev)
     rd_stream *s = &it->streams[it->heap[0]];
     const rd_chunk *c = &r->chunks[s->chunks[s->cur]];
     ev->rec = s->rec;
-    if (__builtin_expect(s->rec->kind == RS_REC_ALLOC_C || s->rec->kind == RS_REC_FREE_C, 0)) {
+    if (__builtin_expect(rd_is_compact(s->rec->kind), 0)) {
         expand_compact(s, s->rec, &it->full);
         ev->rec = &it->full.h;
     }

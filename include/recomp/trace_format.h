@@ -33,7 +33,10 @@
 #define RS_TRACE_MAGIC "RSTRACE1"         /* 8 bytes, no NUL in the file */
 #define RS_TRACE_MAGIC_LEN 8
 #define RS_TRACE_VERSION_MAJOR 1
-#define RS_TRACE_VERSION_MINOR 4
+#define RS_TRACE_VERSION_MINOR 5
+/* The first minor version with ALLOC_P and FREE_P (packed records) and the
+ * four-lane chunk checksum (rs_checksum4). */
+#define RS_TRACE_MINOR_PACKED 5
 /* The first minor version with SITE, ALLOC_C and FREE_C (compact records). */
 #define RS_TRACE_MINOR_COMPACT 4
 /* The first minor version whose header carries header_checksum. */
@@ -580,6 +583,59 @@ typedef struct rs_rec_free_c {
 } rs_rec_free_c;
 _Static_assert(sizeof(rs_rec_free_c) == 24, "free_c");
 
+/* ---- v1.5: packed allocation records and the four-lane seal (issue 19) ----
+ *
+ * ALLOC_P (24 bytes, against ALLOC_C's 32) and FREE_P (16, against
+ * FREE_C's 24) are ALLOC_C and FREE_C with the pointer and the site id in
+ * one word: bits 0-47 the pointer, bits 48-63 the site id. The writer uses
+ * them when the pointer is below 2^48 (every user-space and CUDA unified
+ * address on x86-64 and aarch64 with 48-bit virtual addresses) and, for
+ * ALLOC_P, the size below 2^32; else ALLOC_C/FREE_C (or the full records,
+ * as in 1.4). Every other rule of the compact records holds: the header is
+ * rs_compact_header (time as a delta from the chunk's previous record),
+ * the site is defined earlier in the same chunk by a SITE record, and the
+ * record is never its chunk's first. */
+#define RS_PACKED_PTR_BITS 48u
+#define RS_PACKED_PTR_MASK ((1ull << RS_PACKED_PTR_BITS) - 1)
+
+/* The packed word of pointer ptr (< 2^48; higher bits would overlap the
+ * site, so the writer packs only such pointers) and site id (< 2^16). */
+static inline uint64_t
+rs_packed_word(uint64_t ptr, uint32_t site)
+{
+    return ptr | (uint64_t)site << RS_PACKED_PTR_BITS;
+}
+
+/* The pointer of packed word w: its low 48 bits, zero-extended. */
+static inline uint64_t
+rs_packed_ptr(uint64_t w)
+{
+    return w & RS_PACKED_PTR_MASK;
+}
+
+/* The site id of packed word w: its top 16 bits. */
+static inline uint32_t
+rs_packed_site(uint64_t w)
+{
+    return (uint32_t)(w >> RS_PACKED_PTR_BITS);
+}
+
+/* ALLOC_P: ALLOC with status 0, pointer < 2^48, size < 2^32. */
+typedef struct rs_rec_alloc_p {
+    rs_compact_header h;                 /* RS_REC_ALLOC_P, 24, dt_ns */
+    uint64_t ptr_site;                   /* rs_packed_word(ptr, site) */
+    uint32_t size;                       /* bytes requested */
+    uint32_t pystack;                    /* PYSTACK id, 0 none */
+} rs_rec_alloc_p;
+_Static_assert(sizeof(rs_rec_alloc_p) == 24, "alloc_p");
+
+/* FREE_P: FREE with status 0, pointer < 2^48. */
+typedef struct rs_rec_free_p {
+    rs_compact_header h;                 /* RS_REC_FREE_P, 16, dt_ns */
+    uint64_t ptr_site;                   /* rs_packed_word(ptr, site) */
+} rs_rec_free_p;
+_Static_assert(sizeof(rs_rec_free_p) == 16, "free_p");
+
 /* Tensor-mode refusals (header.refusals bits, docs/architecture.md, Modes). */
 #define RS_REFUSE_ASYNC_BACKEND_NATIVE     0x01u /* backend:native set explicitly */
 #define RS_REFUSE_ASYNC_EXPANDABLE         0x02u /* expandable_segments:True set */
@@ -622,6 +678,99 @@ static inline uint64_t
 rs_checksum(const void *data, uint64_t len)
 {
     return rs_checksum_more(RS_CHECKSUM_INIT, data, len);
+}
+
+/* The four-lane chunk checksum (format 1.5): the serial FNV-1a chain
+ * above does one multiply per 8 bytes, each waiting for the previous one;
+ * four independent chains over interleaved words run about four times as
+ * fast on a CPU with a pipelined multiplier. Byte for byte
+ * (docs/trace-format.md, "Chunk checksum"):
+ *   - the data are read as little-endian 64-bit words w0, w1, ...; a tail
+ *     of len % 8 bytes is zero-padded to one more word;
+ *   - lane j (0..3) starts at RS_CHECKSUM_INIT + j and folds the words
+ *     w_i with i % 4 == j in order: lane = (lane ^ w_i) * FNV prime;
+ *   - the result starts at RS_CHECKSUM_INIT and folds lane 0, 1, 2, 3 and
+ *     then len (bytes) the same way.
+ * The prime and offset basis are FNV-1a 64's (above). Folding a buffer piece
+ * by piece (rs_checksum4_more) gives the same result as one call when every
+ * piece but the last is a multiple of 8 bytes long. */
+#define RS_FNV_PRIME 0x100000001b3ull  /* FNV 64-bit prime */
+
+/* rs_checksum4 in progress: the four lanes and the bytes folded so far. */
+typedef struct rs_checksum4_state {
+    uint64_t lane[4];
+    uint64_t len;                        /* bytes folded so far */
+} rs_checksum4_state;
+
+/* Start a four-lane checksum: lane j = RS_CHECKSUM_INIT + j, len 0. */
+static inline void
+rs_checksum4_init(rs_checksum4_state *s)
+{
+    for (int j = 0; j < 4; j++)
+        s->lane[j] = RS_CHECKSUM_INIT + (uint64_t)j;
+    s->len = 0;
+}
+
+/* Fold len more bytes at data into s: word i of the whole (counting from
+ * the first byte ever folded) goes to lane i % 4; a last piece whose
+ * length is not a multiple of 8 is zero-padded (fold nothing after it). */
+static inline void
+rs_checksum4_more(rs_checksum4_state *s, const void *data, uint64_t len)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    uint64_t i = 0;
+    /* one word at a time until the next word is lane 0's */
+    for (; i + 8 <= len && ((s->len + i) & 31); i += 8) {
+        uint64_t w;
+        __builtin_memcpy(&w, p + i, 8);
+        uint64_t *l = &s->lane[((s->len + i) >> 3) & 3];
+        *l = (*l ^ w) * RS_FNV_PRIME;
+    }
+    uint64_t h0 = s->lane[0], h1 = s->lane[1], h2 = s->lane[2], h3 = s->lane[3];
+    for (; i + 32 <= len; i += 32) {
+        uint64_t w[4];
+        __builtin_memcpy(w, p + i, 32);
+        h0 = (h0 ^ w[0]) * RS_FNV_PRIME;
+        h1 = (h1 ^ w[1]) * RS_FNV_PRIME;
+        h2 = (h2 ^ w[2]) * RS_FNV_PRIME;
+        h3 = (h3 ^ w[3]) * RS_FNV_PRIME;
+    }
+    s->lane[0] = h0, s->lane[1] = h1, s->lane[2] = h2, s->lane[3] = h3;
+    for (; i < len; i += 8) {
+        uint64_t w = 0;
+        __builtin_memcpy(&w, p + i, len - i < 8 ? len - i : 8);
+        uint64_t *l = &s->lane[((s->len + i) >> 3) & 3];
+        *l = (*l ^ w) * RS_FNV_PRIME;
+    }
+    s->len += len;
+}
+
+/* The checksum of what s folded: FNV-1a's fold of lanes 0..3, then len. */
+static inline uint64_t
+rs_checksum4_final(const rs_checksum4_state *s)
+{
+    uint64_t h = RS_CHECKSUM_INIT;
+    for (int j = 0; j < 4; j++)
+        h = (h ^ s->lane[j]) * RS_FNV_PRIME;
+    return (h ^ s->len) * RS_FNV_PRIME;
+}
+
+/* The four-lane checksum of len bytes at data (format 1.5's chunk seal). */
+static inline uint64_t
+rs_checksum4(const void *data, uint64_t len)
+{
+    rs_checksum4_state s;
+    rs_checksum4_init(&s);
+    rs_checksum4_more(&s, data, len);
+    return rs_checksum4_final(&s);
+}
+
+/* The checksum a sealed chunk of a file of format 1.`minor` carries:
+ * rs_checksum4 from 1.5 (RS_TRACE_MINOR_PACKED), rs_checksum before. */
+static inline uint64_t
+rs_chunk_checksum(unsigned minor, const void *data, uint64_t len)
+{
+    return minor >= RS_TRACE_MINOR_PACKED ? rs_checksum4(data, len) : rs_checksum(data, len);
 }
 
 /* The header checksum (format 1.2): rs_checksum over the whole

@@ -130,6 +130,19 @@ reseal(base *b)
     tb_seal(b->t, 0);
 }
 
+/* Make b a file of format 1.`minor`: its sealed chunks carry that
+ * version's chunk checksum (rs_chunk_checksum), its header is finished
+ * again. */
+static void
+as_minor(base *b, uint16_t minor)
+{
+    tb_header(b->t)->version_minor = minor;
+    for (uint32_t k = 0; k < b->t->nchunks; k++)
+        if (tb_chunk_header(b->t, k)->flags & RS_CHUNK_SEALED)
+            tb_seal(b->t, k);
+    b->len = tb_finish(b->t, 1);
+}
+
 Test(corrupt, valid_base_reads)
 {
     base b = build_base();
@@ -476,7 +489,7 @@ Test(corrupt, every_header_bit_flip_refused)
 Test(corrupt, older_minor_without_checksum_read_with_note)
 {
     base b = build_base();
-    tb_header(b.t)->version_minor = RS_TRACE_MINOR_HEADER_CHECKSUM - 1;
+    as_minor(&b, RS_TRACE_MINOR_HEADER_CHECKSUM - 1); /* chunks: FNV-1a 64 */
     tb_header(b.t)->header_checksum = 0;
     rs_reader *r;
     char err[640];
@@ -636,7 +649,8 @@ seal_first(base *b, uint32_t len)
 {
     rs_chunk_header *ch = tb_chunk_header(b->t, 0);
     ch->checksum_len = len;
-    ch->checksum = rs_checksum(at(b, chunk_off(b, 0) + sizeof *ch), len);
+    ch->checksum = rs_chunk_checksum(tb_header(b->t)->version_minor,
+                                     at(b, chunk_off(b, 0) + sizeof *ch), len);
 }
 
 static void
@@ -656,8 +670,12 @@ expect_opens(base *b)
  * a change before it is a mismatch over that many bytes. */
 Test(corrupt, partial_checksum_folded_exactly)
 {
-    for (int end_in_record = 0; end_in_record < 2; end_in_record++) {
+    /* each for format 1.4's serial checksum and 1.5's four lanes */
+    for (int k = 0; k < 4; k++) {
+        int end_in_record = k & 1;
         base b = build_base();
+        if (k >= 2)
+            as_minor(&b, RS_TRACE_MINOR_COMPACT);
         uint64_t payload = chunk_off(&b, 0) + sizeof(rs_chunk_header);
         uint32_t len = (uint32_t)(end_in_record ? b.alloc - payload + 12 : b.meminfo - payload);
         seal_first(&b, len);
@@ -669,7 +687,8 @@ Test(corrupt, partial_checksum_folded_exactly)
         snprintf(want, sizeof want, "chunk 0: checksum mismatch: stored 0x%016" PRIx64
                                     ", computed 0x%016" PRIx64 " over %" PRIu32 " bytes",
                  tb_chunk_header(b.t, 0)->checksum,
-                 rs_checksum(at(&b, payload), len), len);
+                 rs_chunk_checksum(tb_header(b.t)->version_minor, at(&b, payload), len),
+                 len);
         expect_corrupt(&b, b.len, chunk_off(&b, 0), want);
     }
 }
@@ -894,4 +913,180 @@ Test(corrupt, compact_damage_salvaged_per_chunk)
     unlink(path);
     free(path);
     tb_free(p.b.t);
+}
+
+/* ---- format 1.5: ALLOC_P, FREE_P, the four-lane seal (issue 19) ---- */
+
+typedef struct packed_base {
+    base b;
+    uint64_t site1, alloc_p, free_p;
+} packed_base;
+
+/* One sealed chunk of a 1.5 file: STRING, SITE 1, ALLOC_P and FREE_P at
+ * site 1; times 1000100, 1000100, +5, +7. The pointer is the largest that
+ * packs (2^48 - 1). */
+static packed_base
+build_packed(void)
+{
+    packed_base p;
+    memset(&p, 0, sizeof p);
+    p.b.t = tb_new(0, 2);
+    tb_trace *t = p.b.t;
+    cr_assert_eq(tb_header(t)->version_minor, RS_TRACE_MINOR_PACKED);
+    uint32_t c = tb_chunk(t, 5);
+    rs_rec_string s = {.h = {.kind = RS_REC_STRING, .t_ns = 1000100}, .id = 1, .len = 3};
+    tb_put(t, c, &s, sizeof s, "fwd", 3);
+    rs_rec_site s1 = {.h = {.kind = RS_REC_SITE, .aux = 1, .t_ns = 1000100}, .caller = 0x4321,
+                      .stream = 0x77, .api = RS_API_cudaMallocAsync, .mem = RS_MEM_DEVICE,
+                      .device = 1};
+    p.site1 = tb_put(t, c, &s1, sizeof s1, NULL, 0);
+    rs_rec_alloc_p a = {.h = {.kind = RS_REC_ALLOC_P, .dt_ns = 5},
+                        .ptr_site = rs_packed_word(RS_PACKED_PTR_MASK, 1), .size = UINT32_MAX,
+                        .pystack = 0};
+    p.alloc_p = tb_put(t, c, &a, sizeof a, NULL, 0);
+    rs_rec_free_p f = {.h = {.kind = RS_REC_FREE_P, .dt_ns = 7},
+                       .ptr_site = rs_packed_word(RS_PACKED_PTR_MASK, 1)};
+    p.free_p = tb_put(t, c, &f, sizeof f, NULL, 0);
+    tb_seal(t, c);
+    p.b.len = tb_finish(t, 1);
+    return p;
+}
+
+Test(corrupt, packed_valid_reads_expanded)
+{
+    packed_base p = build_packed();
+    rs_reader *r;
+    char err[640];
+    cr_assert_eq(rs_reader_open_mem(p.b.t->buf, p.b.len, "p", &r, err, sizeof err), 0, "%s",
+                 err);
+    rs_iter *it = rs_iter_new(r);
+    rs_event ev;
+    rs_rec_alloc a = {0};
+    rs_rec_free f = {0};
+    int n = 0;
+    while (rs_iter_next(it, &ev) == 1) {
+        if (ev.rec->kind == RS_REC_ALLOC) {
+            memcpy(&a, ev.rec, sizeof a);
+            cr_expect_eq(ev.offset, p.alloc_p, "the offset names the packed record");
+        }
+        if (ev.rec->kind == RS_REC_FREE)
+            memcpy(&f, ev.rec, sizeof f);
+        n++;
+    }
+    rs_iter_free(it);
+    cr_assert_eq(n, 4);
+    cr_expect(a.h.size == sizeof a && a.h.t_ns == 1000105 && a.ptr == RS_PACKED_PTR_MASK &&
+              a.size == UINT32_MAX && a.caller == 0x4321 && a.stream == 0x77 &&
+              a.api == RS_API_cudaMallocAsync && a.mem == RS_MEM_DEVICE && a.device == 1 &&
+              a.status == 0 && a.h.aux == 0);
+    cr_expect(f.h.size == sizeof f && f.h.t_ns == 1000112 && f.ptr == RS_PACKED_PTR_MASK &&
+              f.caller == 0x4321 && f.stream == 0x77 && f.device == 1 && f.status == 0);
+    rs_reader_close(r);
+    tb_free(p.b.t);
+}
+
+Test(corrupt, packed_site_not_defined)
+{
+    packed_base p = build_packed();
+    at(&p.b, p.free_p + offsetof(rs_rec_free_p, ptr_site) + 6)[0] = 2;
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.free_p + offsetof(rs_rec_free_p, ptr_site) + 6,
+                   "record 3 (FREE_P): site id 2 is not defined earlier in this chunk (1 defined)");
+}
+
+Test(corrupt, packed_site_zero)
+{
+    packed_base p = build_packed();
+    memset(at(&p.b, p.alloc_p + offsetof(rs_rec_alloc_p, ptr_site) + 6), 0, 2);
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.alloc_p + offsetof(rs_rec_alloc_p, ptr_site) + 6,
+                   "record 2 (ALLOC_P): site id 0 is not defined earlier in this chunk");
+}
+
+Test(corrupt, packed_record_first_in_chunk)
+{
+    packed_base p;
+    memset(&p, 0, sizeof p);
+    p.b.t = tb_new(0, 2);
+    uint32_t c = tb_chunk(p.b.t, 5);
+    rs_rec_free_p f = {.h = {.kind = RS_REC_FREE_P, .dt_ns = 1},
+                       .ptr_site = rs_packed_word(0x1000, 1)};
+    uint64_t off = tb_put(p.b.t, c, &f, sizeof f, NULL, 0);
+    tb_seal(p.b.t, c);
+    p.b.len = tb_finish(p.b.t, 1);
+    expect_corrupt(&p.b, p.b.len, off,
+                   "record 0 (FREE_P): a compact record cannot be its chunk's first record");
+}
+
+Test(corrupt, packed_time_overflows)
+{
+    packed_base p = build_packed();
+    uint64_t t = UINT64_MAX - 3;
+    memcpy(at(&p.b, p.site1 + offsetof(rs_record_header, t_ns)), &t, 8);
+    tb_seal(p.b.t, 0);
+    expect_corrupt(&p.b, p.b.len, p.alloc_p + offsetof(rs_compact_header, dt_ns),
+                   "record 2 (ALLOC_P): time overflows 64 bits");
+}
+
+/* The chunk checksum follows the file's version: a 1.5 chunk sealed with
+ * 1.4's serial FNV-1a is a mismatch, the same chunk in a 1.4 file reads;
+ * a flipped payload bit is caught by the four lanes. */
+Test(corrupt, packed_checksum_by_version)
+{
+    packed_base p = build_packed();
+    rs_chunk_header *ch = tb_chunk_header(p.b.t, 0);
+    const unsigned char *payload = (const unsigned char *)ch + sizeof *ch;
+    cr_assert_eq(ch->checksum, rs_checksum4(payload, ch->used));
+    ch->checksum = rs_checksum(payload, ch->used);
+    expect_corrupt(&p.b, p.b.len, chunk_off(&p.b, 0), "chunk 0: checksum mismatch");
+
+    p = build_packed();
+    as_minor(&p.b, RS_TRACE_MINOR_COMPACT);
+    ch = tb_chunk_header(p.b.t, 0);
+    cr_assert_eq(ch->checksum, rs_checksum((const unsigned char *)ch + sizeof *ch, ch->used));
+    expect_opens(&p.b);
+    tb_free(p.b.t);
+
+    for (uint32_t bit = 0; bit < 96 * 8; bit += 13) {
+        p = build_packed();
+        base *b = &p.b;
+        at(b, chunk_off(b, 0) + sizeof *ch + bit / 8)[0] ^= (unsigned char)(1u << (bit % 8));
+        expect_corrupt(b, b->len, chunk_off(b, 0), "chunk 0: checksum mismatch");
+    }
+}
+
+/* rs_checksum4 folded piece by piece (pieces of 8, 16, 24, ... bytes, the
+ * last any length) equals one call over the whole; and it is the
+ * definition in trace_format.h computed here word by word. */
+Test(corrupt, checksum4_pieces_and_definition)
+{
+    unsigned char buf[301];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (unsigned char)(i * 131 + 7);
+    for (uint64_t len = 0; len <= sizeof buf; len += 1) {
+        uint64_t lane[4];
+        for (int j = 0; j < 4; j++)
+            lane[j] = RS_CHECKSUM_INIT + (uint64_t)j;
+        for (uint64_t i = 0; i < len; i += 8) {
+            uint64_t w = 0;
+            for (uint64_t k = 0; k < 8 && i + k < len; k++)
+                w |= (uint64_t)buf[i + k] << (8 * k);
+            lane[(i / 8) % 4] = (lane[(i / 8) % 4] ^ w) * 0x100000001b3ull;
+        }
+        uint64_t want = RS_CHECKSUM_INIT;
+        for (int j = 0; j < 4; j++)
+            want = (want ^ lane[j]) * 0x100000001b3ull;
+        want = (want ^ len) * 0x100000001b3ull;
+        cr_assert_eq(rs_checksum4(buf, len), want, "len %llu", (unsigned long long)len);
+        for (uint64_t piece = 8; piece <= 40; piece += 8) {
+            rs_checksum4_state s;
+            rs_checksum4_init(&s);
+            uint64_t at_ = 0;
+            for (; at_ + piece < len; at_ += piece)
+                rs_checksum4_more(&s, buf + at_, piece);
+            rs_checksum4_more(&s, buf + at_, len - at_);
+            cr_assert_eq(rs_checksum4_final(&s), want, "len %llu piece %llu",
+                         (unsigned long long)len, (unsigned long long)piece);
+        }
+    }
 }

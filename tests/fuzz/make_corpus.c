@@ -146,6 +146,58 @@ compact_kinds(size_t *len, uint64_t *first_compact, uint64_t *site_field, uint64
     return t;
 }
 
+/* (1.5) Packed records: SITEs, ALLOC_P/FREE_P after them, ALLOC_C/FREE_C
+ * where the size or pointer does not pack, a full FREE (a failed call);
+ * chunks sealed with the four-lane checksum. *site_field: the byte holding
+ * the first FREE_P's site id (bits 48-63 of its packed word). */
+static tb_trace *
+packed_kinds(size_t *len, uint64_t *site_field)
+{
+    tb_trace *t = tb_new(CHUNK, 4);
+    tb_header(t)->version_minor = RS_TRACE_MINOR_PACKED;
+    uint32_t a = tb_chunk(t, 31);
+    {
+        rs_rec_site st = {.h = hdr(RS_REC_SITE, 1), .caller = 0x11234, .stream = 0x5,
+                          .api = RS_API_cudaMallocAsync, .device = 0};
+        tb_put(t, a, &st, sizeof st, NULL, 0);
+        rs_rec_alloc_p al = {.h = {.kind = RS_REC_ALLOC_P, .dt_ns = 3},
+                             .ptr_site = rs_packed_word(0x7f0000007000ull, 1), .size = 512,
+                             .pystack = 0};
+        tb_put(t, a, &al, sizeof al, NULL, 0);
+        rs_rec_site st2 = {.h = hdr(RS_REC_SITE, 2), .caller = 0x11300, .stream = 0x5,
+                           .api = RS_API_cudaFreeAsync, .device = 0};
+        tb_put(t, a, &st2, sizeof st2, NULL, 0);
+        rs_rec_free_p fr = {.h = {.kind = RS_REC_FREE_P, .dt_ns = 9},
+                            .ptr_site = rs_packed_word(0x7f0000007000ull, 2)};
+        *site_field = tb_put(t, a, &fr, sizeof fr, NULL, 0) + offsetof(rs_rec_free_p, ptr_site) + 6;
+        rs_rec_alloc_c big = {.h = {.kind = RS_REC_ALLOC_C, .dt_ns = 2}, .ptr = 0x7f0000100000ull,
+                              .size = 1ull << 33, .site = 1};
+        tb_put(t, a, &big, sizeof big, NULL, 0);
+    }
+    tb_seal(t, a);
+    uint32_t b = tb_chunk(t, 32);
+    {
+        rs_rec_free f = {.h = hdr(RS_REC_FREE, 0), .ptr = 0x9000, .caller = 0x11300,
+                         .api = RS_API_cudaFree, .status = 1};
+        tb_put(t, b, &f, sizeof f, NULL, 0);
+        rs_rec_site st = {.h = hdr(RS_REC_SITE, 1), .caller = 0x11400, .api = RS_API_cudaMalloc,
+                          .mem = RS_MEM_MANAGED, .device = -1};
+        tb_put(t, b, &st, sizeof st, NULL, 0);
+        rs_rec_alloc_p al = {.h = {.kind = RS_REC_ALLOC_P, .dt_ns = 0},
+                             .ptr_site = rs_packed_word(RS_PACKED_PTR_MASK, 1), .size = 64};
+        tb_put(t, b, &al, sizeof al, NULL, 0);
+        rs_rec_free_c wide = {.h = {.kind = RS_REC_FREE_C, .dt_ns = 1},
+                              .ptr = 0xffff800000001000ull, .site = 1};
+        tb_put(t, b, &wide, sizeof wide, NULL, 0);
+        rs_rec_free_p fr = {.h = {.kind = RS_REC_FREE_P, .dt_ns = 1},
+                            .ptr_site = rs_packed_word(RS_PACKED_PTR_MASK, 1)};
+        tb_put(t, b, &fr, sizeof fr, NULL, 0);
+    }
+    tb_seal(t, b);
+    *len = tb_finish(t, 1);
+    return t;
+}
+
 static int
 put(const char *dir, const char *name, tb_trace *t, size_t len)
 {
@@ -217,6 +269,33 @@ main(int argc, char **argv)
     tb_seal(t, c);
     len = tb_finish(t, 1);
     bad |= put(dir, "bad-compact-first", t, len);
+    tb_free(t);
+
+    t = packed_kinds(&len, &site);
+    bad |= put(dir, "valid-packed", t, len);
+    /* chunk 0 sealed with 1.4's serial FNV-1a in a 1.5 file */
+    rs_chunk_header *ch0 = tb_chunk_header(t, 0);
+    uint64_t lanes = ch0->checksum;
+    ch0->checksum = rs_checksum((unsigned char *)ch0 + sizeof *ch0, ch0->used);
+    bad |= put(dir, "bad-packed-fnv-checksum", t, len);
+    ch0->checksum = lanes ^ 0x100; /* a four-lane checksum off by one bit */
+    bad |= put(dir, "bad-packed-checksum", t, len);
+    ch0->checksum = lanes;
+    unsigned char site3 = 3; /* a FREE_P naming a site the chunk has not defined */
+    memcpy(t->buf + site, &site3, 1);
+    tb_seal(t, 0);
+    bad |= put(dir, "bad-packed-site", t, len);
+    tb_free(t);
+    /* a chunk whose first record is packed: no time base */
+    t = tb_new(CHUNK, 1);
+    tb_header(t)->version_minor = RS_TRACE_MINOR_PACKED;
+    c = tb_chunk(t, 33);
+    rs_rec_alloc_p ap = {.h = {.kind = RS_REC_ALLOC_P, .dt_ns = 1},
+                         .ptr_site = rs_packed_word(0x8000, 1), .size = 8};
+    tb_put(t, c, &ap, sizeof ap, NULL, 0);
+    tb_seal(t, c);
+    len = tb_finish(t, 1);
+    bad |= put(dir, "bad-packed-first", t, len);
     tb_free(t);
     return bad;
 }

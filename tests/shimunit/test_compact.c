@@ -1,4 +1,6 @@
-/* test_compact.c: compact ALLOC/FREE records (format 1.4) written by the
+/* test_compact.c: compact ALLOC/FREE records (formats 1.4 and 1.5: packed
+ * ALLOC_P/FREE_P, with ALLOC_C/FREE_C for pointers past 2^48 and sizes
+ * past 2^32) written by the
  * shim's tracker core and read back with the real reader.
  *
  * GIVEN a stream of allocations and frees over more call sites than the
@@ -31,6 +33,7 @@ void rs_nvtx_setup_env(void) {}
 const char *rs_nvtx_foreign_path(void) { return NULL; }
 
 static char g_dir[256];
+static char g_path[1200]; /* the trace open_trace opened */
 
 static void
 setup_env(const char *compact)
@@ -70,7 +73,34 @@ open_trace(void)
     closedir(d);
     rs_reader *r = NULL;
     cr_assert_eq(rs_reader_open(path, &r, err, sizeof err), RS_READ_OK, "reader: %s", err);
+    snprintf(g_path, sizeof g_path, "%s", path);
     return r;
+}
+
+/* Count the records of each kind as they lie in the file (the reader hands
+ * compact ones out expanded): n[kind] for kinds below 64. */
+static void
+raw_kind_counts(const char *path, uint64_t n[64])
+{
+    memset(n, 0, 64 * sizeof *n);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    rs_file_header fh;
+    cr_assert_eq(fread(&fh, sizeof fh, 1, f), 1);
+    unsigned char *c = malloc(fh.chunk_size);
+    cr_assert_not_null(c);
+    for (uint32_t k = 0; k < fh.chunks_published; k++) {
+        cr_assert_eq(fseek(f, (long)(fh.header_size + (uint64_t)k * fh.chunk_size), SEEK_SET), 0);
+        cr_assert_eq(fread(c, fh.chunk_size, 1, f), 1);
+        const rs_chunk_header *ch = (const void *)c;
+        for (uint32_t pos = 0; pos < ch->used;) {
+            const rs_record_header *h = (const void *)(c + sizeof *ch + pos);
+            n[h->kind < 64 ? h->kind : 0]++;
+            pos += h->size;
+        }
+    }
+    free(c);
+    fclose(f);
 }
 
 /* One ALLOC or FREE as written. Allocations take their time from the
@@ -108,7 +138,13 @@ write_ops(void)
         uint32_t k = rnd(NSITES);
         want *x = &w[i];
         x->is_alloc = rnd(2);
-        x->ptr = 0x7f0000000000ull + (uint64_t)i * 512;
+        /* pointers past 48 bits (and the largest below) and sizes past
+         * 32 bits (and the largest below) take 1.4's ALLOC_C/FREE_C */
+        uint32_t wide = rnd(16);
+        x->ptr = wide == 0   ? 0xffff800000000000ull + (uint64_t)i * 512
+                 : wide == 1 ? RS_PACKED_PTR_MASK - (uint64_t)i
+                 : wide == 2 ? RS_PACKED_PTR_MASK + 1 + (uint64_t)i
+                             : 0x7f0000000000ull + (uint64_t)i * 512;
         x->caller = 0x400000 + k * 16;
         x->stream = k % 3 ? 0x5500 + k : 0;
         x->api = k % 2 ? RS_API_cudaMallocAsync : RS_API_cudaMalloc;
@@ -116,7 +152,10 @@ write_ops(void)
         x->device = (int8_t)(k % 5) - 1; /* -1 .. 3 */
         t_rs.device = x->device;
         if (x->is_alloc) {
-            x->size = 512 + rnd(1u << 20);
+            uint32_t big = rnd(12);
+            x->size = big == 0   ? (1ull << 32) + rnd(1u << 20)
+                      : big == 1 ? UINT32_MAX
+                                 : 512 + rnd(1u << 20);
             x->t_lo = rs_now_ns();
             rs_record_alloc(x->api, x->mem, x->ptr, x->size, x->stream, x->caller, 0);
             x->t_hi = rs_now_ns();
@@ -228,6 +267,15 @@ Test(compact, reader_returns_every_record_as_written)
                   "%llu sites", (unsigned long long)sites);
     rs_reader_close(r);
     free(w);
+    /* each layout was written: packed (1.5), compact (1.4: wide pointers
+     * and sizes) and full (failed calls, time gaps, full site tables) */
+    uint64_t n[64];
+    raw_kind_counts(g_path, n);
+    uint16_t kinds[] = {RS_REC_ALLOC_P, RS_REC_FREE_P, RS_REC_ALLOC_C, RS_REC_FREE_C,
+                        RS_REC_ALLOC, RS_REC_FREE};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        cr_assert_gt(n[kinds[k]], 100, "kind %u written %llu times", kinds[k],
+                     (unsigned long long)n[kinds[k]]);
 }
 
 Test(compact, off_writes_full_records_only)
@@ -240,8 +288,9 @@ Test(compact, off_writes_full_records_only)
     free(w);
 }
 
-/* One call site each for allocations and frees: 50,000 pairs take 56
- * bytes per pair compact (ALLOC_C 32 + FREE_C 24) against 104 in full. */
+/* One call site each for allocations and frees: 50,000 pairs take 40
+ * bytes per pair packed (ALLOC_P 24 + FREE_P 16, format 1.5; ALLOC_C 32 +
+ * FREE_C 24 in 1.4) against 104 in full. */
 static uint32_t
 chunks_for_pairs(const char *compact)
 {
@@ -258,11 +307,11 @@ chunks_for_pairs(const char *compact)
     return n;
 }
 
-Test(compact, pairs_take_56_bytes)
+Test(compact, pairs_take_40_bytes)
 {
-    /* 2.8 MB of records: 11 chunks of 256 KiB, 12 with the startup records */
+    /* 2.0 MB of records: 8 chunks of 256 KiB, 9 with the startup records */
     uint32_t n = chunks_for_pairs(NULL);
-    cr_assert(n >= 11 && n <= 12, "%u chunks", n);
+    cr_assert(n >= 8 && n <= 9, "%u chunks", n);
 }
 
 Test(compact, pairs_take_104_bytes_when_off)

@@ -100,7 +100,7 @@ find_trace(char *out, size_t cap)
     pclose(f);
 }
 
-enum { THREADS = 4, PER = 40000 }; /* 8.96 MB of compact records: 34+ chunks */
+enum { THREADS = 4, PER = 40000 }; /* 6.4 MB of packed records (1.5): 25+ chunks */
 
 static void *
 worker(void *p)
@@ -142,7 +142,7 @@ write_and_check(void)
     cr_assert_eq(allocs, (uint64_t)THREADS * PER);
     cr_assert_eq(frees, (uint64_t)THREADS * PER);
     cr_assert_eq(bytes, (uint64_t)THREADS * PER * 512);
-    cr_assert_gt(rs_reader_chunk_count(r), 30);
+    cr_assert_geq(rs_reader_chunk_count(r), 25);
     cr_assert_eq(rs_reader_closed(r), 1);
     cr_assert_eq(rs_reader_warning_count(r), 0, "warning: %s", rs_reader_warning(r, 0));
     rs_reader_close(r);

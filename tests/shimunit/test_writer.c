@@ -164,9 +164,10 @@ Test(writer, four_threads_every_record_exact_and_sealed)
     /* one THREAD record per writing thread: the workers and the main
      * thread, which wrote the startup records */
     cr_assert_eq(count_kind(r, RS_REC_THREAD, NULL), THREADS + 1);
-    /* 320000 records, 56 bytes per pair compact (32+24; 56+48 in full),
-     * need many chunks, every one sealed */
-    cr_assert_gt(rs_reader_chunk_count(r), 30);
+    /* 320000 records, 40 bytes per pair packed (ALLOC_P 24 + FREE_P 16,
+     * format 1.5; 56+48 in full): 6.4 MB, at least 25 chunks of 256 KiB,
+     * every one sealed */
+    cr_assert_geq(rs_reader_chunk_count(r), 25);
     cr_assert_eq(rs_reader_warning_count(r), 0, "warning: %s", rs_reader_warning(r, 0));
     rs_reader_close(r);
 }
@@ -203,7 +204,7 @@ Test(writer, byte_limit_stops_events_but_oom_lands_in_tail)
     snprintf(max, sizeof max, "%u", RS_HEADER_SIZE + 16u * RS_CHUNK_SIZE);
     setup_env(max, NULL);
     cr_assert_eq(rs_trace_open(), 1);
-    /* one call site: every ALLOC after a chunk's first is a 32-byte ALLOC_C */
+    /* one call site: every ALLOC after a chunk's first is a 24-byte ALLOC_P */
     for (int i = 0; i < 200000; i++)
         rs_record_alloc(RS_API_cudaMalloc, RS_MEM_DEVICE, 0x1000 + (uint64_t)i, 512, 0, 0, 0);
     cr_assert_eq(rs_writer_limit_hit(), 1);
@@ -219,8 +220,8 @@ Test(writer, byte_limit_stops_events_but_oom_lands_in_tail)
     cr_assert_eq(allocs + h->dropped_records, 200000, "allocs %lu dropped %lu",
                  (unsigned long)allocs, (unsigned long)h->dropped_records);
     /* 14 chunks before the tail; chunk 0 also holds the startup records */
-    cr_assert_leq(allocs, (uint64_t)14 * (RS_CHUNK_PAYLOAD / sizeof(rs_rec_alloc_c)));
-    cr_assert_gt(allocs, (uint64_t)13 * (RS_CHUNK_PAYLOAD / sizeof(rs_rec_alloc_c)));
+    cr_assert_leq(allocs, (uint64_t)14 * (RS_CHUNK_PAYLOAD / sizeof(rs_rec_alloc_p)));
+    cr_assert_gt(allocs, (uint64_t)13 * (RS_CHUNK_PAYLOAD / sizeof(rs_rec_alloc_p)));
     /* the file never exceeds the limit */
     char path[512];
     find_trace(path, sizeof path);
@@ -368,7 +369,7 @@ Test(writer, tiny_byte_limit_keeps_header_and_two_chunks)
     cr_assert_eq(count_kind(r, RS_REC_OOM, NULL), 1);
     uint64_t allocs = count_kind(r, RS_REC_ALLOC, NULL);
     cr_assert_gt(allocs, 0);
-    cr_assert_leq(allocs, (uint64_t)(RS_CHUNK_PAYLOAD / sizeof(rs_rec_alloc_c)));
+    cr_assert_leq(allocs, (uint64_t)(RS_CHUNK_PAYLOAD / sizeof(rs_rec_alloc_p)));
     rs_reader_close(r);
     char path[512];
     find_trace(path, sizeof path);

@@ -112,7 +112,8 @@ tb_seal(tb_trace *t, uint32_t index)
     rs_chunk_header *c = tb_chunk_header(t, index);
     c->flags |= RS_CHUNK_SEALED;
     c->checksum_len = c->used;
-    c->checksum = rs_checksum((unsigned char *)c + sizeof *c, c->used);
+    c->checksum = rs_chunk_checksum(tb_header(t)->version_minor, (unsigned char *)c + sizeof *c,
+                                    c->used);
 }
 
 size_t

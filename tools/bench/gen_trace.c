@@ -15,8 +15,11 @@
  * The generator tracks live bytes itself and exits 1 if that does not hold.
  * Prints the number of records written and the peak (bytes, time).
  * GEN_TRACE_COMPACT=1 in the environment: ALLOC and FREE are written as
- * format 1.4's SITE + ALLOC_C/FREE_C records (as the shim writes them), the
- * same events in a smaller file; otherwise as full 1.3 records. */
+ * format 1.4's SITE + ALLOC_C/FREE_C records in a 1.4 file (chunk checksum
+ * FNV-1a 64), the same events in a smaller file; GEN_TRACE_COMPACT=2: as
+ * format 1.5's SITE + ALLOC_P/FREE_P records (as the shim writes them) in
+ * a 1.5 file (four-lane chunk checksum), smaller again; otherwise as full
+ * 1.3 records in a 1.5 file. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +38,8 @@ typedef struct cbuf {
     uint32_t nsites;
 } cbuf;
 
-static int g_compact;         /* GEN_TRACE_COMPACT=1 */
+static int g_compact;         /* GEN_TRACE_COMPACT=1 (1.4) or 2 (1.5), else 0 */
+static uint16_t g_minor;      /* the file's minor version */
 
 static FILE *g_out;
 static uint32_t g_chunks;
@@ -58,7 +62,7 @@ flush_chunk(cbuf *c)
     h->used = c->used;
     h->record_count = c->count;
     h->checksum_len = c->used;
-    h->checksum = rs_checksum(c->buf + sizeof *h, c->used);
+    h->checksum = rs_chunk_checksum(g_minor, c->buf + sizeof *h, c->used);
     memset(c->buf + sizeof *h + c->used, 0, RS_CHUNK_PAYLOAD - c->used);
     if (fseeko(g_out, (off_t)RS_HEADER_SIZE + (off_t)g_chunks * RS_CHUNK_SIZE, SEEK_SET) != 0 ||
         fwrite(c->buf, 1, RS_CHUNK_SIZE, g_out) != RS_CHUNK_SIZE) {
@@ -90,7 +94,10 @@ static void
 put_compact(int th, int is_free, uint64_t ptr, uint64_t size)
 {
     cbuf *c = &g_c[th];
-    uint32_t csize = is_free ? sizeof(rs_rec_free_c) : sizeof(rs_rec_alloc_c);
+    /* 1.5 packs when the pointer fits 48 bits and the size 32, as the shim */
+    int packed = g_compact == 2 && ptr <= RS_PACKED_PTR_MASK && size <= UINT32_MAX;
+    uint32_t csize = packed ? (is_free ? sizeof(rs_rec_free_p) : sizeof(rs_rec_alloc_p))
+                            : (is_free ? sizeof(rs_rec_free_c) : sizeof(rs_rec_alloc_c));
     if (c->used + sizeof(rs_rec_site) + csize > RS_CHUNK_PAYLOAD)
         flush_chunk(c);
     uint32_t dt = 1;
@@ -105,7 +112,16 @@ put_compact(int th, int is_free, uint64_t ptr, uint64_t size)
     }
     unsigned char *p = claim(c, csize);
     memset(p, 0, csize);
-    if (is_free) {
+    if (packed && is_free) {
+        rs_rec_free_p *f = (void *)p;
+        f->h = (rs_compact_header){.kind = RS_REC_FREE_P, .size = sizeof *f, .dt_ns = dt};
+        f->ptr_site = rs_packed_word(ptr, c->site[1]);
+    } else if (packed) {
+        rs_rec_alloc_p *a = (void *)p;
+        a->h = (rs_compact_header){.kind = RS_REC_ALLOC_P, .size = sizeof *a, .dt_ns = dt};
+        a->ptr_site = rs_packed_word(ptr, c->site[0]);
+        a->size = (uint32_t)size;
+    } else if (is_free) {
         rs_rec_free_c *f = (void *)p;
         f->h = (rs_compact_header){.kind = RS_REC_FREE_C, .size = sizeof *f, .dt_ns = dt};
         f->ptr = ptr;
@@ -223,7 +239,8 @@ main(int argc, char **argv)
     int rank = argc > 5 ? atoi(argv[5]) : 0;
     int world = argc > 6 ? atoi(argv[6]) : 1;
     const char *cmp = getenv("GEN_TRACE_COMPACT");
-    g_compact = cmp && !strcmp(cmp, "1");
+    g_compact = cmp && !strcmp(cmp, "1") ? 1 : cmp && !strcmp(cmp, "2") ? 2 : 0;
+    g_minor = g_compact == 1 ? RS_TRACE_MINOR_COMPACT : RS_TRACE_VERSION_MINOR;
     g_out = fopen(argv[1], "w+b");
     if (!g_out) {
         perror(argv[1]);
@@ -286,7 +303,7 @@ main(int argc, char **argv)
     memset(&h, 0, sizeof h);
     memcpy(h.magic, RS_TRACE_MAGIC, RS_TRACE_MAGIC_LEN);
     h.version_major = RS_TRACE_VERSION_MAJOR;
-    h.version_minor = RS_TRACE_VERSION_MINOR;
+    h.version_minor = g_minor;
     h.header_size = RS_HEADER_SIZE;
     h.chunk_size = RS_CHUNK_SIZE;
     h.flags = RS_HDR_CLOSED;

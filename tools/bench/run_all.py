@@ -121,7 +121,7 @@ def shim_section():
         before += "; baseline: %s" % BASELINE
     print("%d interleaved rounds (no shim, before, after%s), median; each thread does N pairs "
           "(2 events) of each workload against the mock runtime. %s; after: this library "
-          "(format 1.4, compact ALLOC/FREE).\n" % (ROUNDS, ", baseline" if BASELINE else "", before))
+          "(format 1.5, packed ALLOC/FREE).\n" % (ROUNDS, ", baseline" if BASELINE else "", before))
     extra = " baseline | added baseline | after - baseline |" if BASELINE else ""
     print("| threads | N per thread | workload | without | before | after | added before "
           "| added after | budget 50 |" + extra)
@@ -214,16 +214,21 @@ def analyzer_section():
     print("|---|---|---|---|---|---|")
     sizes = []
     for events in ((100000, 1000000) if QUICK else (1000000, 10000000)):
-        # the same events as full 1.3 records and as format 1.4's compact ones
+        # the same events as full 1.3 records, as format 1.4's compact ones
+        # and as 1.5's packed ones
         trace = os.path.join(WORK, "gen.rstrace")
         ctrace = os.path.join(WORK, "gen-compact.rstrace")
+        ptrace = os.path.join(WORK, "gen-packed.rstrace")
         run([GEN, trace, str(events)], env_with(GEN_TRACE_COMPACT="0"))
         run([GEN, ctrace, str(events)], env_with(GEN_TRACE_COMPACT="1"))
+        run([GEN, ptrace, str(events)], env_with(GEN_TRACE_COMPACT="2"))
         res = {}
         runs = (("recomp-analyze text, no advisor", ["--no-advice"], trace),
                 ("recomp-analyze text, no advisor, 1.4 compact trace", ["--no-advice"], ctrace),
+                ("recomp-analyze text, no advisor, 1.5 packed trace", ["--no-advice"], ptrace),
                 ("recomp-analyze text", [], trace),
                 ("recomp-analyze text, 1.4 compact trace", [], ctrace),
+                ("recomp-analyze text, 1.5 packed trace", [], ptrace),
                 ("recomp-analyze --json", ["--json"], trace))
         cpus = {label: [] for label, _, _ in runs}
         rss = {label: 0 for label, _, _ in runs}
@@ -234,11 +239,14 @@ def analyzer_section():
                 rss[label] = max(rss[label], anon)
         for label, _, _ in runs:
             res[label] = (statistics.median(cpus[label]), rss[label])
-        sizes.append("%d events: trace %d bytes full, %d bytes compact (%.1f / %.1f per record)"
+        sizes.append("%d events: trace %d bytes full, %d bytes compact (1.4), %d bytes packed "
+                     "(1.5) (%.1f / %.1f / %.1f per record)"
                      % (events, os.path.getsize(trace), os.path.getsize(ctrace),
-                        os.path.getsize(trace) / events, os.path.getsize(ctrace) / events))
+                        os.path.getsize(ptrace), os.path.getsize(trace) / events,
+                        os.path.getsize(ctrace) / events, os.path.getsize(ptrace) / events))
         os.unlink(trace)
         os.unlink(ctrace)
+        os.unlink(ptrace)
         hpt = None
         if hp and ht:
             htout = os.path.join(fresh_dir("htp"), "ht")
