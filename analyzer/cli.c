@@ -65,6 +65,7 @@ static struct {
     ino_t ino;
 } *g_seen;
 static size_t g_nseen, g_capseen;
+static size_t g_ndup; /* files skipped as already taken (collect_files) */
 
 static int
 seen_file(paths *out, const struct stat *st)
@@ -124,6 +125,7 @@ scan_dir(const char *dir, paths *out, int depth)
         } else if (S_ISREG(st.st_mode)) {
             if (seen_file(out, &st)) {
                 fprintf(stderr, "recomp-analyze: skipped %s (the same file again)\n", p);
+                g_ndup++;
             } else if (am_sniff(p)) {
                 if (add_path(out, p) < 0)
                     rc = -1;
@@ -435,7 +437,11 @@ parse_args(int argc, char **argv, cli *o)
 }
 
 /* The trace files of the inputs (files as given, directories scanned).
- * 0, or 2 with a message. */
+ * An input reached twice (the same file or directory given again, a file
+ * also inside a directory given, by device and inode) is taken once, with a
+ * note on stderr (hnew finding 10: the same folder twice read as "no trace
+ * files", the same file twice as two traces of one rank). 0, or 2 with a
+ * message. */
 static int
 collect_files(char *const *in, int n, paths *files)
 {
@@ -447,14 +453,21 @@ collect_files(char *const *in, int n, paths *files)
             return 2;
         }
         if (S_ISDIR(st.st_mode)) {
-            size_t before = files->n;
+            size_t before = files->n, dups = g_ndup;
+            if (seen_file(files, &st)) {
+                fprintf(stderr, "recomp-analyze: skipped %s (the same directory again)\n",
+                        in[i]);
+                continue;
+            }
             if (scan_dir(in[i], files, 0) < 0)
                 return 2;
-            if (files->n == before) {
+            if (files->n == before && g_ndup == dups) {
                 fprintf(stderr, "recomp-analyze: %s: no trace files in this directory\n",
                         in[i]);
                 return 2;
             }
+        } else if (seen_file(files, &st)) {
+            fprintf(stderr, "recomp-analyze: skipped %s (the same file again)\n", in[i]);
         } else if (add_path(files, in[i]) < 0) {
             fprintf(stderr, "recomp-analyze: out of memory\n");
             return 2;
@@ -575,6 +588,18 @@ check_one_job(const run *r)
     char err[1024];
     if (am_job_check_concurrent(r->srcs, f->n, err, sizeof err) < 0) {
         fprintf(stderr, "recomp-analyze: %s\n", err);
+        int *g = calloc(f->n, sizeof *g);
+        if (g && am_job_run_groups(r->srcs, f->n, g) > 1)
+            for (size_t i = 0; i < f->n; i++) {
+                char pf[1024];
+                if (g[i])
+                    fprintf(stderr, "  run %d: %s (rank %d)\n", g[i],
+                            printable(f->v[i], pf, sizeof pf), r->srcs[i]->meta.rank);
+                else
+                    fprintf(stderr, "  run unknown (no start time): %s\n",
+                            printable(f->v[i], pf, sizeof pf));
+            }
+        free(g);
         return 2;
     }
     for (size_t i = 0; i < f->n; i++)
