@@ -172,7 +172,8 @@ usage(FILE *f)
             "  --perfetto FILE also write a Chrome trace (Perfetto, chrome://tracing):\n"
             "                  memory counters, phases, NVTX ranges, collectives, the OOM\n"
             "  --fail-on LIST  gates, e.g. oom,verdict!=OK:FITS,peak=70GiB or, with compare,\n"
-            "                  peak=+3%%,reserved=+5%%,unmatched (docs/analysis.md, Gates)\n"
+            "                  peak=+3%%,reserved=+5%%,unmatched (docs/analysis.md, Gates);\n"
+            "                  they judge the ranks analysed (with --rank N: rank N only)\n"
             "  --budget SIZE   device capacity for the advisor (default: the trace header),\n"
             "                  e.g. 80GiB, 79.1G, 85899345920\n"
             "  --headroom SIZE kept free on every rank (default 2GiB)\n"
@@ -804,6 +805,45 @@ check_iteration(const am_job *j, int iteration)
     return 1;
 }
 
+/* A verdict over a partial job (ranks of its world size without a trace)
+ * covers the ranks analysed only: its why begins with COVERAGE: PARTIAL JOB
+ * naming the missing ranks, and "every rank" there reads "every analysed
+ * rank" (hnew finding 9: a missing rank gave "fits every rank" with only a
+ * footnote that did not name it). The code is kept: --fail-on verdict gates
+ * read it as the ranks given. */
+static void
+qualify_partial_job(const am_job *j, adv_verdict *v)
+{
+    char miss[256];
+    size_t n = am_job_missing_ranks(j, miss, sizeof miss);
+    if (!n || !v->available)
+        return;
+    char why[sizeof v->why], *o = why;
+    size_t left = sizeof why;
+    int w = snprintf(o, left,
+                     "COVERAGE: PARTIAL JOB (%s missing: %zu of the job's %d ranks analysed): "
+                     "this verdict covers the ranks analysed only, and a missing rank may peak "
+                     "higher or have run out of memory (another pipeline stage, the failing "
+                     "rank); analyse all the ranks' traces (the whole run directory) to judge the "
+                     "job. ", miss, j->nranks, j->ranks[0].src ? j->ranks[0].src->meta.world_size : 0);
+    o += w > 0 && (size_t)w < left ? (size_t)w : 0;
+    left = sizeof why - (size_t)(o - why);
+    static const char every[] = "every rank";
+    for (const char *p = v->why; *p && left > 1;) {
+        if (!strncmp(p, every, sizeof every - 1)) {
+            w = snprintf(o, left, "every analysed rank");
+            p += sizeof every - 1;
+        } else {
+            w = snprintf(o, left, "%c", *p++);
+        }
+        if (w < 0 || (size_t)w >= left)
+            break;
+        o += w;
+        left -= (size_t)w;
+    }
+    snprintf(v->why, sizeof v->why, "%s", why);
+}
+
 /* Everything up to the verdict for one run (the inputs that make it up).
  * 0, or the exit code (1, 2). */
 static int
@@ -822,6 +862,11 @@ load_run(char *const *in, int n, const cli *o, run *r)
         for (size_t i = 0; i < r->job.nranks; i++)
             r->own_notes[i] = r->job.ranks[i].nnotes;
     am_job_finish(&r->job);
+    char miss[256];
+    if (am_job_missing_ranks(&r->job, miss, sizeof miss))
+        fprintf(stderr, "recomp-analyze: warning: partial job: no trace of %s (%zu of the job's "
+                        "%d ranks given): the report covers the ranks given only\n",
+                miss, r->job.nranks, r->job.ranks[0].src->meta.world_size);
     if (o->advice) {
         if (isatty(STDERR_FILENO))
             fprintf(stderr, "\r\033[Krecomp-analyze: recompute advisor (%zu ranks)",
@@ -846,6 +891,7 @@ load_run(char *const *in, int n, const cli *o, run *r)
         }
         r->have_verdict = 1;
         r->job.verdict = &r->verdict;
+        qualify_partial_job(&r->job, &r->verdict);
     }
     return 0;
 }
@@ -946,6 +992,10 @@ report_run(run *rp, const cli *o)
     if (!rc && o->perfetto)
         rc = write_file("perfetto", o->perfetto, perfetto_job, &oa);
     if (!rc && o->gates.n) {
+        if (r.job.rank_selected)
+            fprintf(stderr, "recomp-analyze: gates judge rank %d only (--rank): %zu trace "
+                            "file(s) given, the other ranks' outcomes (an OOM) are not "
+                            "judged\n", r.job.rank_filter, r.job.nfiles);
         am_runsum s;
         am_runsum_fill(&s, o->ninputs == 1 ? o->inputs[0] : "the run", &r.job,
                        r.have_verdict ? &r.verdict : NULL, o->aopts.config);
@@ -1338,6 +1388,7 @@ load_merged(char *const *in, int nin, const cli *o, run *rp, cli *eff)
             rc = 2;
         } else if (o->advice) {
             r.have_verdict = 1;
+            qualify_partial_job(&r.job, &r.verdict);
             r.job.verdict = &r.verdict;
         }
     }

@@ -328,6 +328,12 @@ int am_job_check_concurrent(am_source *const *srcs, size_t n, char *err, size_t 
  * time. Returns the number of runs, or -1 out of memory. */
 int am_job_run_groups(am_source *const *srcs, size_t n, int *group);
 
+/* The ranks of the job (its world size) with no trace among the ranks
+ * analysed, as "rank 2, ranks 5-7" into buf (cut at n); the number of
+ * them. 0 with --rank (the selection is not a partial job) or an unknown
+ * world size. */
+size_t am_job_missing_ranks(const am_job *j, char *buf, size_t n);
+
 /* Cross-rank: pipeline stages from the command line, hot rank, spread. */
 void am_job_finish(am_job *j);
 

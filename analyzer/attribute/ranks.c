@@ -263,10 +263,53 @@ am_job_finish(am_job *j)
             am_note(&j->ranks[i], "--rank %d: only this rank of the %zu trace(s) given was "
                                   "analysed; the job-level hot rank and spread cover only it",
                     j->rank_filter, j->nfiles);
-    /* a subset of the ranks is a partial job: say so (importers: Kineto) */
+    /* a subset of the ranks is a partial job: say so, naming the ranks
+     * missing (importers: Kineto; hnew finding 9) */
     int w = j->ranks[0].src->meta.world_size;
+    char miss[256];
     if (w > 0 && j->nranks < (size_t)w)
-        for (size_t i = 0; i < j->nranks; i++)
-            am_note(&j->ranks[i], "partial job: %zu of the job's %d ranks analysed", j->nranks,
-                    w);
+        for (size_t i = 0; i < j->nranks; i++) {
+            if (am_job_missing_ranks(j, miss, sizeof miss))
+                am_note(&j->ranks[i], "partial job: %zu of the job's %d ranks analysed; "
+                        "missing: %s", j->nranks, w, miss);
+            else
+                am_note(&j->ranks[i], "partial job: %zu of the job's %d ranks analysed",
+                        j->nranks, w);
+        }
+}
+
+size_t
+am_job_missing_ranks(const am_job *j, char *buf, size_t n)
+{
+    if (n)
+        buf[0] = 0;
+    if (!j->nranks || j->rank_selected)
+        return 0;
+    int w = j->ranks[0].src ? j->ranks[0].src->meta.world_size : 0;
+    if (w <= 0 || j->nranks >= (size_t)w)
+        return 0;
+    unsigned char *have = calloc((size_t)w, 1);
+    if (!have)
+        return 0;
+    for (size_t i = 0; i < j->nranks; i++)
+        if (j->ranks[i].rank >= 0 && j->ranks[i].rank < w)
+            have[j->ranks[i].rank] = 1;
+    size_t missing = 0, k = 0;
+    for (int r = 0; r < w; r++) {
+        if (have[r])
+            continue;
+        int e = r;
+        while (e + 1 < w && !have[e + 1])
+            e++;
+        missing += (size_t)(e - r + 1);
+        if (k < n) {
+            int wr = e > r ? snprintf(buf + k, n - k, "%s%s %d-%d", k ? ", " : "",
+                                      "ranks", r, e)
+                           : snprintf(buf + k, n - k, "%srank %d", k ? ", " : "", r);
+            k += wr > 0 ? (size_t)wr : 0;
+        }
+        r = e;
+    }
+    free(have);
+    return missing;
 }

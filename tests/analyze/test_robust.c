@@ -560,3 +560,56 @@ Test(robust, salvage_reads_the_whole_chunks_of_a_truncated_file)
     unlink(f);
     rmdir(dir);
 }
+
+/* hnew finding 9: ranks 0, 1 and 3 of a 4-rank job. The missing rank is
+ * named on stderr, in the notes and at the head of the verdict's why, and
+ * the why never says "every rank" of ranks it did not see. With --rank the
+ * gates judge that rank only, and say so: --rank 0 --fail-on oom passes
+ * where rank 1 ran out of memory; without --rank the gate fails. */
+Test(robust, missing_rank_is_named_and_gates_state_their_scope)
+{
+    char *dir = ab_tmpdir();
+    char *f[3];
+    const int ranks[3] = {0, 1, 3};
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "rank%d.rstrace", ranks[i]);
+        f[i] = path_in(dir, name);
+        ab *a = ab_new();
+        ab_rank(a, ranks[i], 4);
+        ab_job(a, "megasim");
+        ab_meminfo(a, AB_MAIN, 5, 70ull << 30, 80ull << 30);
+        ab_alloc(a, AB_MAIN, 10, 0x100000, 1ull << 30);
+        if (ranks[i] == 1)
+            ab_oom(a, AB_MAIN, 20, 90ull << 30, 69ull << 30, 80ull << 30, NULL, 0);
+        ab_free(a, AB_MAIN, 30, 0x100000);
+        ab_write(a, f[i], 1);
+    }
+    char *out, *err;
+    int rc = ab_run(AB_ARGS("--json", dir), &out, &err);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_expect(strstr(err, "warning: partial job: no trace of rank 2 (3 of the job's 4 ranks"),
+              "%s", err);
+    yajl_val j = ab_json(out);
+    cr_assert(j, "%s", out);
+    const char *why = ab_str(j, "verdict.why");
+    static const char head[] = "COVERAGE: PARTIAL JOB (rank 2 missing: 3 of the job's 4 ranks "
+                               "analysed)";
+    cr_expect(!strncmp(why, head, sizeof head - 1), "%s", why);
+    cr_expect(!strstr(why, "every rank"), "\"every rank\" in a partial job's why: %s", why);
+    cr_expect(strstr(out, "missing: rank 2"), "%s", out);
+    yajl_tree_free(j);
+    free(out), free(err);
+
+    rc = ab_run(AB_ARGS("--fail-on", "oom", dir), &out, &err);
+    cr_expect_eq(rc, 3, "the job's gate: exit %d: %s", rc, err);
+    free(out), free(err);
+    rc = ab_run(AB_ARGS("--rank", "0", "--fail-on", "oom", dir), &out, &err);
+    cr_expect_eq(rc, 0, "--rank 0: exit %d: %s", rc, err);
+    cr_expect(strstr(err, "gates judge rank 0 only (--rank): 3 trace file(s) given"), "%s", err);
+    cr_expect(!strstr(err, "partial job"), "--rank is a selection, not a partial job: %s", err);
+    free(out), free(err);
+    for (int i = 0; i < 3; i++)
+        unlink(f[i]), free(f[i]);
+    rmdir(dir);
+}
