@@ -557,6 +557,73 @@ printable(const char *s, char *out, size_t n)
     return out;
 }
 
+/* The index of the trace among r's sources whose process forked source i's
+ * (its header ppid is that trace's pid on the same host), or -1. */
+static long
+forked_by(const run *r, size_t i)
+{
+    const am_meta *c = &r->srcs[i]->meta;
+    if (c->ppid <= 0)
+        return -1;
+    for (size_t k = 0; k < r->files.n; k++)
+        if (k != i && r->srcs[k] && r->srcs[k]->meta.pid == c->ppid &&
+            !strcmp(r->srcs[k]->meta.host, c->host) &&
+            r->srcs[k]->meta.real_start_ns <= c->real_start_ns)
+            return (long)k;
+    return -1;
+}
+
+/* A process forked by a traced rank that touched CUDA itself (a data-loader
+ * or multiprocessing worker) has a trace of its own, with the rank's
+ * environment (RANK included). It is a child of that rank, not a rank: set
+ * apart from the job with a note naming both, never a second trace of the
+ * rank nor an extra rank (hnew finding 2). A child's trace not closed is
+ * stated as what is knowable: a child leaving through _exit (Python's
+ * multiprocessing, os._exit) runs no exit handlers, so its trace's end
+ * reads like a kill. Always 0. */
+static int
+set_aside_children(run *r)
+{
+    size_t n = r->files.n, k = 0;
+    long *parent = calloc(n ? n : 1, sizeof *parent);
+    if (!parent)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        parent[i] = forked_by(r, i);
+    for (size_t i = 0; i < n; i++) {
+        if (parent[i] < 0) {
+            r->files.v[k] = r->files.v[i];
+            r->srcs[k++] = r->srcs[i];
+            continue;
+        }
+        const am_meta *c = &r->srcs[i]->meta, *pm = &r->srcs[parent[i]]->meta;
+        char pf[1024], pp[1024], who[1100];
+        snprintf(who, sizeof who, "%s", printable(r->files.v[parent[i]], pp, sizeof pp));
+        if (pm->rank >= 0)
+            snprintf(who + strlen(who), sizeof who - strlen(who), ", rank %d", pm->rank);
+        fprintf(stderr,
+                "recomp-analyze: note: %s: pid %d, forked by pid %d (%s): a child "
+                "process of that rank that touched CUDA, not a rank of the job: set apart "
+                "(analyse it alone with `recomp-analyze %s`); its device memory is outside "
+                "PyTorch for the rank%s\n",
+                printable(r->files.v[i], pf, sizeof pf), c->pid, c->ppid, who, pf,
+                c->closed ? ""
+                          : "; its trace is not closed: a child that leaves through _exit "
+                            "(Python's multiprocessing, os._exit) runs no exit handlers, so a "
+                            "clean _exit and a kill end its trace alike: which one it was is "
+                            "not recorded");
+        am_source_close(r->srcs[i]);
+        free(r->files.v[i]);
+    }
+    for (size_t i = k; i < n; i++) {
+        r->srcs[i] = NULL;
+        r->files.v[i] = NULL;
+    }
+    r->files.n = k;
+    free(parent);
+    return 0;
+}
+
 /* One job per analysis: the same job, run directory and attempt, one trace
  * per rank. 0, or 2 with the files listed. */
 static int
@@ -831,8 +898,10 @@ qualify_partial_job(const am_job *j, adv_verdict *v)
     static const char every[] = "every rank";
     for (const char *p = v->why; *p && left > 1;) {
         if (!strncmp(p, every, sizeof every - 1)) {
-            w = snprintf(o, left, "every analysed rank");
+            w = snprintf(o, left, "%cvery analysed rank", p == v->why ? 'E' : 'e');
             p += sizeof every - 1;
+        } else if (p == v->why && *p >= 'a' && *p <= 'z') {
+            w = snprintf(o, left, "%c", *p++ - 'a' + 'A'); /* a new sentence */
         } else {
             w = snprintf(o, left, "%c", *p++);
         }
@@ -852,7 +921,7 @@ load_run(char *const *in, int n, const cli *o, run *r)
     char err[1024];
     int rc;
     if ((rc = collect_files(in, n, &r->files)) || (rc = open_sources(r, o->workers)) ||
-        (rc = check_one_job(r)) || (rc = analyze_ranks(r, o)) ||
+        (rc = set_aside_children(r)) || (rc = check_one_job(r)) || (rc = analyze_ranks(r, o)) ||
         (rc = check_iteration(&r->job, o->iteration)))
         return rc;
     r->job.rank_selected = o->want_rank >= 0;

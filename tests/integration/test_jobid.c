@@ -568,3 +568,39 @@ Test(jobid, real_mpirun_openmpi)
     it_free_paths(d, 1);
     it_fini(&c);
 }
+
+/* hnew finding 2: a rank forks a child that touches CUDA (a data-loader or
+ * multiprocessing worker) and leaves through _exit(0). The child's trace
+ * (its header ppid is the rank's pid, with the rank's RANK) is set apart as
+ * a child of rank 0, never "two traces of rank 0" (exit 2) nor an extra
+ * "rank 1"; its unclosed end is stated as _exit-or-kill, not as a kill.
+ * With RANK set and without (a plain program). */
+Test(jobid, forked_child_is_set_apart_not_a_rank)
+{
+    for (int ranked = 0; ranked < 2; ranked++) {
+        it_ctx c;
+        it_init(&c);
+        it_run r;
+        it_run_prog(&c, &r, c.out, IT_ARGV(IT_PROG("p_fork"), "_exit"),
+                    ranked ? IT_ENV("RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0",
+                                    "TORCHELASTIC_RUN_ID=fk", "TORCHELASTIC_RESTART_COUNT=0")
+                           : IT_ENV("RECOMPSHIM_RUN_ID=20261202T1Z-9"));
+        cr_assert(r.exited && r.code == 0, "%s%s", r.out, r.err);
+        it_run_free(&r);
+        char **d = run_dirs(&c, 1);
+        cr_expect_eq(traces_in(&c, d[0]), 2, "the rank's trace and the child's");
+        an_res a;
+        analyze(&c, &a, IT_ARGV(d[0]));
+        cr_expect_eq(a.rc, 0, "ranked=%d: exit %d\n%s", ranked, a.rc, a.err);
+        cr_expect(strstr(a.out, "recomp-analyze: 1 rank(s)"), "ranked=%d: %.300s", ranked,
+                  a.out);
+        cr_expect(strstr(a.err, "forked by pid") && strstr(a.err, "not a rank of the job") &&
+                      strstr(a.err, "_exit"),
+                  "ranked=%d: %s", ranked, a.err);
+        cr_expect(!ranked || strstr(a.err, ", rank 0): a child"), "%s", a.err);
+        cr_expect(!strstr(a.out, "rank 1"), "ranked=%d: %s", ranked, a.out);
+        an_free(&a);
+        it_free_paths(d, 1);
+        it_fini(&c);
+    }
+}
