@@ -613,3 +613,32 @@ Test(robust, missing_rank_is_named_and_gates_state_their_scope)
         unlink(f[i]), free(f[i]);
     rmdir(dir);
 }
+
+/* hnew finding 10: the same directory given twice read as "no trace files
+ * in this directory", the same file twice as "two traces of rank 0". An
+ * input reached again (by device and inode) is taken once, with a note. */
+Test(robust, same_input_twice_is_taken_once)
+{
+    char *dir = ab_tmpdir();
+    char *f0 = path_in(dir, "rank0.rstrace"), *f1 = path_in(dir, "rank1.rstrace");
+    run_trace(f0, 0, "run-1", 0, 1000);
+    run_trace(f1, 1, "run-1", 0, 2000);
+    char *out, *err;
+    int rc = ab_run(AB_ARGS("--no-advice", dir, dir), &out, &err);
+    cr_expect_eq(rc, 0, "the same directory twice: exit %d: %s", rc, err);
+    cr_expect(strstr(out, "recomp-analyze: 2 rank(s)"), "%.300s", out);
+    cr_expect(strstr(err, "(the same directory again)"), "%s", err);
+    free(out), free(err);
+    rc = ab_run(AB_ARGS("--no-advice", f0, f0), &out, &err);
+    cr_expect_eq(rc, 0, "the same file twice: exit %d: %s", rc, err);
+    cr_expect(strstr(out, "recomp-analyze: 1 rank(s)"), "%.300s", out);
+    cr_expect(strstr(err, "(the same file again)"), "%s", err);
+    free(out), free(err);
+    rc = ab_run(AB_ARGS("--no-advice", dir, f1), &out, &err);
+    cr_expect_eq(rc, 0, "a file also inside a directory given: exit %d: %s", rc, err);
+    cr_expect(strstr(out, "recomp-analyze: 2 rank(s)"), "%.300s", out);
+    free(out), free(err);
+    unlink(f0), unlink(f1);
+    free(f0), free(f1);
+    rmdir(dir);
+}
