@@ -873,11 +873,12 @@ check_iteration(const am_job *j, int iteration)
 }
 
 /* A verdict over a partial job (ranks of its world size without a trace)
- * covers the ranks analysed only: its why begins with COVERAGE: PARTIAL JOB
+ * covers the ranks analysed only: its why ends with COVERAGE: PARTIAL JOB
  * naming the missing ranks, and "every rank" there reads "every analysed
- * rank" (hnew finding 9: a missing rank gave "fits every rank" with only a
- * footnote that did not name it). The code is kept: --fail-on verdict gates
- * read it as the ranks given. */
+ * rank" where the why has room (hnew finding 9: a missing rank gave "fits
+ * every rank" with only a footnote that did not name it). The advisor's own
+ * text is never cut for it. The code is kept: --fail-on verdict gates read
+ * it as the ranks given. */
 static void
 qualify_partial_job(const am_job *j, adv_verdict *v)
 {
@@ -887,29 +888,29 @@ qualify_partial_job(const am_job *j, adv_verdict *v)
         return;
     char why[sizeof v->why], *o = why;
     size_t left = sizeof why;
-    int w = snprintf(o, left,
-                     "COVERAGE: PARTIAL JOB (%s missing: %zu of the job's %d ranks analysed): "
-                     "this verdict covers the ranks analysed only, and a missing rank may peak "
-                     "higher or have run out of memory (another pipeline stage, the failing "
-                     "rank); analyse all the ranks' traces (the whole run directory) to judge the "
-                     "job. ", miss, j->nranks, j->ranks[0].src ? j->ranks[0].src->meta.world_size : 0);
-    o += w > 0 && (size_t)w < left ? (size_t)w : 0;
-    left = sizeof why - (size_t)(o - why);
     static const char every[] = "every rank";
-    for (const char *p = v->why; *p && left > 1;) {
+    int w = 0, cut = 0;
+    for (const char *p = v->why; *p && !cut;) {
         if (!strncmp(p, every, sizeof every - 1)) {
-            w = snprintf(o, left, "%cvery analysed rank", p == v->why ? 'E' : 'e');
+            w = snprintf(o, left, "every analysed rank");
             p += sizeof every - 1;
-        } else if (p == v->why && *p >= 'a' && *p <= 'z') {
-            w = snprintf(o, left, "%c", *p++ - 'a' + 'A'); /* a new sentence */
         } else {
             w = snprintf(o, left, "%c", *p++);
         }
-        if (w < 0 || (size_t)w >= left)
-            break;
-        o += w;
-        left -= (size_t)w;
+        cut = w < 0 || (size_t)w >= left;
+        if (!cut) {
+            o += w;
+            left -= (size_t)w;
+        }
     }
+    if (cut) /* no room: the advisor's text as it was */
+        snprintf(why, sizeof why, "%s", v->why);
+    size_t k = strlen(why);
+    snprintf(why + k, sizeof why - k,
+             "%sCOVERAGE: PARTIAL JOB (%s missing: %zu of the job's %d ranks analysed): the "
+             "verdict covers the ranks analysed only; a missing rank may peak higher or have "
+             "run out of memory", k ? " " : "", miss, j->nranks,
+             j->ranks[0].src ? j->ranks[0].src->meta.world_size : 0);
     snprintf(v->why, sizeof v->why, "%s", why);
 }
 

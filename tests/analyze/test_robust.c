@@ -593,9 +593,8 @@ Test(robust, missing_rank_is_named_and_gates_state_their_scope)
     yajl_val j = ab_json(out);
     cr_assert(j, "%s", out);
     const char *why = ab_str(j, "verdict.why");
-    static const char head[] = "COVERAGE: PARTIAL JOB (rank 2 missing: 3 of the job's 4 ranks "
-                               "analysed)";
-    cr_expect(!strncmp(why, head, sizeof head - 1), "%s", why);
+    cr_expect(strstr(why, "COVERAGE: PARTIAL JOB (rank 2 missing: 3 of the job's 4 ranks "
+                          "analysed)"), "%s", why);
     cr_expect(!strstr(why, "every rank"), "\"every rank\" in a partial job's why: %s", why);
     cr_expect(strstr(out, "missing: rank 2"), "%s", out);
     yajl_tree_free(j);
