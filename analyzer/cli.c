@@ -65,6 +65,7 @@ static struct {
     ino_t ino;
 } *g_seen;
 static size_t g_nseen, g_capseen;
+static size_t g_ndup; /* files skipped as already taken (collect_files) */
 
 static int
 seen_file(paths *out, const struct stat *st)
@@ -124,6 +125,7 @@ scan_dir(const char *dir, paths *out, int depth)
         } else if (S_ISREG(st.st_mode)) {
             if (seen_file(out, &st)) {
                 fprintf(stderr, "recomp-analyze: skipped %s (the same file again)\n", p);
+                g_ndup++;
             } else if (am_sniff(p)) {
                 if (add_path(out, p) < 0)
                     rc = -1;
@@ -170,7 +172,8 @@ usage(FILE *f)
             "  --perfetto FILE also write a Chrome trace (Perfetto, chrome://tracing):\n"
             "                  memory counters, phases, NVTX ranges, collectives, the OOM\n"
             "  --fail-on LIST  gates, e.g. oom,verdict!=OK:FITS,peak=70GiB or, with compare,\n"
-            "                  peak=+3%%,reserved=+5%%,unmatched (docs/analysis.md, Gates)\n"
+            "                  peak=+3%%,reserved=+5%%,unmatched (docs/analysis.md, Gates);\n"
+            "                  they judge the ranks analysed (with --rank N: rank N only)\n"
             "  --budget SIZE   device capacity for the advisor (default: the trace header),\n"
             "                  e.g. 80GiB, 79.1G, 85899345920\n"
             "  --headroom SIZE kept free on every rank (default 2GiB)\n"
@@ -435,7 +438,11 @@ parse_args(int argc, char **argv, cli *o)
 }
 
 /* The trace files of the inputs (files as given, directories scanned).
- * 0, or 2 with a message. */
+ * An input reached twice (the same file or directory given again, a file
+ * also inside a directory given, by device and inode) is taken once, with a
+ * note on stderr (hnew finding 10: the same folder twice read as "no trace
+ * files", the same file twice as two traces of one rank). 0, or 2 with a
+ * message. */
 static int
 collect_files(char *const *in, int n, paths *files)
 {
@@ -447,14 +454,21 @@ collect_files(char *const *in, int n, paths *files)
             return 2;
         }
         if (S_ISDIR(st.st_mode)) {
-            size_t before = files->n;
+            size_t before = files->n, dups = g_ndup;
+            if (seen_file(files, &st)) {
+                fprintf(stderr, "recomp-analyze: skipped %s (the same directory again)\n",
+                        in[i]);
+                continue;
+            }
             if (scan_dir(in[i], files, 0) < 0)
                 return 2;
-            if (files->n == before) {
+            if (files->n == before && g_ndup == dups) {
                 fprintf(stderr, "recomp-analyze: %s: no trace files in this directory\n",
                         in[i]);
                 return 2;
             }
+        } else if (seen_file(files, &st)) {
+            fprintf(stderr, "recomp-analyze: skipped %s (the same file again)\n", in[i]);
         } else if (add_path(files, in[i]) < 0) {
             fprintf(stderr, "recomp-analyze: out of memory\n");
             return 2;
@@ -543,6 +557,73 @@ printable(const char *s, char *out, size_t n)
     return out;
 }
 
+/* The index of the trace among r's sources whose process forked source i's
+ * (its header ppid is that trace's pid on the same host), or -1. */
+static long
+forked_by(const run *r, size_t i)
+{
+    const am_meta *c = &r->srcs[i]->meta;
+    if (c->ppid <= 0)
+        return -1;
+    for (size_t k = 0; k < r->files.n; k++)
+        if (k != i && r->srcs[k] && r->srcs[k]->meta.pid == c->ppid &&
+            !strcmp(r->srcs[k]->meta.host, c->host) &&
+            r->srcs[k]->meta.real_start_ns <= c->real_start_ns)
+            return (long)k;
+    return -1;
+}
+
+/* A process forked by a traced rank that touched CUDA itself (a data-loader
+ * or multiprocessing worker) has a trace of its own, with the rank's
+ * environment (RANK included). It is a child of that rank, not a rank: set
+ * apart from the job with a note naming both, never a second trace of the
+ * rank nor an extra rank (hnew finding 2). A child's trace not closed is
+ * stated as what is knowable: a child leaving through _exit (Python's
+ * multiprocessing, os._exit) runs no exit handlers, so its trace's end
+ * reads like a kill. Always 0. */
+static int
+set_aside_children(run *r)
+{
+    size_t n = r->files.n, k = 0;
+    long *parent = calloc(n ? n : 1, sizeof *parent);
+    if (!parent)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        parent[i] = forked_by(r, i);
+    for (size_t i = 0; i < n; i++) {
+        if (parent[i] < 0) {
+            r->files.v[k] = r->files.v[i];
+            r->srcs[k++] = r->srcs[i];
+            continue;
+        }
+        const am_meta *c = &r->srcs[i]->meta, *pm = &r->srcs[parent[i]]->meta;
+        char pf[1024], pp[1024], who[1100];
+        snprintf(who, sizeof who, "%s", printable(r->files.v[parent[i]], pp, sizeof pp));
+        if (pm->rank >= 0)
+            snprintf(who + strlen(who), sizeof who - strlen(who), ", rank %d", pm->rank);
+        fprintf(stderr,
+                "recomp-analyze: note: %s: pid %d, forked by pid %d (%s): a child "
+                "process of that rank that touched CUDA, not a rank of the job: set apart "
+                "(analyse it alone with `recomp-analyze %s`); its device memory is outside "
+                "PyTorch for the rank%s\n",
+                printable(r->files.v[i], pf, sizeof pf), c->pid, c->ppid, who, pf,
+                c->closed ? ""
+                          : "; its trace is not closed: a child that leaves through _exit "
+                            "(Python's multiprocessing, os._exit) runs no exit handlers, so a "
+                            "clean _exit and a kill end its trace alike: which one it was is "
+                            "not recorded");
+        am_source_close(r->srcs[i]);
+        free(r->files.v[i]);
+    }
+    for (size_t i = k; i < n; i++) {
+        r->srcs[i] = NULL;
+        r->files.v[i] = NULL;
+    }
+    r->files.n = k;
+    free(parent);
+    return 0;
+}
+
 /* One job per analysis: the same job, run directory and attempt, one trace
  * per rank. 0, or 2 with the files listed. */
 static int
@@ -575,6 +656,18 @@ check_one_job(const run *r)
     char err[1024];
     if (am_job_check_concurrent(r->srcs, f->n, err, sizeof err) < 0) {
         fprintf(stderr, "recomp-analyze: %s\n", err);
+        int *g = calloc(f->n, sizeof *g);
+        if (g && am_job_run_groups(r->srcs, f->n, g) > 1)
+            for (size_t i = 0; i < f->n; i++) {
+                char pf[1024];
+                if (g[i])
+                    fprintf(stderr, "  run %d: %s (rank %d)\n", g[i],
+                            printable(f->v[i], pf, sizeof pf), r->srcs[i]->meta.rank);
+                else
+                    fprintf(stderr, "  run unknown (no start time): %s\n",
+                            printable(f->v[i], pf, sizeof pf));
+            }
+        free(g);
         return 2;
     }
     for (size_t i = 0; i < f->n; i++)
@@ -779,6 +872,48 @@ check_iteration(const am_job *j, int iteration)
     return 1;
 }
 
+/* A verdict over a partial job (ranks of its world size without a trace)
+ * covers the ranks analysed only: its why ends with COVERAGE: PARTIAL JOB
+ * naming the missing ranks, and "every rank" there reads "every analysed
+ * rank" where the why has room (hnew finding 9: a missing rank gave "fits
+ * every rank" with only a footnote that did not name it). The advisor's own
+ * text is never cut for it. The code is kept: --fail-on verdict gates read
+ * it as the ranks given. */
+static void
+qualify_partial_job(const am_job *j, adv_verdict *v)
+{
+    char miss[256];
+    size_t n = am_job_missing_ranks(j, miss, sizeof miss);
+    if (!n || !v->available)
+        return;
+    char why[sizeof v->why], *o = why;
+    size_t left = sizeof why;
+    static const char every[] = "every rank";
+    int w = 0, cut = 0;
+    for (const char *p = v->why; *p && !cut;) {
+        if (!strncmp(p, every, sizeof every - 1)) {
+            w = snprintf(o, left, "every analysed rank");
+            p += sizeof every - 1;
+        } else {
+            w = snprintf(o, left, "%c", *p++);
+        }
+        cut = w < 0 || (size_t)w >= left;
+        if (!cut) {
+            o += w;
+            left -= (size_t)w;
+        }
+    }
+    if (cut) /* no room: the advisor's text as it was */
+        snprintf(why, sizeof why, "%s", v->why);
+    size_t k = strlen(why);
+    snprintf(why + k, sizeof why - k,
+             "%sCOVERAGE: PARTIAL JOB (%s missing: %zu of the job's %d ranks analysed): the "
+             "verdict covers the ranks analysed only; a missing rank may peak higher or have "
+             "run out of memory", k ? " " : "", miss, j->nranks,
+             j->ranks[0].src ? j->ranks[0].src->meta.world_size : 0);
+    snprintf(v->why, sizeof v->why, "%s", why);
+}
+
 /* Everything up to the verdict for one run (the inputs that make it up).
  * 0, or the exit code (1, 2). */
 static int
@@ -787,7 +922,7 @@ load_run(char *const *in, int n, const cli *o, run *r)
     char err[1024];
     int rc;
     if ((rc = collect_files(in, n, &r->files)) || (rc = open_sources(r, o->workers)) ||
-        (rc = check_one_job(r)) || (rc = analyze_ranks(r, o)) ||
+        (rc = set_aside_children(r)) || (rc = check_one_job(r)) || (rc = analyze_ranks(r, o)) ||
         (rc = check_iteration(&r->job, o->iteration)))
         return rc;
     r->job.rank_selected = o->want_rank >= 0;
@@ -797,6 +932,11 @@ load_run(char *const *in, int n, const cli *o, run *r)
         for (size_t i = 0; i < r->job.nranks; i++)
             r->own_notes[i] = r->job.ranks[i].nnotes;
     am_job_finish(&r->job);
+    char miss[256];
+    if (am_job_missing_ranks(&r->job, miss, sizeof miss))
+        fprintf(stderr, "recomp-analyze: warning: partial job: no trace of %s (%zu of the job's "
+                        "%d ranks given): the report covers the ranks given only\n",
+                miss, r->job.nranks, r->job.ranks[0].src->meta.world_size);
     if (o->advice) {
         if (isatty(STDERR_FILENO))
             fprintf(stderr, "\r\033[Krecomp-analyze: recompute advisor (%zu ranks)",
@@ -821,6 +961,7 @@ load_run(char *const *in, int n, const cli *o, run *r)
         }
         r->have_verdict = 1;
         r->job.verdict = &r->verdict;
+        qualify_partial_job(&r->job, &r->verdict);
     }
     return 0;
 }
@@ -921,6 +1062,10 @@ report_run(run *rp, const cli *o)
     if (!rc && o->perfetto)
         rc = write_file("perfetto", o->perfetto, perfetto_job, &oa);
     if (!rc && o->gates.n) {
+        if (r.job.rank_selected)
+            fprintf(stderr, "recomp-analyze: gates judge rank %d only (--rank): %zu trace "
+                            "file(s) given, the other ranks' outcomes (an OOM) are not "
+                            "judged\n", r.job.rank_filter, r.job.nfiles);
         am_runsum s;
         am_runsum_fill(&s, o->ninputs == 1 ? o->inputs[0] : "the run", &r.job,
                        r.have_verdict ? &r.verdict : NULL, o->aopts.config);
@@ -1313,6 +1458,7 @@ load_merged(char *const *in, int nin, const cli *o, run *rp, cli *eff)
             rc = 2;
         } else if (o->advice) {
             r.have_verdict = 1;
+            qualify_partial_job(&r.job, &r.verdict);
             r.job.verdict = &r.verdict;
         }
     }

@@ -875,11 +875,17 @@ run_triage(run_state *st)
             st->can_cf = 0;
     attention_from_trace(st);
     te_from_trace(st);
+    int salvaged = 0; /* chunks lost may have held the command line and config */
+    for (size_t i = 0; i < j->nranks; i++)
+        salvaged |= j->ranks[i].src && j->ranks[i].src->meta.salvaged_chunks;
     if (!cfg->megatron) {
         snprintf(v->level_note, sizeof v->level_note,
-                 "not a Megatron job (no Megatron flags, config or frames recorded): triage "
-                 "only, no recompute flags; the Python functions holding the most activation "
-                 "bytes at the peak are listed");
+                 "%s: triage only, no recompute flags; the Python functions holding the most "
+                 "activation bytes at the peak are listed",
+                 salvaged ? "no Megatron flags, config or frames read, but --salvage skipped "
+                            "chunks that may have held them: whether this is a Megatron job "
+                            "is unknown"
+                          : "not a Megatron job (no Megatron flags, config or frames recorded)");
         hot_functions(v, j);
     } else if (!st->tensor) {
         snprintf(v->level_note, sizeof v->level_note,
@@ -1873,7 +1879,13 @@ coverage_guard(run_state *st)
     int it = r->oom ? r->oom->iteration : r->peak[AM_L_TENSOR].known
                                               ? r->peak[AM_L_TENSOR].iteration
                                               : -1;
-    if (r->coverage.capped)
+    if (m->salvaged_chunks) /* hnew finding 3: not a window's advice */
+        snprintf(need, sizeof need,
+                 "analyse an undamaged copy of the trace, or rerun the job under the shim "
+                 "(--salvage skipped %" PRIu32 " damaged or missing chunk(s), about %s of "
+                 "records; what they held is unknown)", m->salvaged_chunks,
+                 GB(m->salvage_lost_bytes));
+    else if (r->coverage.capped)
         snprintf(need, sizeof need,
                  "rerun with RECOMPSHIM_MAX_BYTES unset or well above %s (recording stopped at "
                  "%.3f s, %" PRIu64 " records dropped), so the window recorded runs from the "
@@ -1886,9 +1898,13 @@ coverage_guard(run_state *st)
                  "construction (memory allocated before the window is missing) and closes "
                  "after %s",
                  it >= 0 ? "the iteration of the peak/OOM" : "the OOM");
-    int keep = (strncmp(v->code, "X:NCCL_BUFFERS", 14) == 0 && st->tensor &&
-                r->oom && r->oom->lib != AM_LIB_PYTORCH) ||
-               (strncmp(v->code, "X:CUDA_GRAPH_POOL", 17) == 0 && st->tr[0].graph_capture_oom);
+    /* salvage lost chunks anywhere in the run: no code is decided by bytes
+     * it never saw (the memory "outside PyTorch" is the device's use less the
+     * segments read, so lost segments read as another process's) */
+    int keep = !m->salvaged_chunks &&
+               ((strncmp(v->code, "X:NCCL_BUFFERS", 14) == 0 && st->tensor && r->oom &&
+                 r->oom->lib != AM_LIB_PYTORCH) ||
+                (strncmp(v->code, "X:CUDA_GRAPH_POOL", 17) == 0 && st->tr[0].graph_capture_oom));
     char was[sizeof v->code], why[sizeof v->why];
     snprintf(was, sizeof was, "%s", v->code);
     snprintf(why, sizeof why, "%s", v->why);
@@ -2074,9 +2090,11 @@ run_confirm(run_state *st)
                  "error bound is 2%%)",
                  v->change, GB(c->max_peak), GB(v->headroom));
     } else if (strncmp(v->code, "X:", 2) == 0) {
+        /* v->change is a sentence for X: codes, not a list of flags (hnew
+         * finding 3: "rerun ... with free the device: ...") */
         snprintf(v->confirm, sizeof v->confirm,
-                 "rerun the same job under the shim with %.300s and compare `recomp-analyze "
-                 "RUNDIR` of both runs",
+                 "make the change above (%.300s), rerun the same job under the shim and "
+                 "compare `recomp-analyze RUNDIR` of both runs",
                  v->change);
     }
 }

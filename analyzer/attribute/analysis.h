@@ -311,16 +311,28 @@ void am_job_key(const am_meta *m, char *buf, size_t n);
  * one job. */
 void am_job_join_key(const am_meta *m, char *buf, size_t n);
 
-/* Sources that share a join key but come from several directories (run
- * directories, or run directories of one name on several nodes' disks) are
- * one job only if they ran at the same time: the ranks of a job are alive
- * together, while a reused id (a fixed --rdzv-id, the static rendezvous's
- * MASTER_ADDR:MASTER_PORT) names later jobs too. Returns 0 when the wall-clock
- * spans (am_meta.real_start_ns..real_end_ns) of srcs[0..n) form one
- * overlapping chain, or when all are in one directory or a span is unknown;
- * -1 with a message naming the two traces that did not overlap in err
- * otherwise. */
+/* Sources that share a join key are one job only if they are one run
+ * (am_job_run_groups), in one directory or in several: the ranks of a job
+ * are alive together, while a reused id (a fixed --rdzv-id, the static
+ * rendezvous's MASTER_ADDR:MASTER_PORT) names later jobs too, and two runs
+ * copied into one folder are two jobs. Returns 0 for one run; -1 with a
+ * message naming two traces that did not meet in err otherwise. */
 int am_job_check_concurrent(am_source *const *srcs, size_t n, char *err, size_t errn);
+
+/* The runs among srcs[0..n): group[i] = 1, 2, ... numbered by first
+ * wall-clock start. Two traces are one run when their spans overlap in one
+ * chain (the ranks of one job are alive together; a killed trace's span
+ * reaches its file's mtime) or when both record the same launch
+ * (RECOMPSHIM_RUN_ID, inherited by every rank of one launcher's process
+ * tree, whose short ranks need not overlap). 0 for a trace without a start
+ * time. Returns the number of runs, or -1 out of memory. */
+int am_job_run_groups(am_source *const *srcs, size_t n, int *group);
+
+/* The ranks of the job (its world size) with no trace among the ranks
+ * analysed, as "rank 2, ranks 5-7" into buf (cut at n); the number of
+ * them. 0 with --rank (the selection is not a partial job) or an unknown
+ * world size. */
+size_t am_job_missing_ranks(const am_job *j, char *buf, size_t n);
 
 /* Cross-rank: pipeline stages from the command line, hot rank, spread. */
 void am_job_finish(am_job *j);

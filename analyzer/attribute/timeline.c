@@ -744,9 +744,14 @@ tl_where(tl *t, uint32_t tid, char *buf, size_t n)
     if (!th)
         return;
     for (size_t i = 0; i < th->depth && off + 1 < n; i++) {
+        /* a range without a name (an empty NVTX message, or one whose
+         * string a salvaged trace lost) is shown as such, never as an empty
+         * step of the path (hnew finding 3: "ranges:  > ") */
+        const char *nm = th->stack[i].name && th->stack[i].len ? th->stack[i].name
+                                                                : "(unnamed range)";
+        size_t len = th->stack[i].name && th->stack[i].len ? th->stack[i].len : strlen(nm);
         int w = snprintf(buf + off, n - off, "%s%.*s", i ? " > " : "",
-                         (int)(th->stack[i].len > 120 ? 120 : th->stack[i].len),
-                         th->stack[i].name ? th->stack[i].name : "?");
+                         (int)(len > 120 ? 120 : len), nm);
         if (w < 0)
             break;
         off += (size_t)w;

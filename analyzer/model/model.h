@@ -151,6 +151,7 @@ typedef struct am_meta {
     const char *format;       /* "recompshim trace v1.0", "pytorch snapshot", ... */
     int rank, local_rank, world_size;   /* -1 unknown */
     int pid;
+    int ppid;                 /* the parent's pid (native traces), 0 unknown */
     int device;               /* -1 unknown */
     char host[64];
     /* Job identity (empty strings when unknown). Two sources belong to one

@@ -825,6 +825,7 @@ native_open(const char *path, am_source **out, char *err, size_t errlen)
     m->local_rank = h->local_rank;
     m->world_size = h->world_size;
     m->pid = h->pid;
+    m->ppid = h->ppid;
     m->device = h->device;
     COPY_STR(m->host, h->host);
     COPY_STR(m->torchelastic_run_id, h->torchelastic_run_id);

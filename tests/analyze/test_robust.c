@@ -457,3 +457,187 @@ Test(robust, salvage_skips_a_damaged_chunk_and_says_so)
     unlink(f);
     rmdir(dir);
 }
+
+/* Flip one byte of chunk k's first record (chunk k of a file written by
+ * ab_write: one chunk per thread, in order of first use). */
+static void
+damage_chunk(const char *f, uint32_t k)
+{
+    FILE *fp = fopen(f, "r+b");
+    cr_assert(fp);
+    rs_file_header h;
+    cr_assert_eq(fread(&h, sizeof h, 1, fp), 1);
+    long off = (long)h.header_size + (long)k * (long)h.chunk_size + (long)sizeof(rs_chunk_header) + 24;
+    unsigned char byte;
+    cr_assert_eq(fseek(fp, off, SEEK_SET), 0);
+    cr_assert_eq(fread(&byte, 1, 1, fp), 1);
+    byte ^= 0x10;
+    cr_assert_eq(fseek(fp, off, SEEK_SET), 0);
+    cr_assert_eq(fwrite(&byte, 1, 1, fp), 1);
+    fclose(fp);
+}
+
+/* hnew finding 3: chunk 0 (the main thread's segments) lost to damage made
+ * the memory it held read as another process's: X:NCCL_BUFFERS "free the
+ * device", exit 0, with a window's advice, a broken confirm template and an
+ * empty "ranges:  > " line. Property over every chunk of the trace: a
+ * salvaged trace never yields a verdict (n/a, COVERAGE: INCOMPLETE naming
+ * the salvage), never a window's advice, never an empty range step. */
+Test(robust, salvaged_trace_withholds_the_verdict)
+{
+    char *dir = ab_tmpdir(), *f = path_in(dir, "r0.rstrace");
+    for (uint32_t k = 0; k < 2; k++) {
+        ab *a = ab_new();
+        ab_rank(a, 0, 1);
+        ab_thread(a, AB_MAIN, 5, "python");
+        ab_alloc(a, AB_MAIN, 10, 0x100000, 60ull << 30); /* chunk 0 */
+        ab_push(a, AB_BWD, 20, "");                       /* chunk 1: an unnamed range */
+        ab_meminfo(a, AB_BWD, 30, 1ull << 30, 80ull << 30);
+        ab_oom(a, AB_BWD, 40, 4ull << 30, 1ull << 30, 80ull << 30, NULL, 0);
+        ab_write(a, f, 1);
+        char *out, *err;
+        int rc = ab_run(AB_ARGS(f), &out, &err);
+        cr_expect_eq(rc, 0, "undamaged: exit %d: %s", rc, err);
+        cr_expect(!strstr(out, "ranges:  >") && !strstr(out, "ranges: \n"), "%s", out);
+        cr_expect(!strstr(out, "under the shim with free") && !strstr(out, "shim with leave"),
+                  "%s", out);
+        free(out), free(err);
+        damage_chunk(f, k);
+        rc = ab_run(AB_ARGS("--salvage", f), &out, &err);
+        cr_expect_eq(rc, 0, "chunk %u: exit %d: %s", k, rc, err);
+        cr_expect(strstr(out, "verdict: n/a\n"), "chunk %u:\n%s", k, out);
+        cr_expect(strstr(out, "COVERAGE: INCOMPLETE (rank 0: salvaged: 1 damaged chunk(s)"),
+                  "chunk %u:\n%s", k, out);
+        cr_expect(strstr(out, "analyse an undamaged copy of the trace"), "chunk %u:\n%s", k, out);
+        cr_expect(!strstr(out, "RECOMPSHIM_WINDOW"), "chunk %u:\n%s", k, out);
+        cr_expect(!strstr(out, "ranges:  >") && !strstr(out, "ranges: \n"), "chunk %u:\n%s", k,
+                  out);
+        cr_expect(!strstr(out, "not a Megatron job"), "chunk %u:\n%s", k, out);
+        free(out), free(err);
+    }
+    unlink(f);
+    rmdir(dir);
+}
+
+/* hnew finding 7: a truncated copy (whole chunks present) is refused with
+ * what --salvage could do, and --salvage reads the whole chunks, marking
+ * the rank salvaged with the chunks lost. */
+Test(robust, salvage_reads_the_whole_chunks_of_a_truncated_file)
+{
+    char *dir = ab_tmpdir(), *f = path_in(dir, "r0.rstrace");
+    ab *a = ab_new();
+    ab_alloc(a, AB_MAIN, 10, 0x100000, 1000);
+    ab_alloc(a, AB_BWD, 40, 0x300000, 5000);
+    ab_write(a, f, 1);
+    FILE *fp = fopen(f, "rb");
+    cr_assert(fp);
+    rs_file_header h;
+    cr_assert_eq(fread(&h, sizeof h, 1, fp), 1);
+    fclose(fp);
+    cr_assert_eq(h.chunks_published, 2);
+    cr_assert_eq(truncate(f, (off_t)h.header_size + h.chunk_size + 100), 0);
+    char *out, *err;
+    int rc = ab_run(AB_ARGS("--json", "--no-advice", f), &out, &err);
+    cr_expect_eq(rc, 2, "without --salvage: exit %d", rc);
+    cr_expect(strstr(err, "file shorter than its published counts") &&
+                  strstr(err, "1 whole chunk(s) present, --salvage reads them"),
+              "%s", err);
+    free(out), free(err);
+    rc = ab_run(AB_ARGS("--json", "--no-advice", "--salvage", f), &out, &err);
+    cr_assert_eq(rc, 0, "--salvage: exit %d: %s", rc, err);
+    yajl_val j = ab_json(out);
+    cr_assert(j, "%s", out);
+    cr_expect_str_eq(ab_str(j, "ranks[0].coverage.status"), "salvaged");
+    cr_expect(strstr(err, "truncated file") && strstr(err, "1 of 2 published chunk(s) whole"),
+              "%s", err);
+    yajl_tree_free(j);
+    free(out), free(err);
+    /* a header cut short is nothing salvage can read */
+    cr_assert_eq(truncate(f, 100), 0);
+    rc = ab_run(AB_ARGS("--salvage", f), &out, &err);
+    cr_expect_eq(rc, 2);
+    free(out), free(err);
+    unlink(f);
+    rmdir(dir);
+}
+
+/* hnew finding 9: ranks 0, 1 and 3 of a 4-rank job. The missing rank is
+ * named on stderr, in the notes and at the head of the verdict's why, and
+ * the why never says "every rank" of ranks it did not see. With --rank the
+ * gates judge that rank only, and say so: --rank 0 --fail-on oom passes
+ * where rank 1 ran out of memory; without --rank the gate fails. */
+Test(robust, missing_rank_is_named_and_gates_state_their_scope)
+{
+    char *dir = ab_tmpdir();
+    char *f[3];
+    const int ranks[3] = {0, 1, 3};
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "rank%d.rstrace", ranks[i]);
+        f[i] = path_in(dir, name);
+        ab *a = ab_new();
+        ab_rank(a, ranks[i], 4);
+        ab_job(a, "megasim");
+        ab_meminfo(a, AB_MAIN, 5, 70ull << 30, 80ull << 30);
+        ab_alloc(a, AB_MAIN, 10, 0x100000, 1ull << 30);
+        if (ranks[i] == 1)
+            ab_oom(a, AB_MAIN, 20, 90ull << 30, 69ull << 30, 80ull << 30, NULL, 0);
+        ab_free(a, AB_MAIN, 30, 0x100000);
+        ab_write(a, f[i], 1);
+    }
+    char *out, *err;
+    int rc = ab_run(AB_ARGS("--json", dir), &out, &err);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_expect(strstr(err, "warning: partial job: no trace of rank 2 (3 of the job's 4 ranks"),
+              "%s", err);
+    yajl_val j = ab_json(out);
+    cr_assert(j, "%s", out);
+    const char *why = ab_str(j, "verdict.why");
+    cr_expect(strstr(why, "COVERAGE: PARTIAL JOB (rank 2 missing: 3 of the job's 4 ranks "
+                          "analysed)"), "%s", why);
+    cr_expect(!strstr(why, "every rank"), "\"every rank\" in a partial job's why: %s", why);
+    cr_expect(strstr(out, "missing: rank 2"), "%s", out);
+    yajl_tree_free(j);
+    free(out), free(err);
+
+    rc = ab_run(AB_ARGS("--fail-on", "oom", dir), &out, &err);
+    cr_expect_eq(rc, 3, "the job's gate: exit %d: %s", rc, err);
+    free(out), free(err);
+    rc = ab_run(AB_ARGS("--rank", "0", "--fail-on", "oom", dir), &out, &err);
+    cr_expect_eq(rc, 0, "--rank 0: exit %d: %s", rc, err);
+    cr_expect(strstr(err, "gates judge rank 0 only (--rank): 3 trace file(s) given"), "%s", err);
+    cr_expect(!strstr(err, "partial job"), "--rank is a selection, not a partial job: %s", err);
+    free(out), free(err);
+    for (int i = 0; i < 3; i++)
+        unlink(f[i]), free(f[i]);
+    rmdir(dir);
+}
+
+/* hnew finding 10: the same directory given twice read as "no trace files
+ * in this directory", the same file twice as "two traces of rank 0". An
+ * input reached again (by device and inode) is taken once, with a note. */
+Test(robust, same_input_twice_is_taken_once)
+{
+    char *dir = ab_tmpdir();
+    char *f0 = path_in(dir, "rank0.rstrace"), *f1 = path_in(dir, "rank1.rstrace");
+    run_trace(f0, 0, "run-1", 0, 1000);
+    run_trace(f1, 1, "run-1", 0, 2000);
+    char *out, *err;
+    int rc = ab_run(AB_ARGS("--no-advice", dir, dir), &out, &err);
+    cr_expect_eq(rc, 0, "the same directory twice: exit %d: %s", rc, err);
+    cr_expect(strstr(out, "recomp-analyze: 2 rank(s)"), "%.300s", out);
+    cr_expect(strstr(err, "(the same directory again)"), "%s", err);
+    free(out), free(err);
+    rc = ab_run(AB_ARGS("--no-advice", f0, f0), &out, &err);
+    cr_expect_eq(rc, 0, "the same file twice: exit %d: %s", rc, err);
+    cr_expect(strstr(out, "recomp-analyze: 1 rank(s)"), "%.300s", out);
+    cr_expect(strstr(err, "(the same file again)"), "%s", err);
+    free(out), free(err);
+    rc = ab_run(AB_ARGS("--no-advice", dir, f1), &out, &err);
+    cr_expect_eq(rc, 0, "a file also inside a directory given: exit %d: %s", rc, err);
+    cr_expect(strstr(out, "recomp-analyze: 2 rank(s)"), "%.300s", out);
+    free(out), free(err);
+    unlink(f0), unlink(f1);
+    free(f0), free(f1);
+    rmdir(dir);
+}

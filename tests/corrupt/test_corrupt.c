@@ -186,6 +186,8 @@ Test(corrupt, newer_minor_version)
 {
     base b = build_base();
     tb_header(b.t)->version_minor = RS_TRACE_VERSION_MINOR + 4;
+    /* a real newer trace: its header checksum covers the version it states */
+    tb_header(b.t)->header_checksum = rs_header_checksum(tb_header(b.t));
     char want[128];
     snprintf(want, sizeof want, "trace format version %u.%u is newer than this reader's %u.%u",
              RS_TRACE_VERSION_MAJOR, RS_TRACE_VERSION_MINOR + 4, RS_TRACE_VERSION_MAJOR,
@@ -198,11 +200,42 @@ Test(corrupt, newer_major_version)
     base b = build_base();
     tb_header(b.t)->version_major = RS_TRACE_VERSION_MAJOR + 1;
     tb_header(b.t)->version_minor = 0;
+    tb_header(b.t)->header_checksum = rs_header_checksum(tb_header(b.t));
     char want[128];
     snprintf(want, sizeof want, "trace format version %u.0 cannot be read by this reader "
              "(format %u.%u)", RS_TRACE_VERSION_MAJOR + 1, RS_TRACE_VERSION_MAJOR,
              RS_TRACE_VERSION_MINOR);
     expect_corrupt(&b, b.len, offsetof(rs_file_header, version_major), want);
+}
+
+/* hnew finding 8: a damaged version byte (every bit of both version
+ * fields that makes a version this reader refuses) is named as damage by
+ * the header checksum, never as a newer format. */
+Test(corrupt, flipped_version_bit_is_damage_not_a_newer_format)
+{
+    size_t tried = 0;
+    for (size_t off = offsetof(rs_file_header, version_major);
+         off < offsetof(rs_file_header, version_minor) + 2; off++)
+        for (int bit = 0; bit < 8; bit++) {
+            base b = build_base();
+            at(&b, off)[0] ^= (uint8_t)(1u << bit);
+            uint16_t major = tb_header(b.t)->version_major, minor = tb_header(b.t)->version_minor;
+            if (major == RS_TRACE_VERSION_MAJOR && minor <= RS_TRACE_VERSION_MINOR) {
+                tb_free(b.t); /* an older version: the checksum refuses it elsewhere */
+                continue;
+            }
+            char want[160];
+            snprintf(want, sizeof want, "damaged header: the version field reads %u.%u, but the "
+                     "header checksum matches format %u.%u", major, minor,
+                     RS_TRACE_VERSION_MAJOR, RS_TRACE_VERSION_MINOR);
+            expect_corrupt(&b, b.len,
+                           major != RS_TRACE_VERSION_MAJOR
+                               ? offsetof(rs_file_header, version_major)
+                               : offsetof(rs_file_header, version_minor),
+                           want);
+            tried++;
+        }
+    cr_expect_gt(tried, 10);
 }
 
 Test(corrupt, unknown_header_flag)

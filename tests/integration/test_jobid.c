@@ -22,6 +22,8 @@
 
 #define P_JOB IT_PROG("p_job")
 
+static void run_together(it_ctx *c, const char *const *env_a, const char *const *env_b);
+
 /* One rank, alone, to completion. */
 static void
 run_rank(it_ctx *c, const char *const *env)
@@ -120,10 +122,11 @@ Test(jobid, torchrun_c10d_two_nodes)
      * launcher per node, so no RECOMPSHIM_RUN_ID in common */
     it_ctx c;
     it_init(&c);
-    run_rank(&c, IT_ENV("RANK=0", "WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=job42",
+    /* ranks of one job are alive together (real launchers start them so) */
+    run_together(&c, IT_ENV("RANK=0", "WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=job42",
                         "TORCHELASTIC_RESTART_COUNT=1", "MASTER_ADDR=node0", "MASTER_PORT=29400",
-                        "RECOMPSHIM_RUN_ID=20261201T100000Z-111"));
-    run_rank(&c, IT_ENV("RANK=1", "WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=job42",
+                        "RECOMPSHIM_RUN_ID=20261201T100000Z-111"),
+                 IT_ENV("RANK=1", "WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=job42",
                         "TORCHELASTIC_RESTART_COUNT=1", "MASTER_ADDR=node0", "MASTER_PORT=29400",
                         "RECOMPSHIM_RUN_ID=20261201T100001Z-222"));
     char **d = run_dirs(&c, 1);
@@ -259,6 +262,44 @@ Test(jobid, torchrun_static_two_jobs_never_join)
     it_fini(&c);
 }
 
+Test(jobid, two_runs_in_one_directory_never_join)
+{
+    /* hnew finding 1: the traces of two runs of one job id copied into one
+     * folder (different launches, one after the other) were joined as one
+     * job; the overlap check ran only across directories. One rule
+     * wherever the files come from: refused, each file named with its run */
+    it_ctx c;
+    it_init(&c);
+    run_rank(&c, IT_ENV("RANK=0", "WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=same",
+                        "TORCHELASTIC_RESTART_COUNT=0", "RECOMPSHIM_RUN_ID=20261202T112000Z-1"));
+    usleep(50000);
+    run_rank(&c, IT_ENV("RANK=1", "WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=same",
+                        "TORCHELASTIC_RESTART_COUNT=0", "RECOMPSHIM_RUN_ID=20261202T112024Z-2"));
+    char **d = run_dirs(&c, 1); /* rank 1 was free in same-a0: one directory */
+    cr_expect_eq(traces_in(&c, d[0]), 2);
+    an_res a;
+    analyze(&c, &a, IT_ARGV(d[0]));
+    cr_expect_eq(a.rc, 2, "two runs in one directory were joined: exit %d\n%s", a.rc, a.out);
+    cr_expect(strstr(a.err, "did not run at the same time (2 runs)") &&
+                  strstr(a.err, "run 1: same-a0/rank0-") && strstr(a.err, "run 2: same-a0/rank1-"),
+              "%s", a.err);
+    cr_expect_str_eq(a.out, "");
+    an_free(&a);
+    /* one launch (one launcher's process tree) is one run even when its
+     * short ranks did not overlap */
+    it_ctx c2;
+    it_init(&c2);
+    run_rank(&c2, IT_ENV("RANK=0", "WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=same",
+                         "TORCHELASTIC_RESTART_COUNT=0", "RECOMPSHIM_RUN_ID=20261202T112000Z-1"));
+    usleep(50000);
+    run_rank(&c2, IT_ENV("RANK=1", "WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=same",
+                         "TORCHELASTIC_RESTART_COUNT=0", "RECOMPSHIM_RUN_ID=20261202T112000Z-1"));
+    expect_one_job(&c2, IT_ARGV("same-a0"), 2, "torchelastic_run_id=same run_id=same-a0");
+    it_free_paths(d, 1);
+    it_fini(&c2);
+    it_fini(&c);
+}
+
 Test(jobid, reused_id_gets_its_own_directory)
 {
     /* a fixed --rdzv-id used by two jobs in turn: the second finds its
@@ -288,9 +329,10 @@ Test(jobid, srun_two_nodes)
     /* srun: every task is its own process tree; job and step id shared */
     it_ctx c;
     it_init(&c);
-    run_rank(&c, IT_ENV("SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=123456",
-                        "SLURM_STEP_ID=0"));
-    run_rank(&c, IT_ENV("SLURM_PROCID=1", "SLURM_LOCALID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=123456",
+    /* ranks of one job are alive together (real launchers start them so) */
+    run_together(&c, IT_ENV("SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=123456",
+                        "SLURM_STEP_ID=0"),
+                 IT_ENV("SLURM_PROCID=1", "SLURM_LOCALID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=123456",
                         "SLURM_STEP_ID=0"));
     char **d = run_dirs(&c, 1);
     cr_expect_str_eq(d[0], "slurm123456.0");
@@ -363,10 +405,11 @@ Test(jobid, srun_with_torchrun_inside)
      * task of one step; the workers' rank is torchrun's, the job SLURM's */
     it_ctx c;
     it_init(&c);
-    run_rank(&c, IT_ENV("SLURM_PROCID=0", "SLURM_JOB_ID=9", "SLURM_STEP_ID=3", "RANK=0", "WORLD_SIZE=4",
+    /* ranks of one job are alive together (real launchers start them so) */
+    run_together(&c, IT_ENV("SLURM_PROCID=0", "SLURM_JOB_ID=9", "SLURM_STEP_ID=3", "RANK=0", "WORLD_SIZE=4",
                         "TORCHELASTIC_RUN_ID=none", "TORCHELASTIC_RESTART_COUNT=0",
-                        "MASTER_ADDR=n0", "MASTER_PORT=29500", "RECOMPSHIM_RUN_ID=20261201T1Z-10"));
-    run_rank(&c, IT_ENV("SLURM_PROCID=1", "SLURM_JOB_ID=9", "SLURM_STEP_ID=3", "RANK=2", "WORLD_SIZE=4",
+                        "MASTER_ADDR=n0", "MASTER_PORT=29500", "RECOMPSHIM_RUN_ID=20261201T1Z-10"),
+                 IT_ENV("SLURM_PROCID=1", "SLURM_JOB_ID=9", "SLURM_STEP_ID=3", "RANK=2", "WORLD_SIZE=4",
                         "TORCHELASTIC_RUN_ID=none", "TORCHELASTIC_RESTART_COUNT=0",
                         "MASTER_ADDR=n0", "MASTER_PORT=29500", "RECOMPSHIM_RUN_ID=20261201T1Z-20"));
     char **d = run_dirs(&c, 1);
@@ -406,12 +449,11 @@ Test(jobid, openmpi_by_environment)
 {
     it_ctx c;
     it_init(&c);
-    for (int r = 0; r < 2; r++) {
-        char rank[40];
-        snprintf(rank, sizeof rank, "OMPI_COMM_WORLD_RANK=%d", r);
-        run_rank(&c, IT_ENV(rank, "OMPI_COMM_WORLD_SIZE=2", "OMPI_MCA_ess_base_jobid=936706049",
-                            "PMIX_NAMESPACE=936706049"));
-    }
+    /* ranks of one job are alive together (real launchers start them so) */
+    run_together(&c, IT_ENV("OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2",
+                            "OMPI_MCA_ess_base_jobid=936706049", "PMIX_NAMESPACE=936706049"),
+                 IT_ENV("OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2",
+                        "OMPI_MCA_ess_base_jobid=936706049", "PMIX_NAMESPACE=936706049"));
     char **d = run_dirs(&c, 1);
     cr_expect_str_eq(d[0], "ompi936706049");
     expect_one_job(&c, IT_ARGV(d[0]), 2, "run_id=ompi936706049");
@@ -525,4 +567,40 @@ Test(jobid, real_mpirun_openmpi)
     it_run_free(&r);
     it_free_paths(d, 1);
     it_fini(&c);
+}
+
+/* hnew finding 2: a rank forks a child that touches CUDA (a data-loader or
+ * multiprocessing worker) and leaves through _exit(0). The child's trace
+ * (its header ppid is the rank's pid, with the rank's RANK) is set apart as
+ * a child of rank 0, never "two traces of rank 0" (exit 2) nor an extra
+ * "rank 1"; its unclosed end is stated as _exit-or-kill, not as a kill.
+ * With RANK set and without (a plain program). */
+Test(jobid, forked_child_is_set_apart_not_a_rank)
+{
+    for (int ranked = 0; ranked < 2; ranked++) {
+        it_ctx c;
+        it_init(&c);
+        it_run r;
+        it_run_prog(&c, &r, c.out, IT_ARGV(IT_PROG("p_fork"), "_exit"),
+                    ranked ? IT_ENV("RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0",
+                                    "TORCHELASTIC_RUN_ID=fk", "TORCHELASTIC_RESTART_COUNT=0")
+                           : IT_ENV("RECOMPSHIM_RUN_ID=20261202T1Z-9"));
+        cr_assert(r.exited && r.code == 0, "%s%s", r.out, r.err);
+        it_run_free(&r);
+        char **d = run_dirs(&c, 1);
+        cr_expect_eq(traces_in(&c, d[0]), 2, "the rank's trace and the child's");
+        an_res a;
+        analyze(&c, &a, IT_ARGV(d[0]));
+        cr_expect_eq(a.rc, 0, "ranked=%d: exit %d\n%s", ranked, a.rc, a.err);
+        cr_expect(strstr(a.out, "recomp-analyze: 1 rank(s)"), "ranked=%d: %.300s", ranked,
+                  a.out);
+        cr_expect(strstr(a.err, "forked by pid") && strstr(a.err, "not a rank of the job") &&
+                      strstr(a.err, "_exit"),
+                  "ranked=%d: %s", ranked, a.err);
+        cr_expect(!ranked || strstr(a.err, ", rank 0): a child"), "%s", a.err);
+        cr_expect(!strstr(a.out, "rank 1"), "ranked=%d: %s", ranked, a.out);
+        an_free(&a);
+        it_free_paths(d, 1);
+        it_fini(&c);
+    }
 }

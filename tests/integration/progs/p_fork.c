@@ -1,13 +1,16 @@
 /* p_fork: parent cudaMalloc(1 MiB) -> 0x7e0000000000; fork; the child
  * cudaMalloc(2 MiB) -> 0x7e0000100000, frees it, exits 0; the parent waits,
  * then cudaMalloc(3 MiB) -> 0x7e0000100000, frees both.
- * Output: "parent pid=P child=C" and "child pid=C ppid=P". */
+ * Output: "parent pid=P child=C" and "child pid=C ppid=P".
+ * `p_fork _exit`: the child leaves through _exit(0), as Python's
+ * multiprocessing workers do (no exit handlers run). */
+#include <string.h>
 #include <sys/wait.h>
 
 #include "prog_util.h"
 
 int
-main(void)
+main(int argc, char **argv)
 {
     void *a, *b, *c;
     OK(cudaMalloc(&a, 1048576));
@@ -22,6 +25,8 @@ main(void)
         OK(cudaFree(b));
         printf("child pid=%d ppid=%d b=%p\n", (int)getpid(), (int)getppid(), b);
         fflush(stdout);
+        if (argc > 1 && !strcmp(argv[1], "_exit"))
+            _exit(0);
         exit(0);
     }
     int st = 0;
