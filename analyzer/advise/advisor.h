@@ -507,6 +507,13 @@ uint64_t adv_cache_reserved(const adv_cache_sim *s);
 /* The most one request of size bytes adds to the reserved bytes when no
  * cached block holds it: its new segment (or pages, expandable segments). */
 uint64_t adv_cache_step(const adv_cache_sim *s, uint64_t size);
+/* Where the model placed live allocation id (a debugging aid,
+ * RECOMP_ADVISOR_DUMP_STREAM): its segment's start (bytes past the model's
+ * first segment: segments are opened at rising addresses, so two models fed
+ * the same requests give the same starts), the segment's size and the
+ * block's offset in it (bytes); 0, or -1 when id holds no block. */
+int adv_cache_where(const adv_cache_sim *s, uint32_t id, uint64_t *seg, uint64_t *seg_size,
+                    uint64_t *off);
 void adv_cache_del(adv_cache_sim *s);
 /* Apply the recorded allocator settings (cfg->alloc_conf: max_split_size_mb,
  * expandable_segments) to a new model (advisor_cache.c). */

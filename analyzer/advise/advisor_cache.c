@@ -506,6 +506,26 @@ adv_cache_step(const adv_cache_sim *s, uint64_t size)
                              : (r + K_ROUND_LARGE - 1) / K_ROUND_LARGE * K_ROUND_LARGE;
 }
 
+int
+adv_cache_where(const adv_cache_sim *s, uint32_t id, uint64_t *seg, uint64_t *seg_size,
+                uint64_t *off)
+{
+    if (!s || id >= s->nids || !s->h[id])
+        return -1;
+    uint32_t i = s->h[id] - 1, head = i;
+    while (s->b[head].prev != NIL)
+        head = s->b[head].prev;
+    uint64_t size = 0;
+    for (uint32_t j = head; j != NIL; j = s->b[j].next)
+        size += s->b[j].size;
+    /* expandable segments: one segment per pool from its mapped base */
+    uint64_t base = !s->expandable ? 1ull << 40 : s->b[i].small ? 1ull << 46 : K_LARGE_BUF << 20;
+    *seg = s->b[head].addr - base;
+    *seg_size = size;
+    *off = s->b[i].addr - s->b[head].addr;
+    return 0;
+}
+
 /* The model's reserved bytes now (segments held), 0 for NULL. */
 uint64_t
 adv_cache_reserved(const adv_cache_sim *s)

@@ -944,7 +944,9 @@ static void sweep_alloc(sweep *w, uint32_t id, uint64_t size);
 /* RECOMP_ADVISOR_DUMP_STREAM=DIR (a debugging aid, docs/advisor.md): each
  * candidate's rewritten stream as it reaches the allocator model, one line per
  * event ("+"/"-", allocation id, bytes, op position, the allocation's phase,
- * iteration and thread, the model's reserved and live bytes after it) in
+ * iteration and thread, the model's reserved and live bytes after it; for an
+ * allocation where the model placed it: segment start, segment size, offset,
+ * adv_cache_where) in
  * DIR/<setting>.<n>.txt, n counting the sweeps of this process. NULL when the
  * variable is unset or the file cannot be made (the sweep goes on). */
 static FILE *
@@ -972,10 +974,15 @@ dump_event(const sweep *w, char kind, uint32_t id, uint64_t size)
     if (!w->dump)
         return;
     const adv_alloc *x = id < w->t->na ? &w->t->a[id] : NULL;
-    fprintf(w->dump, "%c %u %llu p=%u ph=%s it=%d bwd=%d res=%llu live=%llu\n", kind, id,
+    fprintf(w->dump, "%c %u %llu p=%u ph=%s it=%d bwd=%d res=%llu live=%llu", kind, id,
             (unsigned long long)size, w->pos, x ? am_phase_name(x->phase) : "oom",
             x ? x->iteration : -1, x ? x->bwd : 0,
             (unsigned long long)adv_cache_reserved(w->sim), (unsigned long long)w->live);
+    uint64_t seg, seg_size, off;
+    if (kind == '+' && adv_cache_where(w->sim, id, &seg, &seg_size, &off) == 0)
+        fprintf(w->dump, " seg=%llu segsize=%llu off=%llu", (unsigned long long)seg,
+                (unsigned long long)seg_size, (unsigned long long)off);
+    fputc('\n', w->dump);
 }
 
 /* x was made in the projected window of a truncated trace and outlives it
