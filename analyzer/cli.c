@@ -1327,6 +1327,10 @@ load_merged(char *const *in, int nin, const cli *o, run *rp, cli *eff)
         am_summary_free(&sv[i]);
     free(sv);
     *rp = r;
+    /* the job's verdict is the copy's, not the local's (a dangling pointer into
+     * this frame once it returns: a larger adv_verdict read it overwritten) */
+    if (rp->job.verdict == &r.verdict)
+        rp->job.verdict = &rp->verdict;
     return rc;
 }
 
