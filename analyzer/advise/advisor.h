@@ -352,6 +352,13 @@ typedef struct adv_verdict {
     } binds[ADV_MAX_RANKS];
     size_t nbinds;
     int binds_known;
+    /* a lever that costs no replay (advisor_lever.c, docs/advisor.md rule 45):
+     * its change ("" none), its finding's code, its tier and the predicted
+     * reserved peak per rank with it (bytes) */
+    char lever_fit[96];
+    char lever_code[64];
+    int lever_tier;           /* adv_lever_fit.tier: -1 it does not fit */
+    uint64_t lever_reserved[ADV_MAX_RANKS];
 } adv_verdict;
 
 typedef struct adv_opts {
@@ -464,6 +471,37 @@ int adv_binding_explained(const adv_verdict *v, const uint8_t *bind, const uint8
  * v->binds (binds_known set): the JSON's verdict.binds. */
 void adv_binding_why(const am_job *j, adv_verdict *v, const uint8_t *bind,
                      const adv_finding *prim, char *out, size_t n);
+
+/* ---- levers that cost no replay, ranked against recompute (advisor_lever.c;
+ * docs/advisor.md rule 45) ---- */
+/* 1 when a finding's lever `change` costs no replay: a switch that adds no
+ * compute and changes neither numerics, parallel layout nor device count,
+ * whose bytes are what it removes from the allocated peak (the table in
+ * advisor_lever.c: --cross-entropy-loss-fusion). */
+int adv_lever_zero_replay(const char *change);
+/* A zero-replay lever predicted to fit every rank (adv_zero_replay_lever). */
+typedef struct adv_lever_fit {
+    char change[96];          /* the lever, as its finding names it */
+    int finding;              /* the finding offering it on the rank of least margin */
+    int rank;                 /* that rank's index (< v->nranks) */
+    int tier;                 /* as a recompute candidate's (advisor_verdict.c choose_tier):
+                               * 0 fits with the 2% error bound, 1 only without it
+                               * (marginal); +2 when a cache term is a lower bound;
+                               * -1 it does not fit */
+    uint64_t predicted[ADV_MAX_RANKS]; /* allocated peak with it: baseline - its bytes */
+    uint64_t reserved[ADV_MAX_RANKS];  /* reserved peak with it: the baseline's modelled
+                                        * reserved peak - its bytes (bytes) */
+} adv_lever_fit;
+/* The zero-replay lever (adv_lever_zero_replay) of v's findings, with known
+ * bytes and not in the recorded configuration, that fits every rank in the
+ * best tier by the recompute candidates' margin rules: on each rank a finding
+ * offers it for, the baseline's modelled reserved peak less its bytes is
+ * within the budget (tier 0 with the 2% error bound added, 1 only without it;
+ * +2 when a cache term is a lower bound, v->cache_short); every other rank is
+ * within its budget as measured and is not binding (bind: adv_binding_ranks).
+ * 1 with *out filled; 0 when none fits (*out: the first such lever with
+ * tier -1, or change "" when there is none) or a budget is unknown. */
+int adv_zero_replay_lever(const adv_verdict *v, const uint8_t *bind, adv_lever_fit *out);
 
 /* Counterfactual: peak bytes of the rewritten op stream of one rank for a
  * setting; *phase gets the phase of the peak. */

@@ -657,6 +657,7 @@ typedef struct run_state {
     size_t errlen;
     char binds[768];          /* what binds each binding rank, when they differ or a
                                * finding was passed over (advisor_binding.c), "" none */
+    int lever_chosen;         /* the verdict is a zero-replay lever (lever_verdict) */
 } run_state;
 
 /* Step 1: the configuration (command line, --config, overrides) of rank 0's
@@ -1514,6 +1515,66 @@ choose_candidate(run_state *st, const adv_cand *curc)
                 c->reason);
 }
 
+/* The verdict of a lever that costs no replay and fits every rank
+ * (adv_zero_replay_lever, rule 45): its finding's code, the lever as the
+ * change, its predictions, and the cheapest recompute setting that would also
+ * fit (st->pick) with its replay cost, or that none does. */
+static void
+lever_verdict(run_state *st, const adv_lever_fit *zr)
+{
+    adv_verdict *v = st->v;
+    const adv_finding *f = &v->findings[zr->finding];
+    size_t i = (size_t)zr->rank;
+    snprintf(v->code, sizeof v->code, "%s", f->code);
+    snprintf(v->change, sizeof v->change, "%s", zr->change);
+    snprintf(v->config_diff, sizeof v->config_diff, "%s", zr->change);
+    v->chosen = -1;
+    for (size_t k = 0; k < v->nranks; k++) {
+        v->predicted[k] = zr->predicted[k];
+        v->pred_reserved[k] = zr->reserved[k];
+        v->cache[k] = zr->reserved[k] - zr->predicted[k];
+    }
+    char alt[512];
+    const adv_cand *c = st->pick >= 0 ? &v->cands[st->pick] : NULL;
+    if (c)
+        snprintf(alt, sizeof alt, "the cheapest recompute setting that would also fit is %s "
+                 "(%.1f%% of the step in replay, FLOP model; predicted max peak %s%s%.200s)",
+                 c->name, 100 * c->cost, GB(c->max_peak), c->effect == ADV_E_FITS ? "" : ": ",
+                 c->effect == ADV_E_FITS ? "" : c->reason);
+    else
+        snprintf(alt, sizeof alt, "no recompute setting fits");
+    /* over the budget only by the headroom, on a job that ran (as a triage
+     * verdict says, run_choose) */
+    uint64_t spare = 0;
+    int at = adv_job_oomed(st->j) ? -1 : adv_device_spare(v, &spare);
+    char ran[320] = "";
+    if (at >= 0)
+        snprintf(ran, sizeof ran, "MARGINAL, not an OOM: the job ran without one; its "
+                 "reserved peak left %s of rank %d's device spare (capacity less memory "
+                 "outside PyTorch), inside the %s headroom. ",
+                 GB(spare), v->rank_id[at], GB(v->headroom));
+    snprintf(v->why, sizeof v->why,
+             "%sZERO REPLAY: %s removes %s from rank %d's peak at no replay cost (%s, %s): its "
+             "predicted reserved peak %s (the baseline's modelled reserved peak less those "
+             "bytes) is within the %s budget %s the 2%% error bound, on every rank, so it "
+             "ranks ahead of every recompute setting",
+             ran, zr->change, GB(v->baseline[i] - zr->predicted[i]), v->rank_id[i], f->code,
+             f->subtype, GB(zr->reserved[i]), GB(v->budget[i]),
+             zr->tier % 2 ? "only without" : "with");
+    why_add(v, "%s", alt);
+    why_add(v, "The finding's evidence (rank %d, in the findings): %.300s...", f->rank,
+            f->evidence);
+    if (zr->tier >= 2)
+        why_add(v, "CACHE UNVERIFIED: %s, so the allocator's cache in every prediction here "
+                   "is a lower bound%s: confirm with a run before relying on it",
+                v->cache_why, zr->tier == 3 ? " (and the lever fits only without the 2% error "
+                                              "bound)" : "");
+    else if (zr->tier == 1)
+        why_add(v, "MARGINAL: the lever fits only without the prediction's 2%% error bound: "
+                   "confirm with a run before relying on it");
+    st->lever_chosen = 1;
+}
+
 /* The verdict when recompute is on and its undo is incomplete (undo_short)
  * and the current setting does not fit: no other setting was predicted, so
  * neither a recompute fix nor "recompute cannot help" can be claimed (a cause
@@ -1613,6 +1674,16 @@ run_choose(run_state *st)
         prim = NULL;
     binding_note(st, bind, ok, prim, unexplained);
     free(ok);
+    /* rule 45: a lever that costs no replay and fits every rank ranks ahead
+     * of every recompute setting (advisor_lever.c) */
+    adv_lever_fit zr;
+    int zr_ok = adv_zero_replay_lever(v, bind, &zr) && !st->base_fits && !st->undo_short;
+    if (zr.change[0] && zr.finding >= 0 && !st->base_fits && !st->undo_short) {
+        snprintf(v->lever_fit, sizeof v->lever_fit, "%s", zr.change);
+        snprintf(v->lever_code, sizeof v->lever_code, "%s", v->findings[zr.finding].code);
+        v->lever_tier = zr.tier;
+        memcpy(v->lever_reserved, zr.reserved, sizeof v->lever_reserved);
+    }
     /* state created by the first optimizer step that decides a later OOM
      * (state_growth), or logits, stay findings with their levers when a
      * recompute setting also fits: the verdict is then the narrowest
@@ -1634,6 +1705,11 @@ run_choose(run_state *st)
         (!prim || strcmp(prim->subtype, "state_growth") == 0 ||
          strcmp(prim->code, "X:LOGITS") == 0)) {
         undo_unknown_verdict(st, prim);
+        return;
+    }
+    if (zr_ok && (!prim || prim == &v->findings[zr.finding]) &&
+        (st->pick < 0 || zr.tier <= choose_tier(&v->cands[st->pick]))) {
+        lever_verdict(st, &zr);
         return;
     }
     if (prim) {
@@ -2035,7 +2111,8 @@ cutoff_guard(run_state *st)
     else
         snprintf(where, sizeof where, "in the %s of iteration %d, the first the trace records",
                  am_phase_name(r->oom->phase), r->oom->iteration);
-    int recommends = strncmp(v->code, "R:", 2) == 0 && strcmp(v->code, "R:INSUFFICIENT") != 0;
+    int recommends = (strncmp(v->code, "R:", 2) == 0 && strcmp(v->code, "R:INSUFFICIENT") != 0) ||
+                     st->lever_chosen;
     if (!recommends) {
         size_t l = strlen(v->why);
         snprintf(v->why + l, sizeof v->why - l,
@@ -2056,16 +2133,28 @@ cutoff_guard(run_state *st)
     flags[0] = diff[0] = 0;
     if (best)
         config_diff(v, best, diff, sizeof diff, flags, sizeof flags);
+    char lever[96] = "";
+    if (st->lever_chosen)
+        snprintf(lever, sizeof lever, "%s", v->lever_fit);
     withhold(v,
              "the job ran out of memory on rank %d %s, before one forward and backward had "
-             "completed: %s were never recorded, so every prediction is a lower bound (%s: at "
+             "completed: %s were never recorded, so every prediction is a lower bound (%s%s%s: at "
              "least %s reserved; no recompute: at least %s; budget %s) and no setting can be "
              "claimed to fit. To diagnose, rerun with the setting that saves the most%s%s so "
              "that one iteration completes, and analyse that run: the advisor undoes its "
              "recompute to predict every other setting from it",
-             r->rank, where, rest, was, GB(was_max), GB(base_max), GB(budget),
-             best ? ", " : "", best ? best->name : "");
-    if (best) {
+             r->rank, where, rest, was, lever[0] ? ", " : "", lever[0] ? lever : "",
+             GB(was_max), GB(base_max), GB(budget), best ? ", " : "", best ? best->name : "");
+    if (lever[0]) {
+        /* rule 45: the lever that costs no replay is the first diagnosis run */
+        why_add(v, "First rerun with %s: it costs no replay and its lower bound fits; if that "
+                   "run runs out of memory too, rerun with %s",
+                lever, best ? best->name : "the setting that saves the most");
+        snprintf(v->change, sizeof v->change, "rerun with %s (no replay cost; to record one "
+                 "whole iteration), or if that runs out of memory with %.300s, then "
+                 "recomp-analyze that run", lever, best ? flags : "the setting that saves most");
+        snprintf(v->config_diff, sizeof v->config_diff, "%s", lever);
+    } else if (best) {
         snprintf(v->change, sizeof v->change, "rerun with %.400s (to record one whole "
                  "iteration), then recomp-analyze that run", flags);
         snprintf(v->config_diff, sizeof v->config_diff, "%s", diff);
@@ -2089,6 +2178,17 @@ run_confirm(run_state *st)
                  "reserved within the budget on every rank (headroom %s; the prediction's "
                  "error bound is 2%%)",
                  v->change, GB(c->max_peak), GB(v->headroom));
+    } else if (v->lever_fit[0] && strcmp(v->change, v->lever_fit) == 0) {
+        /* a zero-replay lever (rule 45): its own predictions */
+        uint64_t most = 0;
+        for (size_t i = 0; i < v->nranks; i++)
+            most = v->pred_reserved[i] > most ? v->pred_reserved[i] : most;
+        snprintf(v->confirm, sizeof v->confirm,
+                 "rerun the same job (same data and seed) under the shim with %.200s for at "
+                 "least the first optimizer step and two steady iterations, then "
+                 "`recomp-analyze RUNDIR`: expected PyTorch reserved peak <= %s and within "
+                 "the budget on every rank (headroom %s; the prediction's error bound is 2%%)",
+                 v->change, GB(most), GB(v->headroom));
     } else if (strncmp(v->code, "X:", 2) == 0) {
         /* v->change is a sentence for X: codes, not a list of flags (hnew
          * finding 3: "rerun ... with free the device: ...") */

@@ -378,5 +378,22 @@ adv_report_json(void *gen, const adv_verdict *v)
     yajl_gen_array_close(g);
     verdict_json_hot(g, v);
     verdict_json_binds(g, v);
+    /* a finding's lever that costs no replay (docs/advisor.md rule 45): only
+     * when there is one */
+    if (v->lever_fit[0]) {
+        static const char *const tier[] = {"fits", "marginal", "unverified",
+                                           "unverified, marginal"};
+        S(g, "zero_replay_lever");
+        yajl_gen_map_open(g);
+        S(g, "change"); S(g, v->lever_fit);
+        S(g, "finding"); S(g, v->lever_code);
+        S(g, "effect");
+        S(g, v->lever_tier >= 0 && v->lever_tier < 4 ? tier[v->lever_tier] : "insufficient");
+        S(g, "baseline_reserved_bytes");
+        verdict_json_by_rank(g, v, v->reserved);
+        S(g, "predicted_reserved_bytes");
+        verdict_json_by_rank(g, v, v->lever_reserved);
+        yajl_gen_map_close(g);
+    }
     yajl_gen_map_close(g);
 }
