@@ -872,6 +872,17 @@ check_iteration(const am_job *j, int iteration)
     return 1;
 }
 
+/* A partial job's missing ranks on stderr (analysis and merge alike). */
+static void
+warn_partial_job(const am_job *j)
+{
+    char miss[256];
+    if (am_job_missing_ranks(j, miss, sizeof miss))
+        fprintf(stderr, "recomp-analyze: warning: partial job: no trace of %s (%zu of the job's "
+                        "%d ranks given): the report covers the ranks given only\n",
+                miss, j->nranks, j->ranks[0].src ? j->ranks[0].src->meta.world_size : 0);
+}
+
 /* A verdict over a partial job (ranks of its world size without a trace)
  * covers the ranks analysed only: its why ends with COVERAGE: PARTIAL JOB
  * naming the missing ranks, and "every rank" there reads "every analysed
@@ -932,11 +943,7 @@ load_run(char *const *in, int n, const cli *o, run *r)
         for (size_t i = 0; i < r->job.nranks; i++)
             r->own_notes[i] = r->job.ranks[i].nnotes;
     am_job_finish(&r->job);
-    char miss[256];
-    if (am_job_missing_ranks(&r->job, miss, sizeof miss))
-        fprintf(stderr, "recomp-analyze: warning: partial job: no trace of %s (%zu of the job's "
-                        "%d ranks given): the report covers the ranks given only\n",
-                miss, r->job.nranks, r->job.ranks[0].src->meta.world_size);
+    warn_partial_job(&r->job);
     if (o->advice) {
         if (isatty(STDERR_FILENO))
             fprintf(stderr, "\r\033[Krecomp-analyze: recompute advisor (%zu ranks)",
@@ -1447,6 +1454,7 @@ load_merged(char *const *in, int nin, const cli *o, run *rp, cli *eff)
         r.job.rank_filter = o->want_rank;
         r.job.nfiles = r.files.n;
         am_job_finish(&r.job);
+        warn_partial_job(&r.job);
         adv_opts ao = o->aopts;
         ao.budget = sv[0].opts.budget;
         ao.headroom = sv[0].opts.headroom;
