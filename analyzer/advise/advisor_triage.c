@@ -1786,10 +1786,13 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
         triage_rank k = {.r = &j->ranks[i], .t = &tr[i], .i = i};
         const am_rank *r = k.r;
         const adv_trace *t = k.t;
-        k.cap = v->capacity[i];
-        k.budget = v->budget[i];
-        /* with expandable segments the cache needs no extra: the budget without it */
+        /* triage diagnoses the run that happened: on the device it ran on, not
+         * on a --budget for another one (adv_ran_capacity) */
+        uint64_t ran = adv_ran_capacity(r);
+        k.cap = ran ? ran : v->capacity[i];
         uint64_t keep = v->outside[i] + v->headroom;
+        k.budget = ran ? (k.cap > keep ? k.cap - keep : 0) : v->budget[i];
+        /* with expandable segments the cache needs no extra: the budget without it */
         k.budget_exp = k.cap > keep ? k.cap - keep : 0;
         /* 1. CUDA-graph private pools */
         int graphs = triage_graph_pools(&k, v);

@@ -678,6 +678,7 @@ run_build_traces(run_state *st)
         /* an OOM with the request free: the budget ends at the limit it met */
         if (!st->o->budget)
             capy = adv_limit_finding(v, r, capy);
+        adv_budget_above_device(v, r, st->o->budget);
         v->capacity[i] = capy;
         if (!capy)
             v->budget_unknown++;

@@ -7,6 +7,7 @@
 
 #include "advisor.h"
 #include "advisor_report.h"
+#include "json_str.h"
 #include "report.h"
 
 #define GB(x) am_fmt_bytes((x), (char[32]){0}, 32)
@@ -84,7 +85,7 @@ adv_report_text(FILE *f, const adv_verdict *v)
     fprintf(f, "change: %s\n", v->change[0] ? v->change : "none");
 }
 
-#define S(g, s) yajl_gen_string((g), (const unsigned char *)(s), strlen(s))
+#define S(g, s) AM_JSON_S((g), (s))
 #define I(g, v) yajl_gen_integer((g), (long long)(v))
 static void
 u64(yajl_gen g, uint64_t v)
@@ -117,7 +118,7 @@ verdict_json_config_diff(yajl_gen g, const adv_verdict *v)
     while (*p) {
         const char *e = strchr(p, '\n');
         size_t n = e ? (size_t)(e - p) : strlen(p);
-        yajl_gen_string(g, (const unsigned char *)p, n);
+        am_json_str(g, p, n);
         p += n + (e ? 1 : 0);
     }
     yajl_gen_array_close(g);
