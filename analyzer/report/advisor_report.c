@@ -31,14 +31,14 @@ adv_report_text(FILE *f, const adv_verdict *v)
             GB(v->headroom));
     for (size_t i = 0; i < v->nranks; i++) {
         if (!v->capacity[i]) {
-            fprintf(f, "    rank %-4d capacity unknown   budget unknown: pass --budget   peak "
-                       "now %-11s\n",
+            fprintf(f, "    rank %-4d capacity unknown   budget unknown: pass --budget   "
+                       "baseline %-11s\n",
                     v->rank_id[i], GB(v->baseline[i]));
             continue;
         }
         long long margin = (long long)v->budget[i] - (long long)v->pred_reserved[i];
-        fprintf(f, "    rank %-4d capacity %-11s outside %-11s cache %-11s budget %-11s peak now "
-                   "%-11s predicted %-11s margin %s%s\n",
+        fprintf(f, "    rank %-4d capacity %-11s outside %-11s pred. cache %-11s budget %-11s "
+                   "baseline %-11s predicted %-11s margin %s%s\n",
                 v->rank_id[i], GB(v->capacity[i]), GB(v->outside[i]), GB(v->cache[i]),
                 GB(v->budget[i]),
                 GB(v->baseline[i]), GB(v->predicted[i]), margin < 0 ? "-" : "",

@@ -78,6 +78,12 @@ parse_gate(const char *item, am_gate *g)
         g->kind = AM_G_PEAK;
         return parse_threshold(item + 5, g);
     }
+    /* device=: the device-level peak (segments + outside PyTorch); reserved=
+     * is its older name, kept (it is not PyTorch's reserved alone) */
+    if (strncmp(item, "device=", 7) == 0) {
+        g->kind = AM_G_RESERVED;
+        return parse_threshold(item + 7, g);
+    }
     if (strncmp(item, "reserved=", 9) == 0) {
         g->kind = AM_G_RESERVED;
         return parse_threshold(item + 9, g);
