@@ -1192,11 +1192,16 @@ check_summary_options(const am_summary *s0, const am_summary *s, const cli *o)
         (o->headroom_given && o->aopts.headroom != a->headroom) ||
         (o->aopts.config && strcmp(o->aopts.config, a->config)) ||
         (o->iteration >= 0 && o->iteration != a->iteration)) {
+        char bud[48];
+        if (a->budget)
+            snprintf(bud, sizeof bud, "%llu bytes", (unsigned long long)a->budget);
+        else
+            snprintf(bud, sizeof bud, "none: the traces' capacity");
         fprintf(stderr, "recomp-analyze: merge: --budget, --headroom, --config and --iteration "
                         "decide the per-rank figures: give them to summarize (%s was made with "
-                        "budget %llu, headroom %llu, config '%s', iteration %d)\n",
-                s0->path, (unsigned long long)a->budget, (unsigned long long)a->headroom,
-                a->config, a->iteration);
+                        "--budget %s, --headroom %llu bytes, --config '%s', --iteration %d%s)\n",
+                s0->path, bud, (unsigned long long)a->headroom, a->config, a->iteration,
+                a->iteration < 0 ? " (none)" : "");
         return 1;
     }
     if (o->advice && !a->advice) {

@@ -901,6 +901,21 @@ window_whole_run(const am_meta *m)
            m->window_opened && !m->window_never_opened && !m->window_closed;
 }
 
+/* The RECOMPSHIM_WINDOW value the trace's recorded environment holds when
+ * the header has no window (the shim refused it as not valid, said on the
+ * job's stderr), else NULL. */
+static const char *
+refused_window(const am_meta *m)
+{
+    static const char key[] = "RECOMPSHIM_WINDOW=";
+    if (m->window_kind)
+        return NULL;
+    for (size_t k = 0; k < m->nenv; k++)
+        if (m->env[k] && !strncmp(m->env[k], key, sizeof key - 1) && m->env[k][sizeof key - 1])
+            return m->env[k] + sizeof key - 1;
+    return NULL;
+}
+
 /* What part of the run the source holds (after pass 1: window records seen). */
 static void
 coverage(am_rank *r, const am_meta *m)
@@ -933,6 +948,10 @@ coverage(am_rank *r, const am_meta *m)
         SUM("complete");
         MEAN("no recording limit or window: the trace covers the process from the shim's "
              "start%s", m->closed ? " to its exit" : " to its last published record");
+        const char *w = refused_window(m);
+        if (w)
+            MEAN(" (RECOMPSHIM_WINDOW=\"%.100s\" was set but not valid: the shim refused it "
+                 "and recorded the whole run)", w);
         return;
     }
     if (m->salvaged_chunks) {

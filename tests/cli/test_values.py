@@ -151,6 +151,8 @@ def check_window(tmp):
         cov = j["ranks"][0]["coverage"] if j else {}
         ok(cov.get("status") == "complete" and cov.get("window") is None,
            "RECOMPSHIM_WINDOW=%s: the whole run recorded, no 0..0 window" % w, cov)
+        ok(('RECOMPSHIM_WINDOW="%s" was set but not valid' % w) in cov.get("meaning", ""),
+           "RECOMPSHIM_WINDOW=%s: the trace records the refusal, the analysis says it" % w, cov)
     # a window that covers the whole run (hnew finding 14)
     for name, w in (("wall", "time:0-1000000"), ("wev", "events:0-")):
         r, ts = prog(tmp, name, "many", "5", RECOMPSHIM_WINDOW=w)
@@ -282,6 +284,22 @@ def check_frames_replays(tmp):
            r.stderr.decode()[-1500:] + note)
 
 
+def check_run_main_oom_line(tmp):
+    """Docs list: tools/run-main.sh printed the job's OOM line cut at 200
+    characters, mid-sentence; now whole (PyTorch's message ends with its
+    documentation link)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(ANALYZE)))
+    env = dict(E, BUILDDIR=root, TMPDIR=tmp)
+    for k in ("LD_PRELOAD", "RECOMPSHIM_RUN_ID", "RECOMPSHIM_OUT"):
+        env.pop(k, None)
+    r = run([os.path.join(E["SOURCE_ROOT"], "tools", "run-main.sh"), "--sim-only-ranks", "0",
+             "--train-iters", "2"], env=env)
+    lines = [l for l in r.stdout.decode().splitlines() if "torch.OutOfMemoryError" in l]
+    ok(lines and len(lines[0]) > 200 and
+       lines[0].rstrip().endswith("#environment-variables)"),
+       "run-main.sh prints the job's OOM line whole", "\n".join(lines) or r.stdout[-800:])
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="values-", dir=E.get("TMPDIR")) as tmp:
         os.chmod(tmp, 0o700)
@@ -296,6 +314,7 @@ def main():
         check_max_bytes(tmp)
         check_json_names(tmp)
         check_frames_replays(tmp)
+        check_run_main_oom_line(tmp)
     print("1..%d" % n)
     return 1 if failed else 0
 
