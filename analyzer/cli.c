@@ -26,6 +26,7 @@
 #include "report.h"
 #include "summary.h"
 #include "grow.h"
+#include "recomp/bytesize.h"
 
 typedef struct paths {
     char **v;
@@ -172,8 +173,10 @@ usage(FILE *f)
             "  --perfetto FILE also write a Chrome trace (Perfetto, chrome://tracing):\n"
             "                  memory counters, phases, NVTX ranges, collectives, the OOM\n"
             "  --fail-on LIST  gates, e.g. oom,verdict!=OK:FITS,peak=70GiB or, with compare,\n"
-            "                  peak=+3%%,reserved=+5%%,unmatched (docs/analysis.md, Gates);\n"
-            "                  they judge the ranks analysed (with --rank N: rank N only)\n"
+            "                  peak=+3%%,device=+5%%,unmatched (docs/analysis.md, Gates);
+"
+            "                  they judge the ranks analysed (with --rank N: rank N only)
+"
             "  --budget SIZE   device capacity for the advisor (default: the trace header),\n"
             "                  e.g. 80GiB, 79.1G, 85899345920\n"
             "  --headroom SIZE kept free on every rank (default 2GiB)\n"
@@ -191,9 +194,15 @@ usage(FILE *f)
             "  --pretty        with --json: indented JSON (default: compact, one line)\n"
             "  --peak-blocks   with --json: list the live blocks [address, bytes] at each\n"
             "                  peak (compare a trace with a snapshot of the same run)\n"
+            "  A SIZE: digits, optional fraction, optional K/M/G/T (powers of 1024) with\n"
+            "  optional i and B; nan, inf, signs, 1e3, overflow: refused (exit 1).\n"
+            "  A flag given twice takes its last value (as argparse); of an output file\n"
+            "  (--html, --markdown, --perfetto, --out) only the last is written, said on\n"
+            "  stderr.\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
             "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank,\n"
-            "      3 a --fail-on gate failed (one summary line on stderr)\n");
+            "      an output file that cannot be written, 3 a --fail-on gate failed (one\n"
+            "      summary line on stderr)\n");
 }
 
 static int
@@ -215,6 +224,42 @@ rank_cmp(const void *a, const void *b)
     if (x->rank != y->rank)
         return x->rank < y->rank ? -1 : 1;
     return strcmp(x->path, y->path);
+}
+
+/* --budget or --headroom (flag, without dashes) VALUE into *out, bytes, by
+ * the project's one size parser (recomp/bytesize.h): nan, inf, a sign, an
+ * overflow or an unknown unit is refused with the flag, the value and why,
+ * never read as some other size; --budget 0 is refused (a device without
+ * memory: leave --budget out to use the trace's capacity). Returns 0, or -1
+ * after the message on stderr (usage: exit 1). */
+static int
+parse_size_flag(const char *flag, const char *value, uint64_t *out)
+{
+    uint64_t v = 0;
+    const char *why = rs_bytes_parse(value, &v);
+    if (!why && v == 0 && strcmp(flag, "budget") == 0)
+        why = "a device with no memory (leave --budget out to use the capacity the trace "
+              "recorded)";
+    if (why) {
+        fprintf(stderr, "recomp-analyze: --%s '%s' is not a size: %s; e.g. 80GiB, 79.1G, "
+                        "85899345920\n", flag, value, why);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* An output flag (--html, --markdown, --perfetto, --out: name without
+ * dashes) given again: as argparse does, the last value wins; since only
+ * that file is written, a note on stderr says so (issue 14, hnew finding
+ * 13). Returns now, the value to keep. */
+static const char *
+last_output(const char *flag, const char *before, const char *now)
+{
+    if (before)
+        fprintf(stderr, "recomp-analyze: --%s given more than once: only the last, '%s', is "
+                        "written (the last value of a flag wins)\n", flag, now);
+    return now;
 }
 
 /* The command line, parsed (parse_args). */
@@ -338,11 +383,9 @@ parse_args(int argc, char **argv, cli *o)
         case 'B':
         case 'H':
             o->headroom_given |= c == 'H';
-            if (am_parse_size(optarg, c == 'B' ? &o->aopts.budget : &o->aopts.headroom) < 0) {
-                fprintf(stderr, "recomp-analyze: --%s wants a size (e.g. 80GiB), got '%s'\n",
-                        c == 'B' ? "budget" : "headroom", optarg);
+            if (parse_size_flag(c == 'B' ? "budget" : "headroom", optarg,
+                                c == 'B' ? &o->aopts.budget : &o->aopts.headroom) < 0)
                 return 1;
-            }
             break;
         case 'C':
             o->aopts.config = optarg;
@@ -358,7 +401,7 @@ parse_args(int argc, char **argv, cli *o)
             o->all_ranks = 1;
             break;
         case 'M':
-            o->markdown = optarg;
+            o->markdown = last_output("markdown", o->markdown, optarg);
             break;
         case 'J':
             if (parse_int(optarg, &o->workers) < 0 || o->workers < 1) {
@@ -368,10 +411,10 @@ parse_args(int argc, char **argv, cli *o)
             }
             break;
         case 'W':
-            o->html = optarg;
+            o->html = last_output("html", o->html, optarg);
             break;
         case 'P':
-            o->perfetto = optarg;
+            o->perfetto = last_output("perfetto", o->perfetto, optarg);
             break;
         case 'F':
             if (am_gates_parse(optarg, &o->gates, err, sizeof err) < 0) {
@@ -384,7 +427,7 @@ parse_args(int argc, char **argv, cli *o)
             o->salvage = 1;
             break;
         case 'O':
-            o->out = optarg;
+            o->out = last_output("out", o->out, optarg);
             break;
         case 'K':
             o->peak_blocks = 1;
@@ -1303,11 +1346,16 @@ check_summary_options(const am_summary *s0, const am_summary *s, const cli *o)
         (o->headroom_given && o->aopts.headroom != a->headroom) ||
         (o->aopts.config && strcmp(o->aopts.config, a->config)) ||
         (o->iteration >= 0 && o->iteration != a->iteration)) {
+        char bud[48];
+        if (a->budget)
+            snprintf(bud, sizeof bud, "%llu bytes", (unsigned long long)a->budget);
+        else
+            snprintf(bud, sizeof bud, "none: the traces' capacity");
         fprintf(stderr, "recomp-analyze: merge: --budget, --headroom, --config and --iteration "
                         "decide the per-rank figures: give them to summarize (%s was made with "
-                        "budget %llu, headroom %llu, config '%s', iteration %d)\n",
-                s0->path, (unsigned long long)a->budget, (unsigned long long)a->headroom,
-                a->config, a->iteration);
+                        "--budget %s, --headroom %llu bytes, --config '%s', --iteration %d%s)\n",
+                s0->path, bud, (unsigned long long)a->headroom, a->config, a->iteration,
+                a->iteration < 0 ? " (none)" : "");
         return 1;
     }
     if (o->advice && !a->advice) {

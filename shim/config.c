@@ -1,6 +1,8 @@
 /* config.c: read RECOMPSHIM_* settings once, from the list in env.def. */
 #include "config.h"
 
+#include "recomp/bytesize.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -14,40 +16,25 @@ rs_config g_rs_cfg;
 int
 rs_parse_size(const char *s, uint64_t *out)
 {
-    char *end = NULL;
-    errno = 0;
-    if (!s || !*s || *s == '-')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return -1;
-    uint64_t mult = 1;
-    switch (toupper((unsigned char)*end)) {
-    case '\0': break;
-    case 'K': mult = 1ull << 10; end++; break;
-    case 'M': mult = 1ull << 20; end++; break;
-    case 'G': mult = 1ull << 30; end++; break;
-    case 'T': mult = 1ull << 40; end++; break;
-    default: return -1;
-    }
-    if (*end == 'i' || *end == 'I')
-        end++;
-    if (*end == 'b' || *end == 'B')
-        end++;
-    while (*end == ' ' || *end == '\t')
-        end++;
-    if (*end != '\0')
-        return -1;
-    if (v > UINT64_MAX / mult)
-        return -1;
-    *out = (uint64_t)v * mult;
-    return 0;
+    return rs_bytes_parse(s, out) ? -1 : 0;
+}
+
+/* One bound of RECOMPSHIM_WINDOW: seconds (fraction allowed, into ns) for
+ * time, a whole number otherwise; *end after it. NULL or why not. */
+static const char *
+window_bound(const char *p, uint32_t kind, const char **end, uint64_t *out)
+{
+    int time = kind == RS_WINDOW_TIME;
+    return rs_decimal_scaled(p, time ? 1000000000ull : 1, time, end, out);
 }
 
 int
-rs_parse_window(const char *s, uint32_t *kind, uint64_t *a, uint64_t *b)
+rs_parse_window_why(const char *s, uint32_t *kind, uint64_t *a, uint64_t *b, const char **why)
 {
-    const char *colon = strchr(s, ':');
+    const char *colon = strchr(s, ':'), *dummy;
+    if (!why)
+        why = &dummy;
+    *why = "not KIND:A-B with KIND time, events or steps";
     if (!colon)
         return -1;
     size_t klen = (size_t)(colon - s);
@@ -60,24 +47,35 @@ rs_parse_window(const char *s, uint32_t *kind, uint64_t *a, uint64_t *b)
         k = RS_WINDOW_STEPS;
     else
         return -1;
-    const char *p = colon + 1;
-    char *end = NULL;
-    errno = 0;
-    double va = strtod(p, &end);
-    if (errno || end == p || *end != '-' || va < 0)
+    const char *p = colon + 1, *end = p;
+    uint64_t va, vb = UINT64_MAX;
+    if ((*why = window_bound(p, k, &end, &va)) != NULL)
+        return -1;
+    *why = "A is not followed by '-'";
+    if (*end != '-')
         return -1;
     p = end + 1;
-    double vb = -1;
     if (*p) {
-        vb = strtod(p, &end);
-        if (errno || end == p || *end != '\0' || vb < va)
+        if ((*why = window_bound(p, k, &end, &vb)) != NULL)
+            return -1;
+        *why = "trailing text after B";
+        if (*end)
+            return -1;
+        *why = "B is before A";
+        if (vb < va)
             return -1;
     }
-    double scale = (k == RS_WINDOW_TIME) ? 1e9 : 1.0;
+    *why = NULL;
     *kind = k;
-    *a = (uint64_t)(va * scale);
-    *b = vb < 0 ? UINT64_MAX : (uint64_t)(vb * scale);
+    *a = va;
+    *b = vb;
     return 0;
+}
+
+int
+rs_parse_window(const char *s, uint32_t *kind, uint64_t *a, uint64_t *b)
+{
+    return rs_parse_window_why(s, kind, a, b, NULL);
 }
 
 void
@@ -120,12 +118,18 @@ rs_config_reports(void)
 }
 
 static void
-bad_value(const char *name, const char *value, const char *dflt)
+bad_value_why(const char *name, const char *value, const char *dflt, const char *why)
 {
     if (g_quiet)
         return;
-    fprintf(stderr, "recompshim: %s=\"%s\" is not valid; using the default \"%s\"\n", name, value,
-            dflt);
+    fprintf(stderr, "recompshim: %s=\"%s\" is not valid%s%s; using the default \"%s\"\n", name,
+            value, why ? ": " : "", why ? why : "", dflt);
+}
+
+static void
+bad_value(const char *name, const char *value, const char *dflt)
+{
+    bad_value_why(name, value, dflt, NULL);
 }
 
 static void
@@ -138,9 +142,14 @@ set_STR(const char *name, const char *v, const char *dflt)
         g_rs_cfg.out_dir_len = strlen(*val ? val : dflt);
         snprintf(g_rs_cfg.out_dir, sizeof g_rs_cfg.out_dir, "%s", *val ? val : dflt);
     } else if (!strcmp(name, "RECOMPSHIM_WINDOW")) {
-        if (*val && rs_parse_window(val, &g_rs_cfg.window_kind, &g_rs_cfg.window_a,
-                                    &g_rs_cfg.window_b) != 0) {
-            bad_value(name, val, dflt);
+        const char *why = NULL;
+        if (*val && rs_parse_window_why(val, &g_rs_cfg.window_kind, &g_rs_cfg.window_a,
+                                        &g_rs_cfg.window_b, &why) != 0) {
+            /* no window: the whole run is recorded; the trace keeps the value
+             * (its RECOMPSHIM_* environment) next to a header without a window */
+            if (!g_quiet)
+                fprintf(stderr, "recompshim: %s=\"%s\" is not valid: %s; no window, the "
+                                "whole run is recorded\n", name, val, why);
             g_rs_cfg.window_kind = RS_WINDOW_NONE;
         }
     } else if (!strcmp(name, "RECOMPSHIM_STEP_MARKER")) {
@@ -175,14 +184,28 @@ static void
 set_SIZE(const char *name, const char *v, const char *dflt)
 {
     uint64_t x = 0;
-    if (v && *v && rs_parse_size(v, &x) != 0) {
-        bad_value(name, v, dflt);
+    const char *why = v && *v ? rs_bytes_parse(v, &x) : NULL;
+    if (why) {
+        bad_value_why(name, v, dflt, why);
         rs_parse_size(dflt, &x);
     } else if (!v || !*v) {
         rs_parse_size(dflt, &x);
     }
-    if (!strcmp(name, "RECOMPSHIM_MAX_BYTES"))
+    if (!strcmp(name, "RECOMPSHIM_MAX_BYTES")) {
+        /* the smallest trace: the header and two chunks (one for events, one
+         * reserved for the OOM tail); a lower limit is raised to it, said once */
+        uint64_t least = RS_HEADER_SIZE + 2ull * RS_CHUNK_SIZE;
+        if (x && x < least) {
+            if (!g_quiet)
+                fprintf(stderr,
+                        "recompshim: RECOMPSHIM_MAX_BYTES=\"%s\" is below the smallest trace "
+                        "(4 KiB header + two 256 KiB chunks = %llu bytes, 516KiB): using "
+                        "516KiB\n",
+                        v, (unsigned long long)least);
+            x = least;
+        }
         g_rs_cfg.max_bytes = x;
+    }
 }
 
 static void

@@ -40,13 +40,22 @@ RS_HIDDEN int rs_config_reports(void);
 /* 1 when a launcher rank variable (as above) names a rank other than 0. */
 RS_HIDDEN int rs_config_other_rank(void);
 
-/* Parse a byte size with an optional K/M/G/T suffix (powers of 1024).
- * Returns 0 and sets *out on success, -1 on malformed input. */
+/* Parse a byte size with an optional K/M/G/T suffix (powers of 1024), by
+ * the project's one size parser (recomp/bytesize.h: overflow, nan, inf,
+ * signs and garbage refused). Returns 0 and sets *out on success, -1 on
+ * malformed input. */
 RS_HIDDEN int rs_parse_size(const char *s, uint64_t *out);
 
 /* Parse RECOMPSHIM_WINDOW ("time:A-B" seconds, "events:A-B", "steps:A-B";
  * B may be empty for open-ended). Returns 0 on success, -1 on error. */
 RS_HIDDEN int rs_parse_window(const char *s, uint32_t *kind, uint64_t *a, uint64_t *b);
+
+/* rs_parse_window, and on error *why (when why is not NULL) says what is
+ * wrong: a bound that overflows 64 bits (time: seconds x 1e9 ns), a
+ * fraction of an event or step, a sign, B before A. Exact integer
+ * arithmetic (recomp/bytesize.h), never a silent wrap to 0..0. */
+RS_HIDDEN int rs_parse_window_why(const char *s, uint32_t *kind, uint64_t *a, uint64_t *b,
+                                  const char **why);
 
 /* Copy `src` to `dst` (size `cap`) keeping only [A-Za-z0-9._-]; other
  * bytes become '_', and so does a leading '.': the result is always one

@@ -124,7 +124,7 @@ run_mcore() {
     local rc=$?
     echo "== job exit status: $rc"
     [ $rc = 77 ] && return 77
-    grep -h 'OutOfMemoryError' "$out/job.log" | head -2 | cut -c1-200
+    grep -h 'OutOfMemoryError' "$out/job.log" | head -2
     local run
     run=$(find "$out/traces" -mindepth 1 -maxdepth 1 -type d | head -1)
     if [ -z "$run" ]; then
@@ -184,7 +184,7 @@ MEGASIM_RANK_PREFIX=1 LD_PRELOAD="$shim" RECOMPSHIM_OUT="$out" \
     python3 -m megasim "${flags[@]}" --sim-quiet 2>"$out/job.stderr"
 rc=$?
 echo "== job exit status: $rc"
-grep -h 'torch.OutOfMemoryError' "$out/job.stderr" | cut -c1-200
+grep -h 'torch.OutOfMemoryError' "$out/job.stderr"
 run=$(find "$out" -mindepth 1 -maxdepth 1 -type d | head -1)
 iters=0
 if [ -n "$run" ]; then

@@ -401,6 +401,18 @@ uint64_t adv_oom_limit(const am_rank *r);
  * the limit, the capacity the budget is then made from; else returns
  * capacity unchanged (advisor_ran.c). */
 uint64_t adv_limit_finding(adv_verdict *v, const am_rank *r, uint64_t capacity);
+/* The capacity rank r's device had as the job ran (bytes): the trace
+ * header's, else cudaMemGetInfo's total, else the failing call's total,
+ * lowered to a limit an OOM met (adv_oom_limit); never --budget. 0 when
+ * nothing recorded it. Triage diagnoses what happened against it (a
+ * --budget above it is a what-if for another device: issue 14, hnew
+ * finding 4) (advisor_ran.c). */
+uint64_t adv_ran_capacity(const am_rank *r);
+/* A --budget (bytes, 0 none) above adv_ran_capacity(r): adds the
+ * BUDGET:ABOVE_DEVICE finding (its bytes: budget - recorded capacity) so
+ * the report states that the advice is for a larger device than the traced
+ * one (advisor_ran.c). */
+void adv_budget_above_device(adv_verdict *v, const am_rank *r, uint64_t budget);
 /* A recompute fallback c offered next to finding f (issue 14 C): under
  * X:FRAGMENTATION the gap f names (reserved but unallocated at the OOM, or
  * free in the non-graph pools: f->bytes) stays while the allocator is

@@ -72,6 +72,33 @@ adv_limit_finding(adv_verdict *v, const am_rank *r, uint64_t capacity)
     return lim;
 }
 
+uint64_t
+adv_ran_capacity(const am_rank *r)
+{
+    uint64_t cap = r->src->meta.device_capacity;
+    if (!cap)
+        cap = r->meminfo_total;
+    if (!cap && r->oom)
+        cap = r->oom->total_bytes;
+    uint64_t lim = adv_oom_limit(r);
+    return lim && cap && lim < cap ? lim : cap;
+}
+
+void
+adv_budget_above_device(adv_verdict *v, const am_rank *r, uint64_t budget)
+{
+    uint64_t ran = adv_ran_capacity(r);
+    if (!budget || !ran || budget <= ran)
+        return;
+    adv_finding_add(v, "BUDGET:ABOVE_DEVICE", "budget_over_capacity", r->rank,
+                    "--budget %s is above the %s this rank's device had (as recorded): the fits "
+                    "and predictions are for a larger device than the one traced; what happened "
+                    "on the traced device (its OOM, fragmentation, memory outside PyTorch) is "
+                    "judged against the %s it had, not against --budget",
+                    GB(budget), GB(ran), GB(ran));
+    adv_finding_held(v, "BUDGET:ABOVE_DEVICE", budget - ran);
+}
+
 int
 adv_fallback_with_gap(const adv_verdict *v, const adv_finding *f, const adv_cand *c, char *out,
                       size_t n)

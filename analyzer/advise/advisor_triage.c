@@ -208,8 +208,8 @@ triage_state_growth(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t
                  GB(state - state / (uint64_t)c->dp), GB(peak - (state - state / (uint64_t)c->dp)));
     adv_finding_add(v, "X:OPTIMIZER_STATE", "state_growth", rank,
                     "the first optimizer step (iteration %d) left %s in %zu tensors live: the "
-                    "iteration floor rose from %s to %s. The peak %s is over the %s left for "
-                    "allocations (the budget less the allocator cache) by "
+                    "iteration floor rose from %s to %s. The peak %s (baseline) is over the %s "
+                    "left for allocations (the budget less the baseline's allocator cache) by "
                     "%s and would fit without those bytes (%s). Levers on these bytes: %s"
                     "%sor more DP/TP/PP; recompute can only offset them with activation bytes",
                     k, GB(state), n, GB(f0), GB(f1), GB(peak), GB(budget), GB(peak - budget),
@@ -290,7 +290,7 @@ triage_init_transient(const adv_trace *t, adv_verdict *v, size_t i, int rank)
                     "(a transient: the parameters while DDP copies them into its contiguous "
                     "buffers, or a temporary of the job's own init), next to %s of parameters, "
                     "gradient buffers and optimizer main params that stay. The peak is over the "
-                    "%s left for allocations (the budget less the allocator cache) by %s and "
+                    "%s left for allocations (the budget less the baseline's allocator cache) by %s and "
                     "would fit without those bytes (%s; the highest peak after construction is "
                     "%s). Optimizer state (made at the first step) and activations are not live "
                     "there: recompute, bf16 moments and optimizer offload cannot help. Levers on "
@@ -408,7 +408,7 @@ triage_retention_trend(const adv_trace *t, const am_rank *r, const adv_cfg *c, a
                     "iteration grow by %s per iteration (%s at iteration %d, %s at iteration "
                     "%d): something keeps references (logged tensors, a cache, replay "
                     "outputs). Iteration %d peaks at %s allocated; at this rate it passes the "
-                    "%s left for allocations (the budget less the allocator cache) in iteration "
+                    "%s left for allocations (the budget less the baseline's allocator cache) in iteration "
                     "%" PRId64 "%s, %s. Recompute cannot free them: "
                     "drop the references",
                     GB(g), GB(l0), k0, GB(l1), k1, kl, GB(peak), GB(budget), it_b, dev, horizon);
@@ -674,7 +674,7 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
                     "the output layer's logits and the loss's copies hold %s at the %s "
                     "(%s; the loss %s), %s the %s of activations of %d transformer layers "
                     "there; %s live then in all. The peak %s (%s%s) is over the %s left for "
-                    "allocations (the budget less the allocator cache) by %s; without them, "
+                    "allocations (the budget less the baseline's allocator cache) by %s; without them, "
                     "every moment of the run less the logits live at that same moment, it "
                     "would peak at %s%s (%s%s), which %s%s. Layer recompute does not touch "
                     "them. Levers: %sBF16 logits / chunked cross-entropy; "
@@ -1838,10 +1838,13 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
         triage_rank k = {.r = &j->ranks[i], .t = &tr[i], .i = i};
         const am_rank *r = k.r;
         const adv_trace *t = k.t;
-        k.cap = v->capacity[i];
-        k.budget = v->budget[i];
-        /* with expandable segments the cache needs no extra: the budget without it */
+        /* triage diagnoses the run that happened: on the device it ran on, not
+         * on a --budget for another one (adv_ran_capacity) */
+        uint64_t ran = adv_ran_capacity(r);
+        k.cap = ran ? ran : v->capacity[i];
         uint64_t keep = v->outside[i] + v->headroom;
+        k.budget = ran ? (k.cap > keep ? k.cap - keep : 0) : v->budget[i];
+        /* with expandable segments the cache needs no extra: the budget without it */
         k.budget_exp = k.cap > keep ? k.cap - keep : 0;
         /* 1. CUDA-graph private pools */
         int graphs = triage_graph_pools(&k, v);

@@ -685,6 +685,22 @@ run_read_config(run_state *st)
             st->tensor = 0;
 }
 
+/* 1 when the job's recorded command line (rank 0's) has no --nvtx-ranges:
+ * Megatron pushed no ranges of its own, and the analysis placed replays
+ * by Python frames alone (docs/python-frames.md). 0 when it has, or when
+ * no command line was recorded (then nothing is claimed). */
+static int
+frames_only(const am_job *j)
+{
+    if (!j->nranks || !j->ranks[0].src || !j->ranks[0].src->meta.argc)
+        return 0;
+    const am_meta *m = &j->ranks[0].src->meta;
+    for (size_t k = 0; k < m->argc; k++)
+        if (m->argv[k] && strcmp(m->argv[k], "--nvtx-ranges") == 0)
+            return 0;
+    return 1;
+}
+
 /* The device capacity of a rank (bytes): --budget, the trace header,
  * cudaMemGetInfo's total, the total the failing call's cudaMemGetInfo saw;
  * 0 when none of them is known (the budget is then unknown, never 0 B). */
@@ -723,6 +739,7 @@ run_build_traces(run_state *st)
         /* an OOM with the request free: the budget ends at the limit it met */
         if (!st->o->budget)
             capy = adv_limit_finding(v, r, capy);
+        adv_budget_above_device(v, r, st->o->budget);
         v->capacity[i] = capy;
         if (!capy)
             v->budget_unknown++;
@@ -979,6 +996,17 @@ run_undo_active(run_state *st)
                  "removal, no cheaper or narrower setting, no label judged ineffective); only "
                  "the current setting, measured, is judged",
                  tmp.name, GB(st->tr ? st->tr[0].replay_bytes : 0), matched, units);
+        if (frames_only(st->j)) {
+            size_t l = strlen(v->level_note);
+            snprintf(v->level_note + l, sizeof v->level_note - l,
+                     ". A known cause: the job ran without Megatron's --nvtx-ranges, so "
+                     "replays are placed by Python frames, and on Python before 3.12 the "
+                     "shim sees the autograd "
+                     "worker's frames only from its second backward (a profile function, "
+                     "not sys.monitoring: docs/python-frames.md), so the first backward's "
+                     "replays have none. Record with --profile --nvtx-ranges, or on "
+                     "Python 3.12 or newer");
+        }
         return 0;
     }
     snprintf(v->level_note, sizeof v->level_note,
@@ -1767,8 +1795,9 @@ run_choose(run_state *st)
         if (st->undo_short)
             why_add(v, "UNKNOWN whether a cheaper setting (or none) also fits: only %d of the "
                        "%d replay units the current setting implies were matched to their "
-                       "forward regions, so the job without it was not predicted",
-                    st->undo_matched, st->undo_units);
+                       "forward regions, so the job without it was not predicted%s",
+                    st->undo_matched, st->undo_units,
+                    frames_only(st->j) ? " (the note says why and what to record)" : "");
     } else if (st->pick >= 0) {
         choose_candidate(st, curc);
     } else if (v->ncands) {
@@ -1845,14 +1874,14 @@ explain_oom(run_state *st, const am_rank *r, size_t i)
                 "The job ran out of memory: rank %d %s: a request of %s failed with %s; what "
                 "was live then was not recorded (at the last recorded event PyTorch had %s "
                 "allocated, %s live on the device: lower bounds); that request is in rank %d's "
-                "predicted peak %s",
+                "baseline peak %s",
                 r->rank, when, GB(o->requested), use, GB(o->live[AM_L_TENSOR]),
                 GB(o->live[AM_L_DEVICE]), r->rank, GB(v->baseline[i]));
     } else
     why_add(v,
             "The job ran out of memory: rank %d %s: a request of %s failed with %s allocated "
-            "by PyTorch (%s reserved), %s live on the device%s%s (largest: %s); that request is "
-            "in rank %d's predicted peak %s",
+            "by PyTorch (%s reserved), %s live on the device%s%s (largest device-level groups: "
+            "%s); that request is in rank %d's baseline peak %s",
             r->rank, when, GB(t && t->oom ? t->oom_request : o->requested),
             GB(t && t->oom ? t->oom_allocated : o->live[AM_L_TENSOR]),
             GB(t && t->oom ? t->oom_reserved : 0), GB(o->live[AM_L_DEVICE]),

@@ -871,14 +871,62 @@ window_kind_name(int k)
     return k == 1 ? "time" : k == 2 ? "events" : k == 3 ? "steps" : "?";
 }
 
+/* RECOMPSHIM_WINDOW as the report prints it, with units: "time 0.500 s..
+ * 20.000 s" (the header holds ns), "events 100..", "steps 3..5"; an
+ * open end (B left out: UINT64_MAX) as nothing after "..". */
+static void
+window_text(const am_meta *m, char *out, size_t n)
+{
+    int k = (int)m->window_kind, open = m->window_b == UINT64_MAX;
+    if (k == 1 && open)
+        snprintf(out, n, "time %.3f s..", (double)m->window_a / 1e9);
+    else if (k == 1)
+        snprintf(out, n, "time %.3f s..%.3f s", (double)m->window_a / 1e9,
+                 (double)m->window_b / 1e9);
+    else if (open)
+        snprintf(out, n, "%s %" PRIu64 "..", window_kind_name(k), m->window_a);
+    else
+        snprintf(out, n, "%s %" PRIu64 "..%" PRIu64, window_kind_name(k), m->window_a,
+                 m->window_b);
+}
+
+/* 1 when the window held the whole run (hnew finding 14): a time or event
+ * window from 0 (open from the first event), opened and never closed
+ * before the trace ends. A steps window misses what came before its first
+ * step (the model's parameters), so it never holds the whole run. */
+static int
+window_whole_run(const am_meta *m)
+{
+    return (m->window_kind == 1 || m->window_kind == 2) && m->window_a == 0 &&
+           m->window_opened && !m->window_never_opened && !m->window_closed;
+}
+
+/* The RECOMPSHIM_WINDOW value the trace's recorded environment holds when
+ * the header has no window (the shim refused it as not valid, said on the
+ * job's stderr), else NULL. */
+static const char *
+refused_window(const am_meta *m)
+{
+    static const char key[] = "RECOMPSHIM_WINDOW=";
+    if (m->window_kind)
+        return NULL;
+    for (size_t k = 0; k < m->nenv; k++)
+        if (m->env[k] && !strncmp(m->env[k], key, sizeof key - 1) && m->env[k][sizeof key - 1])
+            return m->env[k] + sizeof key - 1;
+    return NULL;
+}
+
 /* What part of the run the source holds (after pass 1: window records seen). */
 static void
 coverage(am_rank *r, const am_meta *m)
 {
     am_coverage *c = &r->coverage;
+    char wt[96];
+    window_text(m, wt, sizeof wt);
     c->capped = m->limit_hit;
     c->windowed = m->window_kind != 0;
-    c->complete = !c->capped && !c->windowed && !m->salvaged_chunks;
+    int whole = c->windowed && window_whole_run(m);
+    c->complete = !c->capped && (!c->windowed || whole) && !m->salvaged_chunks;
     c->status = c->complete ? "complete"
                 : m->salvaged_chunks       ? "salvaged"
                 : c->capped && c->windowed ? "capped_windowed"
@@ -889,10 +937,21 @@ coverage(am_rank *r, const am_meta *m)
     size_t ms = 0;
 #define SUM(...) (k += (size_t)snprintf(s + k, k < sizeof c->summary ? sizeof c->summary - k : 0, __VA_ARGS__))
 #define MEAN(...) (ms += (size_t)snprintf(mn + ms, ms < sizeof c->meaning ? sizeof c->meaning - ms : 0, __VA_ARGS__))
+    if (c->complete && whole) {
+        SUM("complete (RECOMPSHIM_WINDOW=%s held the whole run)", wt);
+        MEAN("RECOMPSHIM_WINDOW=%s opened at the first event and never closed: the trace "
+             "covers the process from the shim's start%s", wt,
+             m->closed ? " to its exit" : " to its last published record");
+        return;
+    }
     if (c->complete) {
         SUM("complete");
         MEAN("no recording limit or window: the trace covers the process from the shim's "
              "start%s", m->closed ? " to its exit" : " to its last published record");
+        const char *w = refused_window(m);
+        if (w)
+            MEAN(" (RECOMPSHIM_WINDOW=\"%.100s\" was set but not valid: the shim refused it "
+                 "and recorded the whole run)", w);
         return;
     }
     if (m->salvaged_chunks) {
@@ -918,11 +977,9 @@ coverage(am_rank *r, const am_meta *m)
              m->dropped_records);
     }
     if (c->windowed) {
-        SUM("%swindowed: %s %" PRIu64 "..%" PRIu64, k ? ", " : "",
-            window_kind_name(m->window_kind), m->window_a, m->window_b);
-        MEAN("RECOMPSHIM_WINDOW=%s %" PRIu64 "..%" PRIu64 " recorded only events inside the "
-             "window (definitions and OOMs always)",
-             window_kind_name(m->window_kind), m->window_a, m->window_b);
+        SUM("%swindowed: %s", k ? ", " : "", wt);
+        MEAN("RECOMPSHIM_WINDOW=%s recorded only events inside the window (definitions and "
+             "OOMs always)", wt);
         if (m->window_never_opened || !m->window_opened) {
             SUM(" (never opened)");
             MEAN("; the window never opened: no memory event was recorded and nothing about "

@@ -7,6 +7,7 @@
 
 #include "advisor.h"
 #include "advisor_report.h"
+#include "json_str.h"
 #include "report.h"
 
 #define GB(x) am_fmt_bytes((x), (char[32]){0}, 32)
@@ -30,14 +31,14 @@ adv_report_text(FILE *f, const adv_verdict *v)
             GB(v->headroom));
     for (size_t i = 0; i < v->nranks; i++) {
         if (!v->capacity[i]) {
-            fprintf(f, "    rank %-4d capacity unknown   budget unknown: pass --budget   peak "
-                       "now %-11s\n",
+            fprintf(f, "    rank %-4d capacity unknown   budget unknown: pass --budget   "
+                       "baseline %-11s\n",
                     v->rank_id[i], GB(v->baseline[i]));
             continue;
         }
         long long margin = (long long)v->budget[i] - (long long)v->pred_reserved[i];
-        fprintf(f, "    rank %-4d capacity %-11s outside %-11s cache %-11s budget %-11s peak now "
-                   "%-11s predicted %-11s margin %s%s\n",
+        fprintf(f, "    rank %-4d capacity %-11s outside %-11s pred. cache %-11s budget %-11s "
+                   "baseline %-11s predicted %-11s margin %s%s\n",
                 v->rank_id[i], GB(v->capacity[i]), GB(v->outside[i]), GB(v->cache[i]),
                 GB(v->budget[i]),
                 GB(v->baseline[i]), GB(v->predicted[i]), margin < 0 ? "-" : "",
@@ -84,7 +85,7 @@ adv_report_text(FILE *f, const adv_verdict *v)
     fprintf(f, "change: %s\n", v->change[0] ? v->change : "none");
 }
 
-#define S(g, s) yajl_gen_string((g), (const unsigned char *)(s), strlen(s))
+#define S(g, s) AM_JSON_S((g), (s))
 #define I(g, v) yajl_gen_integer((g), (long long)(v))
 static void
 u64(yajl_gen g, uint64_t v)
@@ -117,7 +118,7 @@ verdict_json_config_diff(yajl_gen g, const adv_verdict *v)
     while (*p) {
         const char *e = strchr(p, '\n');
         size_t n = e ? (size_t)(e - p) : strlen(p);
-        yajl_gen_string(g, (const unsigned char *)p, n);
+        am_json_str(g, p, n);
         p += n + (e ? 1 : 0);
     }
     yajl_gen_array_close(g);

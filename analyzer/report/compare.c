@@ -11,6 +11,7 @@
 #include <yajl/yajl_gen.h>
 
 #include "compare.h"
+#include "json_str.h"
 #include "report.h"
 
 /* The settings compared (adv_cfg fields; names as Megatron's argparse dests
@@ -470,7 +471,7 @@ am_compare_html(FILE *f, const am_comparison *c, char *const *run_html)
     fprintf(f, "</body></html>\n");
 }
 
-#define JS(g, s) yajl_gen_string((g), (const unsigned char *)(s), strlen(s))
+#define JS(g, s) AM_JSON_S((g), (s))
 static void
 ju64(yajl_gen g, uint64_t v)
 {

@@ -5,40 +5,13 @@
 #include <string.h>
 
 #include "gates.h"
+#include "recomp/bytesize.h"
 #include "report.h"
 
 int
 am_parse_size(const char *s, uint64_t *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
-        return -1;
-    double m = 1;
-    if (*end == 'K' || *end == 'k')
-        m = 1024.0;
-    else if (*end == 'M' || *end == 'm')
-        m = 1024.0 * 1024;
-    else if (*end == 'G' || *end == 'g')
-        m = 1024.0 * 1024 * 1024;
-    else if (*end == 'T' || *end == 't')
-        m = 1024.0 * 1024 * 1024 * 1024;
-    else if (*end == 'B' && !end[1])
-        end++;
-    else if (*end)
-        return -1;
-    if (*end) {
-        end++;
-        if (*end == 'i')
-            end++;
-        if (*end == 'B')
-            end++;
-        if (*end)
-            return -1;
-    }
-    *out = (uint64_t)(v * m);
-    return 0;
+    return rs_bytes_parse(s, out) ? -1 : 0;
 }
 
 /* Does code match pattern? '*' matches any run of characters; everything
@@ -104,6 +77,12 @@ parse_gate(const char *item, am_gate *g)
     if (strncmp(item, "peak=", 5) == 0) {
         g->kind = AM_G_PEAK;
         return parse_threshold(item + 5, g);
+    }
+    /* device=: the device-level peak (segments + outside PyTorch); reserved=
+     * is its older name, kept (it is not PyTorch's reserved alone) */
+    if (strncmp(item, "device=", 7) == 0) {
+        g->kind = AM_G_RESERVED;
+        return parse_threshold(item + 7, g);
     }
     if (strncmp(item, "reserved=", 9) == 0) {
         g->kind = AM_G_RESERVED;

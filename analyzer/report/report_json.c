@@ -5,30 +5,17 @@
 #include <yajl/yajl_gen.h>
 
 #include "advisor_report.h"
+#include "json_str.h"
 #include "report.h"
 
 #define S(g, s) str_(g, s)
 
-/* Strings from traces may hold any bytes: emit valid UTF-8 only (other
- * bytes as '?'), so the generator never rejects a string. */
+/* Strings from traces may hold any bytes: json_str.h keeps valid UTF-8
+ * and replaces the rest, so the generator never rejects a string. */
 static void
 str_(yajl_gen g, const char *s)
 {
-    size_t n = strlen(s);
-    int clean = 1;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] >= 0x80)
-            clean = 0;
-    if (clean) {
-        yajl_gen_string(g, (const unsigned char *)s, n);
-        return;
-    }
-    char buf[1024];
-    if (n >= sizeof buf)
-        n = sizeof buf - 1;
-    for (size_t i = 0; i < n; i++)
-        buf[i] = (unsigned char)s[i] >= 0x80 ? '?' : s[i];
-    yajl_gen_string(g, (const unsigned char *)buf, n);
+    AM_JSON_S(g, s);
 }
 #define K(g, s) S(g, s)
 #define I(g, v) yajl_gen_integer((g), (long long)(v))

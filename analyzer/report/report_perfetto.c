@@ -13,9 +13,10 @@
 #include <yajl/yajl_gen.h>
 
 #include "capture.h"
+#include "json_str.h"
 #include "report.h"
 
-#define S(g, s) yajl_gen_string((g), (const unsigned char *)(s), strlen(s))
+#define S(g, s) AM_JSON_S((g), (s))
 #define TID_ITER 2147483646 /* pseudo threads above any pid_max */
 #define TID_PHASE 2147483645
 

@@ -459,7 +459,8 @@ advisor_brief(FILE *f, const am_job *j)
     if (v->nranks) {
         long long m = tmargin;
         fprintf(f, "  tightest rank %d: budget %s (capacity %s - outside PyTorch %s - headroom "
-                   "%s), peak now %s, projected %s + cache %s = %s reserved, margin %s%s\n",
+                   "%s), baseline peak %s, projected %s + its allocator cache %s = %s reserved, "
+                   "margin %s%s\n",
                 v->rank_id[tight], GB(v->budget[tight]), GB(v->capacity[tight]),
                 GB(v->outside[tight]), GB(v->headroom), GB(v->baseline[tight]),
                 GB(v->predicted[tight]), GB(v->cache[tight]), GB(v->pred_reserved[tight]),
@@ -476,6 +477,11 @@ advisor_brief(FILE *f, const am_job *j)
                     adv_effect_name(c->effect), c->valid ? "" : " (invalid)");
         }
         fputc('\n', f);
+        /* the recommended setting's effect with its reason on a line of its own */
+        if (v->chosen >= 0 && (size_t)v->chosen < v->ncands &&
+            v->cands[v->chosen].effect != ADV_E_FITS && v->cands[v->chosen].reason[0])
+            fprintf(f, "    *%s is %s: %s\n", v->cands[v->chosen].name,
+                    adv_effect_name(v->cands[v->chosen].effect), v->cands[v->chosen].reason);
     }
     if (v->confirm[0])
         fprintf(f, "  confirm: %s\n", v->confirm);
@@ -526,10 +532,25 @@ static void
 legend(FILE *f)
 {
     fprintf(f, "\nlegend: verdict R:... a recompute setting that fits every rank; X:... recompute "
-               "cannot help (the cause named); OK:FITS fits as it runs. Peaks: tensor = PyTorch "
-               "allocated; device = cudaMalloc segments + memory outside PyTorch; projected = "
-               "the advisor's counterfactual peak with the change. --ranks all: every rank in "
-               "full.\n");
+               "cannot help (the cause named); OK:FITS fits as it runs; n/a withheld (the why "
+               "says what is missing). Peaks: tensor = PyTorch allocated; device = cudaMalloc "
+               "segments + memory outside PyTorch; baseline peak = the advisor's allocated "
+               "peak of the job as it runs, a whole iteration, with a fatal OOM's failed "
+               "request (so above the tensor peak after an OOM); projected = the advisor's "
+               "counterfactual allocated peak with the change; reserved = PyTorch reserved "
+               "(allocated + allocator cache), modelled; the allocator cache (reserved - "
+               "allocated) is modelled on each timeline: the baseline's (triage findings) and "
+               "each prediction's own (its fit); budget = capacity - outside PyTorch - "
+               "headroom. Candidate effects: fits (within the budget with the 2%% error bound), "
+               "marginal (within it only without the error bound, or the fit unverified: the "
+               "recommended one says why), "
+               "insufficient (over the budget), ineffective (saves nothing), "
+               "counter-productive (raises the peak). CACHE UNVERIFIED: the trace ends before "
+               "a steady allocator cache, so every cache figure is a lower bound. COVERAGE: "
+               "INCOMPLETE: the trace holds only part of the run (capped, windowed, "
+               "salvaged). BINDS: the binding ranks (an OOM or a deficit) and what holds each. "
+               "--ranks all: every "
+               "rank in full.\n");
 }
 
 void

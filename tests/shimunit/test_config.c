@@ -115,3 +115,75 @@ Test(config, invalid_values_fall_back_to_defaults)
     cr_assert_eq(g_rs_cfg.disable, 0);
     cr_assert_str_eq(g_rs_cfg.out_dir, "./recomp-traces");
 }
+
+/* hnew finding 4/5 (issue 14): the one size parser (recomp/bytesize.h)
+ * refuses nan, inf, exponents and every overflow, never wraps or falls
+ * back silently. */
+Test(config, sizes_refuse_nan_inf_overflow)
+{
+    static const char *const bad[] = {"nan", "inf", "-inf", "1e3", "1e3GiB", "+1",
+                                      "18446744073709551616", "99999999999TiB",
+                                      "16777216T", "1.", ".5G", "5 G", "0x10"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        uint64_t v = 7;
+        cr_assert_eq(rs_parse_size(bad[i], &v), -1, "'%s' accepted", bad[i]);
+        cr_assert_eq(v, 7);
+    }
+    uint64_t v = 0;
+    cr_assert_eq(rs_parse_size("18446744073709551615", &v), 0); /* 2^64-1 itself */
+    cr_assert_eq(v, UINT64_MAX);
+    cr_assert_eq(rs_parse_size("16777215T", &v), 0); /* the largest whole TiB */
+    cr_assert_eq(v, 16777215ull << 40);
+    cr_assert_eq(rs_parse_size("79.5G", &v), 0); /* a fraction of a unit, exactly */
+    cr_assert_eq(v, 79ull * (1ull << 30) + (1ull << 29));
+    cr_assert_eq(rs_parse_size("80gib", &v), 0);
+    cr_assert_eq(v, 80ull << 30);
+}
+
+/* hnew finding 5: RECOMPSHIM_WINDOW bounds that overflow 64 bits (seconds
+ * x 1e9 ns, or an event index) are refused, not recorded as 0..0. */
+Test(config, window_overflow_refused)
+{
+    uint32_t k = 0;
+    uint64_t a = 1, b = 1;
+    const char *why = NULL;
+    cr_assert_eq(rs_parse_window_why("time:0-20000000000", &k, &a, &b, &why), -1);
+    cr_assert(why && strstr(why, "overflow"), "%s", why ? why : "(null)");
+    cr_assert_eq(rs_parse_window_why("events:0-99999999999999999999", &k, &a, &b, &why), -1);
+    cr_assert(why && strstr(why, "overflow"), "%s", why ? why : "(null)");
+    cr_assert_eq(rs_parse_window("time:18446744074-", &k, &a, &b), -1);
+    cr_assert_eq(rs_parse_window("events:1.5-2", &k, &a, &b), -1);
+    cr_assert_eq(rs_parse_window("steps:-1-2", &k, &a, &b), -1);
+    cr_assert_eq(rs_parse_window("time:nan-1", &k, &a, &b), -1);
+    cr_assert_eq(rs_parse_window("time:0-inf", &k, &a, &b), -1);
+    cr_assert_eq(rs_parse_window("time:5-1", &k, &a, &b), -1);
+    cr_assert_eq(a, 1);
+    /* the largest bound that fits: 18446744073 s = 1.8e19 ns */
+    cr_assert_eq(rs_parse_window("time:0-18446744073", &k, &a, &b), 0);
+    cr_assert_eq(b, 18446744073000000000ull);
+    cr_assert_eq(rs_parse_window("time:0-1000000", &k, &a, &b), 0);
+    cr_assert_eq(b, 1000000000000000ull);
+}
+
+/* hnew findings 5 and 15 through the environment: a bad window records the
+ * whole run (no window); a limit below the smallest trace (header + two
+ * chunks) is raised to it. */
+Test(config, env_window_and_max_bytes_clamped)
+{
+    setenv("RECOMPSHIM_WINDOW", "events:0-99999999999999999999", 1);
+    setenv("RECOMPSHIM_MAX_BYTES", "1", 1);
+    unsetenv("RECOMPSHIM_RUN_ID");
+    rs_config_load();
+    cr_assert_eq(g_rs_cfg.window_kind, RS_WINDOW_NONE);
+    cr_assert_eq(g_rs_cfg.max_bytes, RS_HEADER_SIZE + 2ull * RS_CHUNK_SIZE);
+    cr_assert_eq(g_rs_cfg.max_bytes, 528384ull);
+    setenv("RECOMPSHIM_MAX_BYTES", "1M", 1);
+    rs_config_load();
+    cr_assert_eq(g_rs_cfg.max_bytes, 1ull << 20);
+    setenv("RECOMPSHIM_MAX_BYTES", "nan", 1);
+    rs_config_load();
+    cr_assert_eq(g_rs_cfg.max_bytes, 0); /* the default: no limit */
+    unsetenv("RECOMPSHIM_WINDOW");
+    unsetenv("RECOMPSHIM_MAX_BYTES");
+    unsetenv("RECOMPSHIM_RUN_ID");
+}

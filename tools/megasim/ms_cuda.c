@@ -164,9 +164,16 @@ ms_thread_name(const char *name)
  * GIL (PyNode::apply: gil_scoped_acquire). Here: ms_autograd_run() is called
  * from Python through ctypes (which releases the GIL), posts the task and
  * waits; the worker takes the GIL with PyGILState_Ensure (looked up with
- * dlsym(RTLD_DEFAULT), as the shim does) and calls the task. */
+ * dlsym(RTLD_DEFAULT), as the shim does) and calls the task. Like PyTorch's
+ * worker (PythonEngine::thread_init: a gil_scoped_acquire then a
+ * gil_scoped_release around the whole thread_main, "without having to
+ * create a new PyThreadState each time"), it makes its thread state once,
+ * at start, and keeps it until it stops: a profile function set on it
+ * (the shim's, before Python 3.12) stays from one backward to the next. */
 typedef int (*gil_ensure_fn)(void);
 typedef void (*gil_release_fn)(int);
+typedef void *(*save_thread_fn)(void);
+typedef void (*restore_thread_fn)(void *);
 
 static struct {
     pthread_mutex_t mu;
@@ -190,6 +197,15 @@ autograd_main(void *unused)
     cudaSetDevice(g_ag.device);
     gil_ensure_fn ensure = (gil_ensure_fn)dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
     gil_release_fn release = (gil_release_fn)dlsym(RTLD_DEFAULT, "PyGILState_Release");
+    save_thread_fn save = (save_thread_fn)dlsym(RTLD_DEFAULT, "PyEval_SaveThread");
+    restore_thread_fn restore = (restore_thread_fn)dlsym(RTLD_DEFAULT, "PyEval_RestoreThread");
+    int held = 0, hold = 0;
+    void *ts = NULL;
+    if (ensure && release && save && restore) {
+        hold = ensure(); /* the thread state kept for the thread's life */
+        ts = save();     /* ... without the GIL */
+        held = 1;
+    }
     pthread_mutex_lock(&g_ag.mu);
     g_ag.tid = (int)syscall(SYS_gettid);
     pthread_cond_broadcast(&g_ag.cv);
@@ -212,6 +228,10 @@ autograd_main(void *unused)
         pthread_cond_broadcast(&g_ag.cv);
     }
     pthread_mutex_unlock(&g_ag.mu);
+    if (held) {
+        restore(ts);
+        release(hold);
+    }
     return NULL;
 }
 
