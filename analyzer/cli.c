@@ -173,10 +173,8 @@ usage(FILE *f)
             "  --perfetto FILE also write a Chrome trace (Perfetto, chrome://tracing):\n"
             "                  memory counters, phases, NVTX ranges, collectives, the OOM\n"
             "  --fail-on LIST  gates, e.g. oom,verdict!=OK:FITS,peak=70GiB or, with compare,\n"
-            "                  peak=+3%%,device=+5%%,unmatched (docs/analysis.md, Gates);
-"
-            "                  they judge the ranks analysed (with --rank N: rank N only)
-"
+            "                  peak=+3%%,device=+5%%,unmatched (docs/analysis.md, Gates);\n"
+            "                  they judge the ranks analysed (with --rank N: rank N only)\n"
             "  --budget SIZE   device capacity for the advisor (default: the trace header),\n"
             "                  e.g. 80GiB, 79.1G, 85899345920\n"
             "  --headroom SIZE kept free on every rank (default 2GiB)\n"
