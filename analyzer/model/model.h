@@ -251,12 +251,15 @@ void am_kineto_set_memory_limit(uint64_t bytes);
 /* Import limits for compressed and slow inputs (docs/importers.md):
  * decompressed bytes at most max(1 GiB, 200 x the file's size) and 64 GiB,
  * and at most 1800 s of import time; RECOMP_IMPORT_MAX_BYTES (K/M/G
- * suffixes) and RECOMP_IMPORT_MAX_SECONDS replace the defaults. The ratio:
- * torch.profiler's JSON compresses 5-20x; a gzip bomb reaches 1000x. */
+ * suffixes, include/recomp/bytesize.h's grammar) and RECOMP_IMPORT_MAX_SECONDS
+ * (seconds, >= 0) replace the defaults; a value that is not one refuses the
+ * import (am_import_limit_check) rather than being read as another limit.
+ * The ratio: torch.profiler's JSON compresses 5-20x; a gzip bomb reaches 1000x. */
 typedef struct am_import_limit {
     uint64_t max_bytes;       /* decompressed */
     double max_seconds;
     double start;             /* CLOCK_MONOTONIC seconds at am_import_limit_init */
+    char bad[200];            /* "" or why a setting was refused (the setting, its value) */
 } am_import_limit;
 void am_import_limit_init(am_import_limit *l, uint64_t file_bytes);
 /* 0 while within the limits; else -1 and one line in err naming the file,

@@ -8,8 +8,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <math.h>
 
 #include "model.h"
+#include "recomp/bytesize.h"
 
 /* Importers of other formats (docs/importers.md). */
 extern const am_importer am_kineto_importer;
@@ -51,19 +53,43 @@ mono_seconds(void)
 }
 
 /* "64G", "500M", "1048576": bytes; 0 when absent or malformed. */
-static uint64_t
-env_bytes(const char *name)
+/* A byte-size setting (include/recomp/bytesize.h's grammar) into *out;
+ * 0 when unset (out untouched); -1 with why in bad (the setting, the value)
+ * when it is not a size or is 0. */
+static int
+env_bytes(const char *name, uint64_t *out, char *bad, size_t n)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    uint64_t b;
+    const char *why = rs_bytes_parse(v, &b);
+    if (!why && b == 0)
+        why = "0 bytes would refuse every file";
+    if (why) {
+        snprintf(bad, n, "%s=%.40s: %s", name, v, why);
+        return -1;
+    }
+    *out = b;
+    return 0;
+}
+
+/* A seconds setting (a finite number >= 0) into *out; as env_bytes. */
+static int
+env_seconds(const char *name, double *out, char *bad, size_t n)
 {
     const char *v = getenv(name);
     if (!v || !*v)
         return 0;
     char *end;
+    errno = 0;
     double x = strtod(v, &end);
-    double m = *end == 'K' || *end == 'k' ? 1024.0
-               : *end == 'M' || *end == 'm' ? 1048576.0
-               : *end == 'G' || *end == 'g' ? 1073741824.0
-                                            : 1.0;
-    return x > 0 ? (uint64_t)(x * m) : 0;
+    if (end == v || *end || errno || !isfinite(x) || x < 0) {
+        snprintf(bad, n, "%s=%.40s: not a number of seconds >= 0", name, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
 }
 
 void
@@ -73,11 +99,10 @@ am_import_limit_init(am_import_limit *l, uint64_t file_bytes)
     l->max_bytes = ratio > floor ? ratio : floor;
     if (l->max_bytes > top)
         l->max_bytes = top;
-    uint64_t b = env_bytes("RECOMP_IMPORT_MAX_BYTES");
-    if (b)
-        l->max_bytes = b;
-    const char *s = getenv("RECOMP_IMPORT_MAX_SECONDS");
-    l->max_seconds = s && *s ? strtod(s, NULL) : 1800.0;
+    l->max_seconds = 1800.0;
+    l->bad[0] = 0;
+    if (env_bytes("RECOMP_IMPORT_MAX_BYTES", &l->max_bytes, l->bad, sizeof l->bad) == 0)
+        env_seconds("RECOMP_IMPORT_MAX_SECONDS", &l->max_seconds, l->bad, sizeof l->bad);
     l->start = mono_seconds();
 }
 
@@ -85,6 +110,10 @@ int
 am_import_limit_check(const am_import_limit *l, const char *path, uint64_t decompressed,
                       uint64_t offset, char *err, size_t errlen)
 {
+    if (l->bad[0]) {
+        snprintf(err, errlen, "%s: offset %" PRIu64 ": %s: refused", path, offset, l->bad);
+        return -1;
+    }
     if (decompressed > l->max_bytes) {
         snprintf(err, errlen,
                  "%s: offset %" PRIu64 ": more than %" PRIu64 " bytes after decompression "

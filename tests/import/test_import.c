@@ -847,6 +847,27 @@ Test(damaged, import_time_limit)
     free(buf);
 }
 
+/* An import limit set to what is not a size (nan, garbage, 0) or not a
+ * number of seconds refuses the import naming the setting and its value; it
+ * was read as "unset" (nan, garbage) and the default limit applied silently. */
+Test(damaged, import_limit_settings_that_are_not_values_refuse)
+{
+    size_t n;
+    unsigned char *gz = gzip_of_blanks((size_t)1 << 16, &n);
+    static const char *const bytes[] = {"nan", "16Q", "-1G", "0"};
+    for (size_t i = 0; i < sizeof bytes / sizeof *bytes; i++) {
+        char want[64];
+        setenv("RECOMP_IMPORT_MAX_BYTES", bytes[i], 1);
+        snprintf(want, sizeof want, "RECOMP_IMPORT_MAX_BYTES=%s: ", bytes[i]);
+        expect_damaged("limit.json.gz", gz, n, want);
+    }
+    unsetenv("RECOMP_IMPORT_MAX_BYTES");
+    setenv("RECOMP_IMPORT_MAX_SECONDS", "soon", 1);
+    expect_damaged("limit.json.gz", gz, n, "RECOMP_IMPORT_MAX_SECONDS=soon: not a number");
+    unsetenv("RECOMP_IMPORT_MAX_SECONDS");
+    free(gz);
+}
+
 /* A Kineto trace of `pairs` [memory] alloc/free pairs inside cpu_op ranges,
  * written in reverse time order in blocks of 1000 events (so the sorted
  * runs interleave, as Kineto's grouping by kind and thread makes them), to
