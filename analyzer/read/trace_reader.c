@@ -1827,55 +1827,48 @@ stream_load_compact(rs_reader *r, rd_stream *s, const rs_record_header *h)
     return 1;
 }
 
-/* expand_compact for the packed records of format 1.5 (ALLOC_P, FREE_P):
- * the pointer is the packed word's low 48 bits, zero-extended. *out was
- * zeroed. */
-static void
-expand_packed(const rd_stream *s, const rs_record_header *h, rd_full *out)
-{
-    const void *p = h;
-    if (h->kind == RS_REC_ALLOC_P) {
-        const rs_rec_alloc_p *c = p;
-        const rs_rec_site *st = s->sites[rs_packed_site(c->ptr_site) - 1];
-        out->a.h = (rs_record_header){.kind = RS_REC_ALLOC, .size = sizeof out->a,
-                                      .aux = c->pystack, .t_ns = s->t};
-        out->a.ptr = rs_packed_ptr(c->ptr_site);
-        out->a.size = c->size;
-        out->a.stream = st->stream;
-        out->a.caller = st->caller;
-        out->a.api = st->api;
-        out->a.mem = st->mem;
-        out->a.device = st->device;
-        return;
-    }
-    const rs_rec_free_p *c = p;
-    const rs_rec_site *st = s->sites[rs_packed_site(c->ptr_site) - 1];
-    out->f.h = (rs_record_header){.kind = RS_REC_FREE, .size = sizeof out->f, .t_ns = s->t};
-    out->f.ptr = rs_packed_ptr(c->ptr_site);
-    out->f.stream = st->stream;
-    out->f.caller = st->caller;
-    out->f.api = st->api;
-    out->f.mem = st->mem;
-    out->f.device = st->device;
-}
-
 /* The full ALLOC/FREE record that compact record h (current in stream s,
- * at time s->t) stands for, written into *out. */
+ * at time s->t) stands for, written into *out: ALLOC_C/FREE_C (format 1.4)
+ * name their site in a word of their own, ALLOC_P/FREE_P (1.5) in the packed
+ * word's top 16 bits beside the pointer (its low 48 bits, zero-extended);
+ * the site (validated at open) gives the rest. */
 static void
 expand_compact(const rd_stream *s, const rs_record_header *h, rd_full *out)
 {
-    memset(out, 0, sizeof *out);
-    if (h->kind == RS_REC_ALLOC_P || h->kind == RS_REC_FREE_P) {
-        expand_packed(s, h, out);
-        return;
+    const void *p = h;
+    uint64_t ptr, size = 0;
+    uint32_t site, pystack = 0;
+    int alloc = 0;
+    switch (h->kind) {
+    case RS_REC_ALLOC_P: {
+        const rs_rec_alloc_p *c = p;
+        alloc = 1, site = rs_packed_site(c->ptr_site), ptr = rs_packed_ptr(c->ptr_site);
+        size = c->size, pystack = c->pystack;
+        break;
     }
-    if (h->kind == RS_REC_ALLOC_C) {
-        const rs_rec_alloc_c *c = (const void *)h;
-        const rs_rec_site *st = s->sites[c->site - 1];
+    case RS_REC_FREE_P: {
+        const rs_rec_free_p *c = p;
+        site = rs_packed_site(c->ptr_site), ptr = rs_packed_ptr(c->ptr_site);
+        break;
+    }
+    case RS_REC_ALLOC_C: {
+        const rs_rec_alloc_c *c = p;
+        alloc = 1, site = c->site, ptr = c->ptr, size = c->size, pystack = c->pystack;
+        break;
+    }
+    default: { /* RS_REC_FREE_C */
+        const rs_rec_free_c *c = p;
+        site = c->site, ptr = c->ptr;
+        break;
+    }
+    }
+    const rs_rec_site *st = s->sites[site - 1];
+    memset(out, 0, sizeof *out);
+    if (alloc) {
         out->a.h = (rs_record_header){.kind = RS_REC_ALLOC, .size = sizeof out->a,
-                                      .aux = c->pystack, .t_ns = s->t};
-        out->a.ptr = c->ptr;
-        out->a.size = c->size;
+                                      .aux = pystack, .t_ns = s->t};
+        out->a.ptr = ptr;
+        out->a.size = size;
         out->a.stream = st->stream;
         out->a.caller = st->caller;
         out->a.api = st->api;
@@ -1883,10 +1876,8 @@ expand_compact(const rd_stream *s, const rs_record_header *h, rd_full *out)
         out->a.device = st->device;
         return;
     }
-    const rs_rec_free_c *c = (const void *)h;
-    const rs_rec_site *st = s->sites[c->site - 1];
     out->f.h = (rs_record_header){.kind = RS_REC_FREE, .size = sizeof out->f, .t_ns = s->t};
-    out->f.ptr = c->ptr;
+    out->f.ptr = ptr;
     out->f.stream = st->stream;
     out->f.caller = st->caller;
     out->f.api = st->api;
