@@ -24,6 +24,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import scenarios as flagsets  # noqa: E402  (tests/scenarios.py: the flags, one place)
+from harness import Tap  # noqa: E402  (tests/harness.py)
 
 SHIM = os.environ["RECOMP_SHIM"]
 ANALYZE = os.environ["RECOMP_ANALYZE"]
@@ -31,23 +32,9 @@ LIBDIR = os.environ["MEGASIM_LIB_DIR"]
 PYDIR = os.environ["MEGASIM_PYDIR"]
 GIB = 1 << 30
 
-n = 0
-failed = 0
 
-
-def ok(cond, name, detail=""):
-    global n, failed
-    n += 1
-    if cond:
-        print("ok %d - %s" % (n, name))
-    else:
-        failed += 1
-        print("not ok %d - %s" % (n, name))
-        if detail:
-            for line in str(detail).splitlines()[:40]:
-                print("#   " + line)
-    sys.stdout.flush()
-    return cond
+TAP = Tap()
+ok = TAP.ok
 
 
 def run_megasim(flags, capacity_gib=None):
@@ -1484,8 +1471,7 @@ def main():
         noop()
     if not only or "not-megatron" in only:
         not_megatron()
-    print("1..%d" % n)
-    return 0
+    return TAP.done()
 
 
 if __name__ == "__main__":

@@ -34,16 +34,13 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import scenarios as flagsets  # noqa: E402
-from harness import preload  # noqa: E402
+from harness import Tap, preload  # noqa: E402
 
 SHIM = os.environ["RECOMP_SHIM"]
 ANALYZE = os.environ["RECOMP_ANALYZE"]
 DUMP = os.environ["RECOMP_DUMP"]
 LIBDIR = os.environ["MEGASIM_LIB_DIR"]
 PYDIR = os.environ["MEGASIM_PYDIR"]
-
-n = 0
-failed = 0
 
 
 def python312():
@@ -60,16 +57,8 @@ def python312():
 PYTHON = python312()
 
 
-def ok(cond, name, detail=""):
-    global n, failed
-    n += 1
-    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, name))
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[:30]:
-            print("#   " + line)
-    sys.stdout.flush()
-    return cond
+TAP = Tap(30)
+ok = TAP.ok
 
 
 def without_profile(flags):
@@ -190,8 +179,7 @@ def main():
             check(name, flags, vs_ranges, root)
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return TAP.done()
 
 
 if __name__ == "__main__":

@@ -33,24 +33,15 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import preload  # noqa: E402  (tests/harness.py)
+from harness import Tap, preload  # noqa: E402  (tests/harness.py)
 
 E = os.environ
 SHIM, ANALYZE, DUMP = E["RECOMP_SHIM"], E["RECOMP_ANALYZE"], E["RECOMP_DUMP"]
 README = open(os.path.join(E["SOURCE_ROOT"], "README.md"), encoding="utf-8").read()
 
-n = 0
-failed = 0
 
-
-def ok(cond, name, detail=""):
-    global n, failed
-    n += 1
-    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, name))
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[:30]:
-            print("#   " + line)
+TAP = Tap(30)
+ok = TAP.ok
 
 
 def run(argv, env=None, **kw):
@@ -398,8 +389,7 @@ def main():
         check_stands_alone()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return TAP.done()
 
 
 if __name__ == "__main__":

@@ -29,22 +29,13 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import preload  # noqa: E402  (tests/harness.py)
+from harness import Tap, preload  # noqa: E402  (tests/harness.py)
 
 E = os.environ
 SHIM, ANALYZE, PROG = E["RECOMP_SHIM"], E["RECOMP_ANALYZE"], E["P_VALUES"]
-n = 0
-failed = 0
 
-
-def ok(cond, name, detail=""):
-    global n, failed
-    n += 1
-    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, name))
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[:30]:
-            print("#   " + line)
+TAP = Tap(30)
+ok = TAP.ok
 
 
 def run(argv, env=None, **kw):
@@ -315,8 +306,7 @@ def main():
         check_json_names(tmp)
         check_frames_replays(tmp)
         check_run_main_oom_line(tmp)
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return TAP.done()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import scenarios  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import preload  # noqa: E402  (tests/harness.py)
+from harness import Tap, preload  # noqa: E402  (tests/harness.py)
 
 SHIM = os.environ["RECOMP_SHIM"]
 ANALYZE = os.environ["RECOMP_ANALYZE"]
@@ -35,20 +35,9 @@ EXPECTED = os.path.join(HERE, "expected")
 UPDATE = os.environ.get("RECOMP_GOLDEN_UPDATE") == "1"
 ONLY = [x for x in os.environ.get("RECOMP_GOLDEN_ONLY", "").split(",") if x]
 
-n = 0
-failed = 0
 
-
-def ok(cond, name, detail=""):
-    global n, failed
-    n += 1
-    print("%s %d - %s" % ("ok" if cond else "not ok", n, name))
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[:60]:
-            print("#   " + line)
-    sys.stdout.flush()
-    return cond
+TAP = Tap(60)
+ok = TAP.ok
 
 
 # what differs between two runs of the same simulated job, or between two
@@ -224,8 +213,7 @@ def main():
         text, js = report(path, [], FIXTURE_MASKS, False)
         compare(name, "txt", text)
         compare(name, "json", js)
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return TAP.done()
 
 
 if __name__ == "__main__":

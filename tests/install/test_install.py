@@ -17,21 +17,12 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import preload  # noqa: E402  (tests/harness.py)
+from harness import Tap, preload  # noqa: E402  (tests/harness.py)
 
 E = os.environ
-n = 0
-failed = 0
 
-
-def ok(cond, name, detail=""):
-    global n, failed
-    n += 1
-    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, name))
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[:30]:
-            print("#   " + line)
+TAP = Tap(30)
+ok = TAP.ok
 
 
 def run(argv, env=None, **kw):
@@ -155,8 +146,7 @@ def main():
            if os.path.isdir(inc) else False, "installed: include/recomp/ (the trace format)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return TAP.done()
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 from scenarios import SCENARIOS  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import preload  # noqa: E402  (tests/harness.py)
+from harness import Tap, preload  # noqa: E402  (tests/harness.py)
 
 ANALYZE = os.environ["RECOMP_ANALYZE"]
 SHIM = os.environ["RECOMP_SHIM"]
@@ -27,19 +27,9 @@ GEN = os.environ["RECOMP_GEN_TRACE"]
 LIBDIR = os.environ["MEGASIM_LIB_DIR"]
 PYDIR = os.environ["MEGASIM_PYDIR"]
 
-n = failed = 0
 
-
-def ok(cond, name, detail=""):
-    global n, failed
-    n += 1
-    print("%s %d - %s" % ("ok" if cond else "not ok", n, name))
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[:40]:
-            print("#   " + line)
-    sys.stdout.flush()
-    return cond
+TAP = Tap()
+ok = TAP.ok
 
 
 def analyze(args):
@@ -109,8 +99,7 @@ def main():
                 print("# SKIP fixtures %s: not found under RECOMP_FIXTURES=%r" % (sub, fixtures))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return TAP.done()
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ import zlib
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import scenarios  # noqa: E402
-from harness import preload  # noqa: E402  (tests/harness.py)
+from harness import Tap, preload  # noqa: E402  (tests/harness.py)
 
 SHIM = os.environ["RECOMP_SHIM"]
 ANALYZE = os.environ["RECOMP_ANALYZE"]
@@ -86,20 +86,9 @@ REGRESSIONS = {
                              scenarios.HYBRID_JOB_CAP, []),
 }
 
-n = 0
-failed = 0
 
-
-def ok(cond, name, detail=""):
-    global n, failed
-    n += 1
-    print("%s %d - %s" % ("ok" if cond else "not ok", n, name))
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[:40]:
-            print("#   " + line)
-    sys.stdout.flush()
-    return cond
+TAP = Tap()
+ok = TAP.ok
 
 
 GEN_SUMMARIES = os.environ.get("GEN_SUMMARIES", "")
@@ -461,8 +450,7 @@ def main():
             ok(size < 16 * 1024, "the main job's summary is small: %d bytes for 4 ranks" % size)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return TAP.done()
 
 
 if __name__ == "__main__":
