@@ -9,8 +9,8 @@
  *                      process: >= 1 GiB and >= 5% of the device) held what
  *                      the job's own peak + cache + headroom needed
  *   X:FRAGMENTATION    PyTorch's request failed although allocated + request
- *                      fits the budget and reserved - allocated (the inactive
- *                      split) exceeds the request
+ *                      fits the budget: reserved - allocated (the inactive
+ *                      split) that the allocator could not return decided it
  *   X:OPTIMIZER_STATE  the OOM/peak is in the optimizer step, or activations
  *   X:PARAM_STATE      are a negligible share of what is live (state dominates)
  *   X:RETENTION        activation or replay bytes alive into the next iteration
@@ -1189,30 +1189,44 @@ fragmentation_unseen_memory(const triage_rank *k, uint64_t req, char *out, size_
 }
 
 /* Step 3, fragmentation: PyTorch's own request of req bytes failed although
- * allocated + req fits the expandable-segments budget and the inactive
- * split (cache: reserved - allocated bytes) exceeds the request. Returns 1
- * when a finding was added. */
+ * allocated + req, and the rank's allocated peak, fit the expandable-segments
+ * budget (capacity - outside PyTorch - headroom). Then the bytes that decided
+ * the OOM are the allocator's cache (cache: reserved - allocated bytes at the
+ * OOM, after release_cached_blocks returned the whole free segments): free
+ * blocks inside segments that also hold live tensors, which PyTorch cannot
+ * return to the device (c10/cuda/CUDACachingAllocator.cpp) and which, with
+ * the device's free bytes, did not hold the request. The cache need not
+ * exceed the request (issue 14, hplay8 D: a 15.16 GiB loss request failed
+ * with 13.04 GiB allocated and 13.80 GiB cached on a 40 GiB device, and
+ * expandable_segments:True ran it). Returns 1 when a finding was added. */
 static int
 triage_fragmentation(const triage_rank *k, adv_verdict *v, uint64_t req, uint64_t cache)
 {
     const adv_trace *t = k->t;
     if (!(t->oom && (k->r->levels & AM_LVL_TENSOR) && t->oom_reserved &&
-          t->oom_allocated + req <= k->budget_exp && cache > req &&
+          t->oom_allocated + req <= k->budget_exp && cache &&
           v->baseline[k->i] <= k->budget_exp))
         return 0;
-    char unseen[512];
+    char unseen[512], held[256];
     int pool = fragmentation_unseen_memory(k, req, unseen, sizeof unseen);
+    if (cache > req)
+        snprintf(held, sizeof held, "exceeds the request %.1fx",
+                 (double)cache / (double)(req ? req : 1));
+    else
+        snprintf(held, sizeof held,
+                 "could not be returned to the device (free blocks in segments that "
+                 "hold live tensors) and, with the device's free bytes, did not hold "
+                 "the request");
     adv_finding_add(v, "X:FRAGMENTATION", pool ? "inactive_split_unseen" : "inactive_split",
                     k->r->rank,
                     "PyTorch's request of %s failed with %s allocated (+ request = "
                     "%s, within the %s budget) and %s reserved: %s reserved but "
-                    "unallocated (inactive split) exceeds the request %.1fx. Set "
+                    "unallocated (inactive split) %s. Set "
                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (zero "
                     "throughput cost); with CUDA graphs on pre-Blackwell GPUs also "
                     "NCCL_GRAPH_REGISTER=0%s",
                     GB(req), GB(t->oom_allocated), GB(t->oom_allocated + req),
-                    GB(k->budget_exp), GB(t->oom_reserved), GB(cache),
-                    (double)cache / (double)(req ? req : 1), unseen);
+                    GB(k->budget_exp), GB(t->oom_reserved), GB(cache), held, unseen);
     const char *fk = "X:FRAGMENTATION";
     adv_finding_held(v, fk, cache);
     LEVER(fk, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", cache);

@@ -1770,11 +1770,16 @@ run_choose(run_state *st)
                         fb = (int)k;
                         break;
                     }
-            adv_fallback_with_gap(v, prim, &v->cands[fb], gap, sizeof gap);
+            int fbok = adv_fallback_with_gap(v, prim, &v->cands[fb], gap, sizeof gap);
+            /* "none" from a run with recompute on is removing it, not OK:FITS */
+            const char *fbname = strncmp(v->cands[fb].code, "OK:", 3) == 0
+                                     ? "no recompute (none)" : v->cands[fb].code;
             size_t l = strlen(v->why);
             snprintf(v->why + l, sizeof v->why - l,
-                     ". Fallback at a compute cost: %s (%.1f%% replay)%s",
-                     v->cands[fb].code, 100 * v->cands[fb].cost, gap);
+                     fbok == 0 ? ". No recompute setting runs without the allocator fix; "
+                                 "the cheapest with it: %s (%.1f%% replay)%s"
+                               : ". Fallback at a compute cost: %s (%.1f%% replay)%s",
+                     fbname, 100 * v->cands[fb].cost, gap);
         }
     } else if (st->base_fits && !(curc && st->pick >= 0 && st->pick != st->cur_idx &&
                                   v->cands[st->pick].cost < curc->cost - 1e-4)) {

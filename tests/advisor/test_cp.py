@@ -131,7 +131,7 @@ def main():
     for kind in ("p2p", "a2a", "all_gather"):
         if not only or kind in only:
             one(kind)
-    print("1..%d" % ta.n)
+    print("1..%d" % ta.TAP.n)
     return 0
 
 

@@ -55,7 +55,7 @@ def main():
     cap = ta.flagsets.HYBRID_JOB_CAP
     run, rc, tmp, err = ta.run_megasim(flags, cap)
     if not ta.ok(rc == 1 and run, "hybrid: megasim runs out of memory (exit 1)", err[-1500:]):
-        print("1..%d" % ta.n)
+        print("1..%d" % ta.TAP.n)
         return 0
     doc = ta.analyze(run)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -97,7 +97,7 @@ def main():
         ta.ok(d3 is not None and ta.within(mlp["predicted_peak_bytes"], sp),
               "hybrid: megasim with selective[mlp] peaks within 2% of the prediction",
               {"rc": rc3, "sim": sp, "pred": mlp["predicted_peak_bytes"]})
-    print("1..%d" % ta.n)
+    print("1..%d" % ta.TAP.n)
     return 0
 
 

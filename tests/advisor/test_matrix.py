@@ -269,8 +269,8 @@ def model(name, flags, labels, pool):
 
 def todo(cond, name, why, detail=""):
     """a known gap (TAP TODO: an expected failure)"""
-    ta.n += 1
-    print("%s %d - %s # TODO known gap: %s" % ("ok" if cond else "not ok", ta.n, name, why))
+    ta.TAP.n += 1
+    print("%s %d - %s # TODO known gap: %s" % ("ok" if cond else "not ok", ta.TAP.n, name, why))
     if not cond and detail:
         for line in str(detail).splitlines()[:20]:
             print("#   " + line)
@@ -283,7 +283,7 @@ def main():
         for name, (flags, labels) in MODELS.items():
             if not only or name in only:
                 model(name, flags, labels, pool)
-    print("1..%d" % ta.n)
+    print("1..%d" % ta.TAP.n)
     return 0
 
 

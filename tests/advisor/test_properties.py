@@ -774,6 +774,33 @@ SCENARIOS += [
                         "it at 75.43 / 75.73 GiB, so the rerun rightly recommends it"}),
 ]
 
+# hplay8 D (a public report replayed, NovaSky-AI/SkyRL PR 1841: a 248,320-token
+# vocabulary at TP4, 65,536 tokens, 4-layer stand-in, full[uniform,1], 40 GiB):
+# the loss's 15.16 GiB fp32 request failed in iteration 1 with 13.04 GiB
+# allocated and 26.84 GiB reserved; the cache (13.80 GiB) is smaller than the
+# request, so no cause was found and the change was "record a steady-state
+# iteration", which the job can never do. allocated + request (28.20 GiB)
+# fits the 37.50 GiB budget: the cache PyTorch could not return decided it,
+# and expandable_segments:True runs the job (megasim)
+LARGE_VOCAB = ["--num-layers", "4", "--hidden-size", "2048", "--ffn-hidden-size", "6144",
+               "--num-attention-heads", "16", "--group-query-attention", "--num-query-groups", "2",
+               "--kv-channels", "128", "--qk-layernorm", "--swiglu", "--normalization", "RMSNorm",
+               "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights",
+               "--disable-bias-linear", "--vocab-size", "248320", "--seq-length", "65536",
+               "--max-position-embeddings", "65536", "--bf16", "--transformer-impl",
+               "transformer_engine", "--attention-dropout", "0", "--hidden-dropout", "0",
+               "--tensor-model-parallel-size", "4", "--sequence-parallel",
+               "--use-distributed-optimizer", "--sim-world-size", "4", "--micro-batch-size", "1",
+               "--global-batch-size", "2", "--recompute-granularity", "full",
+               "--recompute-method", "uniform", "--recompute-num-layers", "1",
+               "--sim-only-ranks", "0"]
+SCENARIOS += [
+    sc("hplay8 lg-40: the loss request larger than the cache that decided the OOM",
+       LARGE_VOCAB, 40, converge=False,
+       expect=("X:FRAGMENTATION", "could not be returned to the device")),
+    sc("hplay8 lg-40 with expandable segments", LARGE_VOCAB, 40, env=ES),
+]
+
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
                         "fixtures", "real")
 
@@ -1821,7 +1848,8 @@ def inv26_fallback_under_fragmentation(c):
     setting's allocated peak + that gap against the budget"""
     bad = []
     v = c.v
-    m = re.search(r"Fallback at a compute cost: (R:\S+)", v.get("why", ""))
+    m = re.search(r"(?:Fallback at a compute cost|the cheapest with it): (R:\S+|no recompute)",
+                  v.get("why", ""))
     if not m or v.get("code") != "X:FRAGMENTATION":
         return bad
     f = next((x for x in v.get("findings", []) if x.get("code") == "X:FRAGMENTATION"), None)
@@ -1831,7 +1859,8 @@ def inv26_fallback_under_fragmentation(c):
     if "only together with the allocator fix" not in tail:
         bad.append("fallback %s next to X:FRAGMENTATION is not said to need the allocator fix"
                    % m.group(1))
-    cand = next((k for k in v.get("candidates", []) if k.get("code") == m.group(1)), None)
+    cand = next((k for k in v.get("candidates", []) if k.get("code") == m.group(1) or
+                 (m.group(1) == "no recompute" and k.get("setting") == "none")), None)
     if not cand:
         return bad + ["the fallback %s is not among the candidates" % m.group(1)]
     peak = cand.get("predicted_peak_bytes", {}).get(str(f["rank"]), 0)
@@ -2787,8 +2816,8 @@ def inv4_converge(c):
 
 def todo(cond, name, why, detail=""):
     """a known advisor gap (TAP TODO: an expected failure)"""
-    ta.n += 1
-    print("%s %d - %s # TODO known gap: %s" % ("ok" if cond else "not ok", ta.n, name, why))
+    ta.TAP.n += 1
+    print("%s %d - %s # TODO known gap: %s" % ("ok" if cond else "not ok", ta.TAP.n, name, why))
     if not cond and detail:
         for line in str(detail).splitlines()[:20]:
             print("#   " + line)
@@ -2942,9 +2971,9 @@ def oom_cut_agreement(scenarios):
             shutil.rmtree(tmp, ignore_errors=True)
         cap = cut_capacity(doc_full)
         if cap is None:
-            ta.n += 1
+            ta.TAP.n += 1
             print("ok %d - %s # SKIP the first iteration peaks as high as the later ones" %
-                  (ta.n, name))
+                  (ta.TAP.n, name))
             continue
         run, rc, tmp, err = run_scenario(dict(s, capacity=round(cap, 3)))
         try:
@@ -2956,9 +2985,9 @@ def oom_cut_agreement(scenarios):
             shutil.rmtree(tmp, ignore_errors=True)
         died = [r for r in doc_cut.get("ranks", []) if r.get("oom")]
         if not died:
-            ta.n += 1
+            ta.TAP.n += 1
             print("ok %d - %s # SKIP no OOM at %.3f GiB (the device-level peaks of the "
-                  "iterations differ by their cache, not their tensors)" % (ta.n, name, cap))
+                  "iterations differ by their cache, not their tensors)" % (ta.TAP.n, name, cap))
             continue
         if not ta.ok(all((r["oom"].get("iteration") or 0) >= 1 for r in died),
                      "%s: at %.3f GiB a rank runs out of memory after the first step" %
@@ -3014,7 +3043,7 @@ def main():
                            if not names or s["name"] in names])
         if not names or "gemma-like" in names:
             projected_state_reserved()
-        print("1..%d" % ta.n)
+        print("1..%d" % ta.TAP.n)
         return 0
     if not only or "inputs" in only:
         inputs()
@@ -3069,7 +3098,7 @@ def main():
             else:
                 ta.ok(not bad, "%s: invariant 4 following the advice converges" % c.name,
                       "\n".join(bad))
-    print("1..%d" % ta.n)
+    print("1..%d" % ta.TAP.n)
     return 0
 
 

@@ -132,7 +132,7 @@ def main():
     finally:
         for t in tmps:
             shutil.rmtree(t, ignore_errors=True)
-    print("1..%d" % ta.n)
+    print("1..%d" % ta.TAP.n)
     return 0
 
 

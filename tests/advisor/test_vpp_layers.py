@@ -321,8 +321,8 @@ def main():
     for name, flags, cap in JOBS:
         check_job(name, flags, cap)
     check_window(JOBS[0][0], JOBS[0][1], JOBS[0][2])
-    print("1..%d" % ta.n)
-    return 1 if ta.failed else 0
+    print("1..%d" % ta.TAP.n)
+    return 1 if ta.TAP.failed else 0
 
 
 if __name__ == "__main__":

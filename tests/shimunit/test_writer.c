@@ -233,6 +233,54 @@ Test(writer, byte_limit_stops_events_but_oom_lands_in_tail)
     rs_reader_close(r);
 }
 
+static void *
+short_worker(void *p)
+{
+    uint64_t ptr = 0x7f0000000000ull + ((uint64_t)(uintptr_t)p << 20);
+    rs_record_alloc(RS_API_cudaMalloc, RS_MEM_DEVICE, ptr, 4096, 0, 0, 0);
+    rs_record_free(RS_API_cudaFree, RS_MEM_DEVICE, ptr, 0, 0, 0);
+    return NULL;
+}
+
+/* hnew2: 5,000 short threads, one allocation each, wrote a 1.31 GB trace
+ * (each held a 256 KiB chunk to the end), and under RECOMPSHIM_MAX_BYTES=2M
+ * recording stopped after 7 threads. A thread's exit gives its chunk's
+ * unused tail back and keeps one 4 KiB page (its records): 100 such threads,
+ * two at a time, under a 2 MiB limit (6 chunks before its reserved tail: the
+ * main thread's, 2 live ones and 100 pages), record every event, and the
+ * file's blocks on disk stay within the limit (before: the limit was hit at
+ * the fifth thread). */
+Test(writer, short_threads_give_back_their_chunk_tails)
+{
+    setup_env("2M", NULL);
+    cr_assert_eq(rs_trace_open(), 1);
+    enum { THREADS = 100, WAVE = 2 };
+    for (int i = 0; i < THREADS; i += WAVE) {
+        pthread_t t[WAVE];
+        for (int j = 0; j < WAVE; j++)
+            cr_assert_eq(pthread_create(&t[j], NULL, short_worker, (void *)(uintptr_t)(i + j)), 0);
+        for (int j = 0; j < WAVE; j++)
+            pthread_join(t[j], NULL);
+    }
+    cr_assert_eq(rs_writer_limit_hit(), 0, "the limit was hit by %d short threads", THREADS);
+    rs_writer_close();
+    char path[512];
+    find_trace(path, sizeof path);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    /* hole punching is what gives the space back; on a file system without
+     * it (EOPNOTSUPP) the limit is hit as before, and this test says so */
+    cr_assert_leq((uint64_t)st.st_blocks * 512u, (uint64_t)2 << 20,
+                  "%llu bytes on disk", (unsigned long long)st.st_blocks * 512u);
+    rs_reader *r = open_trace();
+    cr_assert_eq(count_kind(r, RS_REC_ALLOC, NULL), THREADS);
+    cr_assert_eq(count_kind(r, RS_REC_FREE, NULL), THREADS);
+    cr_assert_eq(count_kind(r, RS_REC_THREAD, NULL), THREADS + 1);
+    cr_assert_eq(rs_reader_header(r)->dropped_records, 0);
+    cr_assert_eq(rs_reader_warning_count(r), 0, "warning: %s", rs_reader_warning(r, 0));
+    rs_reader_close(r);
+}
+
 Test(writer, steps_window_records_only_inside)
 {
     setup_env(NULL, "steps:2-3");
