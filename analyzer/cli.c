@@ -176,7 +176,8 @@ usage(FILE *f)
             "                  peak=+3%%,device=+5%%,unmatched (docs/analysis.md, Gates);\n"
             "                  they judge the ranks analysed (with --rank N: rank N only)\n"
             "  --budget SIZE   device capacity for the advisor (default: the trace header),\n"
-            "                  e.g. 80GiB, 79.1G, 85899345920\n"
+            "                  e.g. 80GiB, 79.1G, 85899345920 (a number without a unit is\n"
+            "                  bytes; below 1 MiB is refused)\n"
             "  --headroom SIZE kept free on every rank (default 2GiB)\n"
             "  --config FILE   the job's Megatron config (TransformerConfig field names,\n"
             "                  YAML or JSON) when its settings are not on the command line\n"
@@ -238,6 +239,10 @@ parse_size_flag(const char *flag, const char *value, uint64_t *out)
     if (!why && v == 0 && strcmp(flag, "budget") == 0)
         why = "a device with no memory (leave --budget out to use the capacity the trace "
               "recorded)";
+    /* hnew2 finding 6: `--budget 80` meant GB and was read as 80 bytes */
+    if (!why && v && v < ((uint64_t)1 << 20) && strcmp(flag, "budget") == 0)
+        why = "below 1 MiB, no device's budget (a number without a unit is bytes: 80GiB, "
+              "not 80)";
     if (why) {
         fprintf(stderr, "recomp-analyze: --%s '%s' is not a size: %s; e.g. 80GiB, 79.1G, "
                         "85899345920\n", flag, value, why);
@@ -465,10 +470,17 @@ parse_args(int argc, char **argv, cli *o)
                         "--json\n");
         return 1;
     }
-    if ((o->summarize || o->merge) && check_sub_options(o) < 0)
+    if ((o->summarize || o->merge || o->out) && check_sub_options(o) < 0)
         return 1;
     if (o->compare && o->perfetto) {
         fprintf(stderr, "recomp-analyze: --perfetto shows one run: not with compare\n");
+        return 1;
+    }
+    if (o->compare && (o->iteration >= 0 || o->top >= 0 || o->all_ranks)) {
+        fprintf(stderr, "recomp-analyze: compare reports each run's peaks and verdict side by "
+                        "side: --%s shapes one run's report; run recomp-analyze on each run "
+                        "for it\n",
+                o->iteration >= 0 ? "iteration" : o->top >= 0 ? "top" : "ranks");
         return 1;
     }
     if (am_gates_check(&o->gates, o->compare, o->advice, err, sizeof err) < 0) {
@@ -1264,8 +1276,57 @@ main_summarize(const cli *o)
     return rc;
 }
 
+/* 1 when the files at a and b hold the same bytes (both readable), else 0. */
+static int
+same_bytes(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    char ba[65536], bb[65536];
+    while (same) {
+        size_t na = fread(ba, 1, sizeof ba, fa), nb = fread(bb, 1, sizeof bb, fb);
+        same = na == nb && memcmp(ba, bb, na) == 0;
+        if (na < sizeof ba)
+            break;
+    }
+    if (fa)
+        fclose(fa);
+    if (fb)
+        fclose(fb);
+    return same;
+}
+
+/* Adds summary p to files unless it is a summary already there: the same
+ * file again (device and inode, or a directory given twice) or a copy of one
+ * (the same size and bytes: a node's summary copied beside the others), with
+ * a note on stderr naming which (hnew2 finding 7: both were refused as "two
+ * traces of rank 0 ... different processes or restarts", as traces given
+ * twice are not). 0, or -1 out of memory. */
+static int
+add_summary(paths *files, const char *p)
+{
+    struct stat st, o;
+    if (stat(p, &st) == 0)
+        for (size_t k = 0; k < files->n; k++) {
+            if (stat(files->v[k], &o) != 0 || o.st_size != st.st_size)
+                continue;
+            if (o.st_dev == st.st_dev && o.st_ino == st.st_ino) {
+                fprintf(stderr, "recomp-analyze: merge: skipped %s (the same summary again)\n",
+                        p);
+                return 0;
+            }
+            if (same_bytes(files->v[k], p)) {
+                fprintf(stderr, "recomp-analyze: merge: skipped %s (a copy of %s)\n", p,
+                        files->v[k]);
+                return 0;
+            }
+        }
+    return add_path(files, p);
+}
+
 /* The summary files of the inputs: files as given, in a directory every
- * file that starts with the summary's magic (sorted by name). 0, or 2. */
+ * file that starts with the summary's magic (sorted by name); each summary
+ * once (add_summary). 0, or 2. */
 static int
 collect_summaries(char *const *in, int n, paths *files)
 {
@@ -1277,7 +1338,7 @@ collect_summaries(char *const *in, int n, paths *files)
             return 2;
         }
         if (!S_ISDIR(st.st_mode)) {
-            if (add_path(files, in[i]) < 0)
+            if (add_summary(files, in[i]) < 0)
                 return 2;
             continue;
         }
@@ -1298,7 +1359,7 @@ collect_summaries(char *const *in, int n, paths *files)
             fprintf(stderr, "recomp-analyze: merge: %s: no summaries in this directory\n",
                     in[i]);
         for (size_t k = 0; k < local.n; k++) {
-            add_path(files, local.v[k]);
+            add_summary(files, local.v[k]);
             free(local.v[k]);
         }
         free(local.v);

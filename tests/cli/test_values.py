@@ -24,6 +24,7 @@ MEGASIM_LIB_DIR, MEGASIM_PYDIR, SOURCE_ROOT.
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -103,6 +104,51 @@ def check_sizes(trace):
     caps = [x.get("capacity_bytes") for x in (j or {}).get("verdict", {}).get("ranks", [])]
     ok(j is not None and caps and all(c == 79 * 2**30 + 2**29 for c in caps),
        "--budget 79.5G is 85362475008 bytes, exactly", caps)
+
+
+def check_options_not_ignored(trace, tmp):
+    """hnew2 findings 6-8: a budget without a unit below 1 MiB (`--budget 80`
+    meant GB and was read as 80 bytes: R:INSUFFICIENT against 0 B), --out
+    without summarize (exit 0, nothing written), compare with options that
+    shape one run's report (ignored) are refused, exit 1, saying why; a
+    summary given twice, or a copy of it, is merged once with a note (it was
+    refused as two processes of one rank)"""
+    for v in ("80", "512K"):
+        r = run([ANALYZE, "--budget", v, trace])
+        err = r.stderr.decode(errors="replace")
+        ok(r.returncode == 1 and "below 1 MiB" in err,
+           "--budget %s (below 1 MiB) refused: a number without a unit is bytes" % v, err)
+    z = os.path.join(tmp, "forgot-summarize.rssum")
+    r = run([ANALYZE, "--out", z, trace])
+    ok(r.returncode == 1 and not os.path.exists(z) and b"summarize" in r.stderr,
+       "--out without summarize: refused (exit 1), not silently ignored", r.stderr)
+    for extra in (["--iteration", "0"], ["--top", "3"], ["--ranks", "all"]):
+        r = run([ANALYZE, "compare"] + extra + [trace, trace])
+        ok(r.returncode == 1 and extra[0].encode() in r.stderr and r.stdout == b"",
+           "compare %s: refused, naming the flag" % " ".join(extra), r.stderr)
+    summ = os.path.join(tmp, "node0.rssum")
+    r = run([ANALYZE, "summarize", trace, "--out", summ])
+    if not ok(r.returncode == 0 and os.path.exists(summ), "summarize the main job's rank 0",
+              r.stderr):
+        return
+    def merge_json(*argv):
+        r = run([ANALYZE, "merge", "--json"] + list(argv))
+        try:
+            return r, json.loads(r.stdout)
+        except ValueError:
+            return r, None
+    _, one = merge_json(summ)
+    r2, two = merge_json(summ, summ)
+    ok(one is not None and two == one and b"the same summary again" in r2.stderr,
+       "merge of one summary given twice: merged once, with a note", r2.stderr)
+    d = os.path.join(tmp, "sums")
+    os.mkdir(d)
+    shutil.copy(summ, os.path.join(d, "a.rssum"))
+    shutil.copy(summ, os.path.join(d, "b.rssum"))
+    r3, cp = merge_json(d)
+    ok(cp is not None and cp == one and b"a copy of" in r3.stderr,
+       "merge of a directory holding a summary and its copy: merged once, naming the copy",
+       r3.stderr)
 
 
 def check_budget_above_device(trace):
@@ -299,6 +345,7 @@ def main():
         if ts:
             check_sizes(ts[0])
             check_budget_above_device(ts[0])
+            check_options_not_ignored(ts[0], tmp)
             check_repeated_flags(ts[0], tmp)
             check_device_gate(ts[0])
         check_window(tmp)
