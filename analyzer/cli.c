@@ -197,7 +197,7 @@ usage(FILE *f)
             "  optional i and B; nan, inf, signs, 1e3, overflow: refused (exit 1).\n"
             "  A flag given twice takes its last value (as argparse); of an output file\n"
             "  (--html, --markdown, --perfetto, --out) only the last is written, said on\n"
-            "  stderr.\n"
+            "  stderr. --fail-on is the exception: its gates add up (all are judged).\n"
             "exit: 0 ok, 1 usage (also an --iteration that does not exist), 2 unreadable or\n"
             "      damaged traces, empty directory, mixed jobs/runs, two traces of one rank,\n"
             "      an output file that cannot be written, 3 a --fail-on gate failed (one\n"

@@ -153,7 +153,18 @@ set_STR(const char *name, const char *v, const char *dflt)
             g_rs_cfg.window_kind = RS_WINDOW_NONE;
         }
     } else if (!strcmp(name, "RECOMPSHIM_STEP_MARKER")) {
+        /* hnew2 finding 13: an empty marker was taken and the window never opened */
+        if (v && !*v && g_rs_cfg.window_kind == RS_WINDOW_STEPS)
+            bad_value_why(name, v, dflt, "empty");
         snprintf(g_rs_cfg.step_marker, sizeof g_rs_cfg.step_marker, "%s", *val ? val : dflt);
+    } else if (!strcmp(name, "RECOMPSHIM_CLOCK")) {
+        /* the clock (clock.c) reads it too, before any record; any value but
+         * gettime means the default there: say so (hnew2 finding 13) */
+        if (*val && strcmp(val, "gettime") != 0) {
+            bad_value_why(name, val, dflt, "the one choice is gettime");
+            val = dflt;
+        }
+        snprintf(g_rs_cfg.clock, sizeof g_rs_cfg.clock, "%s", val);
     } else if (!strcmp(name, "RECOMPSHIM_TENSORS")) {
         snprintf(g_rs_cfg.tensors, sizeof g_rs_cfg.tensors, "%s", val);
     } else if (!strcmp(name, "RECOMPSHIM_RUN_ID")) {
@@ -168,7 +179,9 @@ set_BOOL(const char *name, const char *v, const char *dflt)
     int b;
     if (!strcmp(val, "1") || !strcasecmp(val, "true") || !strcasecmp(val, "yes"))
         b = 1;
-    else if (!strcmp(val, "0") || !strcasecmp(val, "false") || !strcasecmp(val, "no") || !*val)
+    else if (!*val)
+        b = atoi(dflt); /* set but empty: the default */
+    else if (!strcmp(val, "0") || !strcasecmp(val, "false") || !strcasecmp(val, "no"))
         b = 0;
     else {
         bad_value(name, val, dflt);
@@ -178,6 +191,8 @@ set_BOOL(const char *name, const char *v, const char *dflt)
         g_rs_cfg.disable = b;
     else if (!strcmp(name, "RECOMPSHIM_PYSTACK"))
         g_rs_cfg.pystack = b;
+    else if (!strcmp(name, "RECOMPSHIM_COMPACT"))
+        g_rs_cfg.compact = b;
 }
 
 static void

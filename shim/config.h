@@ -20,6 +20,8 @@ typedef struct rs_config {
     int log_level;               /* RECOMPSHIM_LOG */
     char run_id[96];             /* RECOMPSHIM_RUN_ID (inherited or generated) */
     char tensors[16];            /* RECOMPSHIM_TENSORS as given */
+    char clock[16];              /* RECOMPSHIM_CLOCK: "" auto, "gettime" */
+    int compact;                 /* RECOMPSHIM_COMPACT */
     int pystack;                 /* RECOMPSHIM_PYSTACK */
 } rs_config;
 

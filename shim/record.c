@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "clock.h"
 #include "config.h"
@@ -163,8 +164,10 @@ static int g_compact = 1;               /* RECOMPSHIM_COMPACT, read once */
 void
 rs_record_init(void)
 {
+    /* as config.c reads RECOMPSHIM_COMPACT (a bad value there is said once
+     * and means the default): 0, false or no turn compact records off */
     const char *v = getenv("RECOMPSHIM_COMPACT");
-    g_compact = !(v && v[0] == '0' && v[1] == '\0');
+    g_compact = !(v && (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no")));
 }
 
 /* The slot holding this site in the current chunk's table, or the empty

@@ -1,5 +1,7 @@
 /* test_config.c: RECOMPSHIM_* parsing (shim/config.c). */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,6 +116,32 @@ Test(config, invalid_values_fall_back_to_defaults)
     cr_assert_eq(g_rs_cfg.meminfo_interval_ns, 100000000ull);
     cr_assert_eq(g_rs_cfg.disable, 0);
     cr_assert_str_eq(g_rs_cfg.out_dir, "./recomp-traces");
+}
+
+/* hnew2 finding 13: RECOMPSHIM_CLOCK and RECOMPSHIM_COMPACT were read
+ * outside the settings list, so a bad value was taken silently; now each is
+ * said on stderr and means the default, and a set-but-empty boolean is its
+ * default (RECOMPSHIM_PYSTACK="" turned Python frames off). */
+Test(config, clock_and_compact_are_settings, .init = cr_redirect_stderr)
+{
+    setenv("RECOMPSHIM_CLOCK", "rdtsc", 1);
+    setenv("RECOMPSHIM_COMPACT", "2", 1);
+    setenv("RECOMPSHIM_PYSTACK", "", 1);
+    unsetenv("RANK");
+    rs_config_load();
+    cr_assert_str_eq(g_rs_cfg.clock, "");
+    cr_assert_eq(g_rs_cfg.compact, 1);
+    cr_assert_eq(g_rs_cfg.pystack, 1);
+    fflush(stderr);
+    cr_assert_stderr_eq_str(
+        "recompshim: RECOMPSHIM_CLOCK=\"rdtsc\" is not valid: the one choice is gettime; using "
+        "the default \"\"\n"
+        "recompshim: RECOMPSHIM_COMPACT=\"2\" is not valid; using the default \"1\"\n");
+    setenv("RECOMPSHIM_CLOCK", "gettime", 1);
+    setenv("RECOMPSHIM_COMPACT", "no", 1);
+    rs_config_load();
+    cr_assert_str_eq(g_rs_cfg.clock, "gettime");
+    cr_assert_eq(g_rs_cfg.compact, 0);
 }
 
 /* hnew finding 4/5 (issue 14): the one size parser (recomp/bytesize.h)
