@@ -1849,7 +1849,7 @@ explain_oom(run_state *st, const am_rank *r, size_t i)
     adv_verdict *v = st->v;
     const am_oom *o = r->oom;
     const adv_trace *t = st->tensor ? &st->tr[i] : NULL;
-    char when[160], groups[256];
+    char when[160], groups[320];
     if (o->past_limit)
         snprintf(when, sizeof when, "after the byte limit stopped recording (iteration and "
                                     "phase unknown; the last recorded event was in %s)",
@@ -1863,11 +1863,16 @@ explain_oom(run_state *st, const am_rank *r, size_t i)
                  am_phase_name(o->phase));
     size_t g = 0;
     groups[0] = 0;
-    for (size_t k = 0; k < o->ngroups && k < 3; k++)
-        g += (size_t)snprintf(groups + g, g < sizeof groups ? sizeof groups - g : 0, "%s%s %s/%s",
-                              k ? ", " : "", GB(o->groups[k].bytes),
+    /* the layer too: two layers' groups read "2.78 GiB forward/mlp" twice (hnew2) */
+    for (size_t k = 0; k < o->ngroups && k < 3; k++) {
+        char layer[24] = "";
+        if (o->groups[k].layer > 0)
+            snprintf(layer, sizeof layer, " layer %d", (int)o->groups[k].layer);
+        g += (size_t)snprintf(groups + g, g < sizeof groups ? sizeof groups - g : 0,
+                              "%s%s %s/%s%s", k ? ", " : "", GB(o->groups[k].bytes),
                               am_phase_name(o->groups[k].phase),
-                              am_boundary_name(o->groups[k].boundary));
+                              am_boundary_name(o->groups[k].boundary), layer);
+    }
     if (o->past_limit) {
         /* the live set at the OOM was not recorded: only cudaMemGetInfo's
          * figures in the OOM record are of that moment (issue 14 D) */

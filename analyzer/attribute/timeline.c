@@ -315,21 +315,26 @@ begin_optimizer(tl *t)
     set_phase(t, ph);
 }
 
+/* The step number of a ProfilerStep#N marker (torch.profiler names its
+ * ranges so: digits only after '#'), or -1 when the name is not one: no
+ * '#', nothing or anything but digits after it, or a number above 10^9
+ * (hnew2 finding 11: "ProfilerStep#abc" and "ProfilerStep#9999...9" began
+ * iterations). */
 static int
 parse_step(const char *s, uint32_t len)
 {
     const char *h = memchr(s, '#', len);
-    if (!h)
+    if (!h || h + 1 >= s + len)
         return -1;
     long v = 0;
-    int any = 0;
-    for (const char *p = h + 1; p < s + len && *p >= '0' && *p <= '9'; p++) {
+    for (const char *p = h + 1; p < s + len; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
         v = v * 10 + (*p - '0');
-        any = 1;
         if (v > 1000000000)
             return -1;
     }
-    return any ? (int)v : -1;
+    return (int)v;
 }
 
 static void
@@ -338,6 +343,8 @@ apply_signal(tl *t, uint8_t role, am_cat_match m, const am_event *ev)
     switch ((am_signal)m.signal) {
     case AM_SIG_STEP: {
         int n = ev->name ? parse_step(ev->name, ev->name_len) : -1;
+        if (n < 0)
+            break; /* a range named like a marker, not one */
         t->markers = 1;
         t->out->has_step_markers = 1;
         new_iteration(t, n >= 0 ? n : t->next_iteration);

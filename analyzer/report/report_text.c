@@ -519,9 +519,13 @@ warnings_once(FILE *f, const am_job *j)
                     has = strcmp(q->notes[k], s) == 0;
                 count += (size_t)has;
             }
-            if (count > 1)
-                fprintf(f, "%s: %s (%zu ranks, first rank %d)\n", w < nw ? "warning" : "note", s,
-                        count, r->rank);
+            /* how many analysed ranks carry it (hnew2 finding 10: "missing: ranks
+             * 1-7, ... (3 ranks, first rank 0)" read as 3 ranks missing) */
+            if (count > 1 && count == j->nranks)
+                fprintf(f, "%s: %s (on every analysed rank)\n", w < nw ? "warning" : "note", s);
+            else if (count > 1)
+                fprintf(f, "%s: %s (on %zu analysed ranks, the first rank %d)\n",
+                        w < nw ? "warning" : "note", s, count, r->rank);
             else
                 fprintf(f, "%s: %s (rank %d)\n", w < nw ? "warning" : "note", s, r->rank);
         }

@@ -362,6 +362,38 @@ Test(robust, first_optimizer_step_without_state_is_plain_optimizer)
     rmdir(dir);
 }
 
+/* hnew2 finding 11: ranges named like torch.profiler's step markers but not
+ * one ("ProfilerStep#abc", "ProfilerStep#", a number past 10^9) began
+ * iterations and made the iterations "from step markers"; now only
+ * ProfilerStep#<digits> is a marker, and the cycle gives the iterations. */
+Test(robust, step_marker_needs_a_step_number)
+{
+    static const char *const names[] = {"ProfilerStep#abc", "ProfilerStep#",
+                                        "ProfilerStep#99999999999999999999"};
+    char *dir = ab_tmpdir(), *f = path_in(dir, "r0.rstrace");
+    ab *a = ab_new();
+    ab_thread(a, AB_MAIN, 1, "python");
+    uint64_t t = 100;
+    for (int it = 0; it < 3; it++, t += 1000) {
+        ab_push(a, AB_MAIN, t, names[it]);
+        ab_pop(a, AB_MAIN, t + 1);
+        ab_push(a, AB_MAIN, t + 2, "forward");
+        ab_alloc(a, AB_MAIN, t + 3, 0x1000000, 100);
+        ab_pop(a, AB_MAIN, t + 4);
+        ab_push(a, AB_MAIN, t + 5, "backward");
+        ab_free(a, AB_MAIN, t + 6, 0x1000000);
+        ab_pop(a, AB_MAIN, t + 7);
+        ab_push(a, AB_MAIN, t + 60, "Optimizer.step#Adam.step");
+        ab_pop(a, AB_MAIN, t + 63);
+    }
+    ab_write(a, f, 1);
+    yajl_val j = run_json(AB_ARGS("--json", "--no-advice", f));
+    cr_expect_str_eq(ab_str(j, "ranks[0].iteration_source"), "cycle");
+    yajl_tree_free(j);
+    unlink(f);
+    rmdir(dir);
+}
+
 /* Found by adversarial testing: both readers blocked forever in open() on a
  * FIFO. Now: not a regular file, exit 2, nothing read. */
 Test(robust, fifo_is_refused_not_waited_on)

@@ -29,11 +29,16 @@ def describe(argv):
     else:
         layout = "TP=%d PP=%d CP=%d DP=%d" % (tp, pp, cp, world // (tp * pp * cp))
     only = ", only ranks %s run" % a.sim_only_ranks if a.sim_only_ranks else ""
-    gbs = "global batch %s, micro-batch %d" % (a.global_batch_size or "default", a.micro_batch_size)
+    # training.py's default: one micro-batch per data-parallel rank
+    dp = world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 1
+    gbs = ("global batch %d, micro-batch %d" % (a.global_batch_size, a.micro_batch_size)
+           if a.global_batch_size else
+           "global batch %d (default: micro-batch x DP), micro-batch %d"
+           % (a.micro_batch_size * dp, a.micro_batch_size))
     opt = ", distributed optimizer" if a.use_distributed_optimizer else ""
-    return ("%s (%d layers, hidden %d, seq %d) on %d ranks (%s)%s; %s; %s iteration(s); "
+    return ("%s (%d layers, hidden %d, seq %d) on %d ranks (%s)%s; %s; %d iteration(s); "
             "recompute: %s%s" % (preset, a.num_layers, a.hidden_size, a.seq_length, world, layout,
-                                 only, gbs, a.train_iters, _recompute(a), opt))
+                                 only, gbs, a.train_iters or 3, _recompute(a), opt))
 
 
 def main(argv):
