@@ -677,6 +677,48 @@ set_aside_children(run *r)
     return 0;
 }
 
+/* The launch a trace recorded (its RECOMPSHIM_RUN_ID, which the first shim
+ * of a process tree sets and its children inherit), or "" unknown. */
+static const char *
+launch_of(const am_meta *m)
+{
+    static const char key[] = "RECOMPSHIM_RUN_ID=";
+    for (size_t e = 0; e < m->nenv; e++)
+        if (!strncmp(m->env[e], key, sizeof key - 1))
+            return m->env[e] + sizeof key - 1;
+    return "";
+}
+
+/* After "two traces of one rank": when the files were written by more than
+ * one launch (two jobs started at once with one rendezvous id into one
+ * directory: hnew2 finding 4), each launch's files, so that each job can be
+ * analysed by passing its files. */
+static void
+list_launches(const run *r)
+{
+    const char *first = r->files.n ? launch_of(&r->srcs[0]->meta) : "";
+    int several = 0;
+    for (size_t i = 1; i < r->files.n && !several; i++)
+        several = strcmp(launch_of(&r->srcs[i]->meta), first) != 0;
+    if (!several)
+        return;
+    fprintf(stderr, "  the files come from more than one launch (RECOMPSHIM_RUN_ID); pass one "
+                    "launch's files at a time:\n");
+    for (size_t i = 0; i < r->files.n; i++) {
+        const char *l = launch_of(&r->srcs[i]->meta);
+        int seen = 0;
+        for (size_t p = 0; p < i && !seen; p++)
+            seen = strcmp(launch_of(&r->srcs[p]->meta), l) == 0;
+        if (seen)
+            continue;
+        fprintf(stderr, "  launch %s:", *l ? l : "(unknown)");
+        for (size_t k = i; k < r->files.n; k++)
+            if (strcmp(launch_of(&r->srcs[k]->meta), l) == 0)
+                fprintf(stderr, " %s", printable(r->files.v[k], (char[1024]){0}, 1024));
+        fputc('\n', stderr);
+    }
+}
+
 /* One job per analysis: the same job, run directory and attempt, one trace
  * per rank. 0, or 2 with the files listed. */
 static int
@@ -732,6 +774,7 @@ check_one_job(const run *r)
                         "at a time)\n",
                         r->srcs[i]->meta.rank, printable(f->v[i], (char[1024]){0}, 1024),
                         printable(f->v[k], (char[1024]){0}, 1024));
+                list_launches(r);
                 return 2;
             }
     return 0;

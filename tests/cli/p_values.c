@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int
 work(int rounds, size_t bytes)
@@ -32,6 +33,10 @@ main(int argc, char **argv)
         return 3;
     if (strcmp(mode, "many") == 0)
         return work(argc > 2 ? atoi(argv[2]) : 10, 65536) ? 3 : 0;
+    if (strcmp(mode, "hold") == 0) { /* a rank that lives MS milliseconds */
+        usleep((useconds_t)(argc > 2 ? atoi(argv[2]) : 500) * 1000u);
+        return work(1, 4096) || cudaFree(x) != cudaSuccess ? 3 : 0;
+    }
     static char big[4097];
     memset(big, 'A', 4096);
     const char *names[] = {

@@ -151,6 +151,28 @@ def check_options_not_ignored(trace, tmp):
        r3.stderr)
 
 
+def check_two_launches(tmp):
+    """hnew2 finding 4: two jobs started at once with one rendezvous id
+    (TORCHELASTIC_RUN_ID) write their rank 0 into one run directory; the
+    refusal ("two traces of rank 0") now lists each launch's files (the
+    RECOMPSHIM_RUN_ID each trace recorded), so each job can be analysed"""
+    out = os.path.join(tmp, "twolaunch")
+    os.mkdir(out, 0o700)
+    env = shim_env(out, TORCHELASTIC_RUN_ID="samejob", RANK="0", WORLD_SIZE="1")
+    procs = [subprocess.Popen([PROG, "hold", "1500"], env=env) for _ in range(2)]
+    rcs = [p.wait() for p in procs]
+    ts = traces(out)
+    if not ok(rcs == [0, 0] and len(ts) == 2, "two launches of one rendezvous id: two traces of "
+              "rank 0 in one directory", (rcs, ts)):
+        return
+    r = run([ANALYZE, os.path.dirname(ts[0])])
+    err = r.stderr.decode(errors="replace")
+    launches = [l for l in err.splitlines() if l.startswith("  launch ")]
+    ok(r.returncode == 2 and "two traces of rank 0" in err and len(launches) == 2 and
+       all(sum(os.path.basename(t) in l for t in ts) == 1 for l in launches),
+       "refused, and each launch's files listed on a line of their own", err)
+
+
 def check_budget_above_device(trace):
     r0, base = analyze_json(trace)
     r1, same = analyze_json("--budget", "80GiB", trace)
@@ -349,6 +371,7 @@ def main():
             check_repeated_flags(ts[0], tmp)
             check_device_gate(ts[0])
         check_window(tmp)
+        check_two_launches(tmp)
         check_max_bytes(tmp)
         check_json_names(tmp)
         check_frames_replays(tmp)
