@@ -37,7 +37,8 @@ typedef struct adv_cfg {
     char source[256];         /* "command line", "command line + --config FILE", ... */
     int num_layers, hidden, ffn, heads, groups, kv_channels, seq, mbs, gbs, vocab;
     int train_iters;          /* --train-iters, 0 unknown */
-    int ce_fusion;            /* --cross-entropy-loss-fusion */
+    int ce_fusion;            /* bit 0 --cross-entropy-loss-fusion, bit 1
+                               * --cross-entropy-fusion-impl te (ADV_CE_NO_COPY) */
     int tp, pp, cp, ep, etp, vpp, sp, world, dp;
     int dist_opt, bf16, fp16, swiglu, fused_attn; /* fused_attn: TE fused/flash (not local/unfused) */
     int no_te;                /* no Transformer Engine (--transformer-impl local, or the trace) */
@@ -486,6 +487,17 @@ void adv_binding_why(const am_job *j, adv_verdict *v, const uint8_t *bind,
 
 /* ---- levers that cost no replay, ranked against recompute (advisor_lever.c;
  * docs/advisor.md rule 45) ---- */
+/* The fused loss that keeps no fp32 copy of the logits: Transformer Engine's
+ * cross-entropy (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te:
+ * te_parallel_cross_entropy computes the loss and writes the gradient in
+ * place in the bf16 logits it saves). Megatron-Core's default impl, native
+ * (fused_vocab_parallel_cross_entropy), keeps one as the unfused loss does
+ * (calculate_logits_max's .float(), the fp32 softmax saved for the backward;
+ * megatron-core 0.19.2 fusions/fused_cross_entropy.py, language_module.py
+ * compute_language_model_loss; hplay8 B, SkyRL PR 1841 measured it). */
+#define ADV_CE_LEVER "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te"
+#define ADV_CE_NO_COPY(c) ((c)->ce_fusion == 3)
+
 /* 1 when a finding's lever `change` costs no replay: a switch that adds no
  * compute and changes neither numerics, parallel layout nor device count,
  * whose bytes are what it removes from the allocated peak (the table in

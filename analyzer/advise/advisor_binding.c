@@ -75,7 +75,7 @@ typedef struct in_use_rule {
 static int on_expandable(const adv_cfg *c) { return c->alloc_expandable; }
 static int on_dist_opt(const adv_cfg *c) { return c->megatron && c->dist_opt; }
 static int on_bf16_moments(const adv_cfg *c) { return c->exp_avg_bf16; }
-static int on_ce_fusion(const adv_cfg *c) { return c->ce_fusion; }
+static int on_ce_fusion(const adv_cfg *c) { return ADV_CE_NO_COPY(c); }
 static int on_ckpt_dist(const adv_cfg *c) { return c->megatron && !c->ckpt_torch; }
 static int on_cpu_offload(const adv_cfg *c) { return c->optimizer_cpu_offload; }
 static int on_recompute_act(const adv_cfg *c) { return c->granularity == 1 && c->modules ==
@@ -87,7 +87,7 @@ static const in_use_rule g_in_use[] = {
     {"expandable_segments:True", on_expandable},
     {"--use-distributed-optimizer", on_dist_opt},
     {"--exp-avg-dtype bf16", on_bf16_moments},
-    {"--cross-entropy-loss-fusion", on_ce_fusion},
+    {"--cross-entropy-fusion-impl te", on_ce_fusion},
     {"--ckpt-format torch_dist", on_ckpt_dist},
     {"optimizer CPU offload", on_cpu_offload},
     {"--recompute-activations", on_recompute_act},

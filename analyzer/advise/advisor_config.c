@@ -134,7 +134,20 @@ apply(adv_cfg *c, seen *s, const char *key, const char *v)
     INT("micro_batch_size", mbs)
     INT("global_batch_size", gbs)
     INT("train_iters", train_iters)
-    BOOL("cross_entropy_loss_fusion", ce_fusion)
+    if (strcmp(key, "cross_entropy_loss_fusion") == 0) { /* bit 0; bit 1 is the impl */
+        c->ce_fusion = (c->ce_fusion & 2) | (truthy(v) ? 1 : 0);
+        mark(s, key);
+        return 1;
+    }
+    if (strcmp(key, "cross_entropy_fusion_impl") == 0) { /* te, or native (the default) */
+        const char *x = v ? v : "";
+        while (*x == '"' || *x == '\'' || *x == ' ')
+            x++;
+        c->ce_fusion = (c->ce_fusion & 1) | (!strncmp(x, "te", 2) && !isalnum((unsigned char)x[2])
+                                                 ? 2 : 0);
+        mark(s, key);
+        return 1;
+    }
     INT("vocab_size", vocab)
     INT("tensor_model_parallel_size", tp)
     INT("pipeline_model_parallel_size", pp)

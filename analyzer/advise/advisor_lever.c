@@ -24,10 +24,11 @@
  * reserved, not allocated: the fragmentation findings already rank them),
  * dropping references (a change of the job's code, not a setting). */
 static const char *const zero_replay[] = {
-    /* Megatron's fused (or TE's) cross-entropy computes the same loss on the
-     * bf16 logits with no fp32 copy of them ([M] in docs/sources.md; megasim's
-     * model in docs/megasim.md "Output layer and loss") */
-    "--cross-entropy-loss-fusion",
+    /* Transformer Engine's fused cross-entropy computes the same loss on the
+     * bf16 logits with no fp32 copy of them (ADV_CE_LEVER; Megatron's native
+     * fused loss keeps the copy; megasim's model in docs/megasim.md "Output
+     * layer and loss") */
+    ADV_CE_LEVER,
 };
 
 int

@@ -606,7 +606,7 @@ fp32_logits(const adv_cfg *c)
  * recorded). A projection of the run beyond the trace
  * (v->baseline above the recorded peak) is added to that replay whole: its
  * logits are not known. Layer recompute does not touch them. Levers with
- * bytes: the fused loss (--cross-entropy-loss-fusion) drops the fp32 copy of
+ * bytes: TE's fused loss (ADV_CE_LEVER) drops the fp32 copy of
  * the logits, 4*s/cp*b*V/tp bytes (V padded to 128*tp, [M] in
  * docs/sources.md), when the loss holds it: the peak with it is the replay
  * without the loss's copies; twice the TP size halves the vocabulary-parallel
@@ -648,7 +648,7 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
     uint64_t proj = peak > rec ? peak - rec : 0; /* beyond the trace: logits unknown */
     uint64_t without = peak_without_logits(t, LG_DROP_OUTPUT | LG_DROP_LOSS, &w_at, &wl) + proj;
     uint64_t fp32 = fp32_logits(c);
-    int fusable = !c->ce_fusion && fp32 && loss >= fp32;
+    int fusable = !ADV_CE_NO_COPY(c) && fp32 && loss >= fp32;
     uint64_t fpeak = fusable ? peak_without_logits(t, LG_DROP_LOSS, &f_at, &fl) + proj : peak;
     /* the logits decide the peak: they outweigh the layers and the run fits
      * without them, or the fused loss alone makes it fit (issue 14: a
@@ -660,7 +660,8 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
     uint64_t tp = c->tp > 0 ? (uint64_t)c->tp : 1;
     char lever[256] = "", when[192], wmom[192], pmom[192];
     if (fused)
-        snprintf(lever, sizeof lever, "--cross-entropy-loss-fusion drops the loss's fp32 "
+        snprintf(lever, sizeof lever, ADV_CE_LEVER " (Transformer Engine's cross-entropy; "
+                 "the native fused loss keeps the copy) drops the loss's fp32 "
                  "copies of the logits (%s at the %s): the peak without them %s%s, %s; ",
                  GB(loss), t->oom ? "OOM" : "peak", fl ? "at least " : "",
                  GB(fpeak), fpeak > budget ? "still over" : fl ? "fits as far as recorded"
@@ -694,7 +695,7 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
                     lever, (int)tp * 2, GB(lg / 2));
     set_bytes(v, "X:LOGITS", lg, fused);
     if (fused)
-        LEVER("X:LOGITS", "--cross-entropy-loss-fusion", fused);
+        LEVER("X:LOGITS", ADV_CE_LEVER, fused);
     LEVER_UNKNOWN("X:LOGITS", "BF16 logits / chunked cross-entropy");
     char tp2[64];
     snprintf(tp2, sizeof tp2, "--tensor-model-parallel-size %d", (int)tp * 2);

@@ -1318,10 +1318,10 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
                      "torch.cuda.empty_cache()), or a distributed checkpoint "
                      "(torch.distributed.checkpoint)";
     if (strstr(prim->code, "LOGITS"))
-        return cfg->ce_fusion ? "BF16 logits or a chunked cross-entropy, more TP for the "
-                                "vocabulary-parallel logits, or fewer layers on the last "
-                                "pipeline stage"
-                              : "--cross-entropy-loss-fusion";
+        return ADV_CE_NO_COPY(cfg) ? "BF16 logits or a chunked cross-entropy, more TP for the "
+                                     "vocabulary-parallel logits, or fewer layers on the last "
+                                     "pipeline stage"
+                                   : ADV_CE_LEVER;
     if (prim->lever[0])
         return prim->lever;
     if (strstr(prim->code, "RETENTION"))

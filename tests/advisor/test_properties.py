@@ -2330,8 +2330,8 @@ def settings_in_use(sc):
         out.append(("the distributed optimizer", "--use-distributed-optimizer"))
     if flag_value(fl, "--exp-avg-dtype") == "bf16":
         out.append(("bf16 moments", "--exp-avg-dtype bf16"))
-    if "--cross-entropy-loss-fusion" in fl:
-        out.append(("the fused cross-entropy", "--cross-entropy-loss-fusion"))
+    if "--cross-entropy-loss-fusion" in fl and flag_value(fl, "--cross-entropy-fusion-impl") == "te":
+        out.append(("TE's fused cross-entropy", "--cross-entropy-fusion-impl te"))
     if flag_value(fl, "--ckpt-format", "torch_dist") != "torch":
         out.append(("a distributed checkpoint format", "--ckpt-format torch_dist"))
     if "--optimizer-cpu-offload" in fl:
@@ -2600,7 +2600,8 @@ def inv32_summary_agrees(c):
 
 # the levers that cost no replay (analyzer/advise/advisor_lever.c) and the
 # megasim flags that execute each
-ZERO_REPLAY = {"--cross-entropy-loss-fusion": ["--cross-entropy-loss-fusion"]}
+ZERO_REPLAY = {"--cross-entropy-loss-fusion --cross-entropy-fusion-impl te":
+               ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]}
 
 
 def zero_replay_fits(c):

@@ -1285,16 +1285,21 @@ class OutputLayer:
             self.kept.append(logits)
         ag.record("ColumnParallelLinearBackward", [ln], self._linear_backward)
         del ln
-        if self.args.cross_entropy_loss_fusion:
-            # --cross-entropy-loss-fusion (megasim's model of the fused loss, either
-            # --cross-entropy-fusion-impl): works on the logits in their own dtype and
-            # saves them for the backward, which computes the grad in place: no fp32 copy
+        if self.args.cross_entropy_loss_fusion and self.args.cross_entropy_fusion_impl == "te":
+            # --cross-entropy-loss-fusion --cross-entropy-fusion-impl te: Transformer
+            # Engine's parallel_cross_entropy computes the loss on the logits in their
+            # own dtype and writes the grad in place into them, saved for the
+            # backward: no fp32 copy. The native impl (Megatron-Core's default,
+            # fused_vocab_parallel_cross_entropy) makes the fp32 copy
+            # (calculate_logits_max's .float()) and saves the fp32 softmax as the
+            # unfused loss below does (megatron-core 0.19.2 fusions/fused_cross_entropy.py)
             loss = Tensor(4 * S.s * S.b, "loss")
             ag.record("FusedVocabParallelCrossEntropyBackward", [logits, labels],
                       self._ce_backward_fused)
             del logits
             return loss
-        # vocab_parallel_cross_entropy: fp32 copy, softmax in place, saved
+        # vocab_parallel_cross_entropy (and the native fused loss): fp32 copy,
+        # softmax in place, saved
         logits32 = Tensor(S.logits_fp32, "logits_fp32")
         del logits
         loss = Tensor(4 * S.s * S.b, "loss")
