@@ -496,7 +496,9 @@ void adv_binding_why(const am_job *j, adv_verdict *v, const uint8_t *bind,
  * megatron-core 0.19.2 fusions/fused_cross_entropy.py, language_module.py
  * compute_language_model_loss; hplay8 B, SkyRL PR 1841 measured it). */
 #define ADV_CE_LEVER "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te"
+#define ADV_CE_IMPL "--cross-entropy-fusion-impl te" /* the fused loss already on (native) */
 #define ADV_CE_NO_COPY(c) ((c)->ce_fusion == 3)
+#define ADV_CE_CHANGE(c) ((c)->ce_fusion & 1 ? ADV_CE_IMPL : ADV_CE_LEVER)
 
 /* 1 when a finding's lever `change` costs no replay: a switch that adds no
  * compute and changes neither numerics, parallel layout nor device count,

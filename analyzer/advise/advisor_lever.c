@@ -29,6 +29,7 @@ static const char *const zero_replay[] = {
      * fused loss keeps the copy; megasim's model in docs/megasim.md "Output
      * layer and loss") */
     ADV_CE_LEVER,
+    ADV_CE_IMPL,
 };
 
 int

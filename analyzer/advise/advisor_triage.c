@@ -660,10 +660,10 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
     uint64_t tp = c->tp > 0 ? (uint64_t)c->tp : 1;
     char lever[256] = "", when[192], wmom[192], pmom[192];
     if (fused)
-        snprintf(lever, sizeof lever, ADV_CE_LEVER " (Transformer Engine's cross-entropy; "
+        snprintf(lever, sizeof lever, "%s (Transformer Engine's cross-entropy; "
                  "the native fused loss keeps the copy) drops the loss's fp32 "
                  "copies of the logits (%s at the %s): the peak without them %s%s, %s; ",
-                 GB(loss), t->oom ? "OOM" : "peak", fl ? "at least " : "",
+                 ADV_CE_CHANGE(c), GB(loss), t->oom ? "OOM" : "peak", fl ? "at least " : "",
                  GB(fpeak), fpeak > budget ? "still over" : fl ? "fits as far as recorded"
                                                                 : "fits");
     moment_name(t, at, when, sizeof when);
@@ -695,7 +695,7 @@ triage_logits(const adv_trace *t, const adv_cfg *c, adv_verdict *v, size_t i, in
                     lever, (int)tp * 2, GB(lg / 2));
     set_bytes(v, "X:LOGITS", lg, fused);
     if (fused)
-        LEVER("X:LOGITS", ADV_CE_LEVER, fused);
+        LEVER("X:LOGITS", ADV_CE_CHANGE(c), fused);
     LEVER_UNKNOWN("X:LOGITS", "BF16 logits / chunked cross-entropy");
     char tp2[64];
     snprintf(tp2, sizeof tp2, "--tensor-model-parallel-size %d", (int)tp * 2);

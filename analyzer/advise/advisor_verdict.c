@@ -1321,7 +1321,7 @@ triage_change(const adv_finding *prim, const adv_cfg *cfg, char *buf, size_t n)
         return ADV_CE_NO_COPY(cfg) ? "BF16 logits or a chunked cross-entropy, more TP for the "
                                      "vocabulary-parallel logits, or fewer layers on the last "
                                      "pipeline stage"
-                                   : ADV_CE_LEVER;
+                                   : ADV_CE_CHANGE(cfg);
     if (prim->lever[0])
         return prim->lever;
     if (strstr(prim->code, "RETENTION"))

@@ -2601,7 +2601,9 @@ def inv32_summary_agrees(c):
 # the levers that cost no replay (analyzer/advise/advisor_lever.c) and the
 # megasim flags that execute each
 ZERO_REPLAY = {"--cross-entropy-loss-fusion --cross-entropy-fusion-impl te":
-               ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]}
+               ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"],
+               # the fused loss already on (native): the impl alone
+               "--cross-entropy-fusion-impl te": ["--cross-entropy-fusion-impl", "te"]}
 
 
 def zero_replay_fits(c):
