@@ -193,6 +193,12 @@ violations):
      bytes), the report names it (zero_replay_lever) and the verdict is not a
      recompute setting; following it (megasim runs the job with the lever, or
      the diagnosis run it names first) fits: no OOM and OK:FITS.
+  46. a fit short only of one reserved step ranks before one short of the 2%
+     bound (docs/advisor.md rule 46): classed from each candidate's own
+     figures (margin_class), the verdict, the recompute setting a zero-replay
+     lever's why names beside it and each full family's listed best are
+     never a fit that holds only without the 2% bound while a valid one short
+     only of its reserved step is listed.
 
 Environment (tests/advisor/meson.build): RECOMP_SHIM, RECOMP_ANALYZE,
 MEGASIM_LIB_DIR, MEGASIM_PYDIR.
