@@ -237,6 +237,8 @@ typedef struct adv_trace {
     int optimizer_seen;       /* 1 an optimizer step was seen; 2 none, but a checkpoint
                                * load made optimizer state that stays (init_state_fn) */
     am_moe_dispatch moe;      /* MoE dispatch all-to-alls (attribute/moe_dispatch.c) */
+    uint32_t departs;         /* undone traces: 1 + the first op position whose op differs
+                               * from the recorded trace's (adv_trace_departure); 0 none */
 } adv_trace;
 
 int adv_trace_build(am_rank *r, const adv_cfg *cfg, adv_trace *t, char *err, size_t errlen);
@@ -547,11 +549,17 @@ uint64_t adv_counterfactual_reserved(const adv_trace *t, const adv_cfg *c, const
                                      uint64_t *reserved_out);
 /* The same, and *step_out (may be NULL) gets the reserved peak's uncertainty
  * from the rewrite (bytes): the largest step (adv_cache_step) a block the
- * candidate's replays allocate would add to the reserved bytes if the run
- * found no cached block for it where the model did; 0 without replays.
+ * candidate's replays allocate, or the model serves from its cache after the
+ * rewritten stream first leaves the recorded one (adv_cache_depart: the
+ * first discard or replay inserted, or t->departs), would add to the
+ * reserved bytes if the run found no cached block for it where the model
+ * did; 0 without a rewrite. On Transformer Engine's spec the run opened a
+ * segment for the loss's logits that the model served from its cache
+ * (docs/validation/megatron-core.md "Reserved on TE's spec").
  * Measured on the real Megatron-Core job (docs/advisor.md "Reserved
  * uncertainty"): a rewrite that under-predicts the allocated bytes by up to 1.9%
- * opens one more such segment in the real run (-4.9% to -10% reserved). */
+ * opens one more such segment in the real run (-4.9% to -10% reserved; -16.3%
+ * where the run found no free block for the logits on TE's spec). */
 uint64_t adv_counterfactual_model(const adv_trace *t, const adv_cfg *c, const adv_setting *s,
                                   uint64_t extra_state, uint8_t *phase, uint64_t limit,
                                   uint64_t *reserved_out, uint64_t *step_out);
@@ -571,6 +579,16 @@ uint64_t adv_cache_reserved(const adv_cache_sim *s);
 /* The most one request of size bytes adds to the reserved bytes when no
  * cached block holds it: its new segment (or pages, expandable segments). */
 uint64_t adv_cache_step(const adv_cache_sim *s, uint64_t size);
+/* Marks the stream fed from now on as having left the recorded one; then
+ * adv_cache_served_step gives the largest step of a block the model served
+ * from its cache since (bytes; 0 none): one segment the run may open that
+ * the model did not (advisor_cache.c). */
+void adv_cache_depart(adv_cache_sim *s);
+uint64_t adv_cache_served_step(const adv_cache_sim *s);
+/* 1 + the first op position at which undone's op stream differs from the
+ * recorded trace t's (the undo keeps allocation ids), 0 when they agree:
+ * where an undone trace's stream leaves the recorded one (advisor_cache.c). */
+uint32_t adv_trace_departure(const adv_trace *t, const adv_trace *undone);
 /* Where the model placed live allocation id (a debugging aid,
  * RECOMP_ADVISOR_DUMP_STREAM): its segment's start (bytes past the model's
  * first segment: segments are opened at rising addresses, so two models fed

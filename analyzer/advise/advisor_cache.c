@@ -63,6 +63,9 @@ struct adv_cache_sim {
     int expandable;           /* expandable_segments:True */
     uint32_t tail[2];         /* expandable: each pool's last block, NIL none */
     uint64_t xend[2];         /* expandable: each pool's mapped end address */
+    int departed;             /* the fed stream has left the recorded one (adv_cache_depart) */
+    uint64_t served_step;     /* since then: the largest adv_cache_step of a block served
+                               * from the cache (adv_cache_served_step) */
 };
 
 static int
@@ -423,6 +426,11 @@ adv_cache_alloc(adv_cache_sim *s, uint32_t id, uint64_t size)
                                                      K_MIN_BLOCK;
     int small = r <= K_SMALL_SIZE;
     uint32_t i = pick_free(s, small, r);
+    if (i != NIL && s->departed) {
+        uint64_t st = adv_cache_step(s, size);
+        if (st > s->served_step)
+            s->served_step = st;
+    }
     if (i == NIL)
         i = s->expandable ? grow_tail(s, small, r) : new_segment(s, small, r);
     if (i == NIL)
@@ -504,6 +512,49 @@ adv_cache_step(const adv_cache_sim *s, uint64_t size)
     return small ? K_SMALL_BUF
            : r < K_MIN_LARGE ? K_LARGE_BUF
                              : (r + K_ROUND_LARGE - 1) / K_ROUND_LARGE * K_ROUND_LARGE;
+}
+
+/* From now on the stream fed to the model is a rewrite that has left the
+ * recorded one (the first discard or replay a candidate inserts, or the
+ * first op an undo changed): every block the model then serves from its
+ * cache is one the run may have found no free block for, since what the
+ * free blocks hold hangs on bytes and an order the trace does not record
+ * (a recorded size is a block with its unsplit rest, not the request:
+ * docs/advisor.md "Reserved uncertainty"). No-op for NULL. */
+void
+adv_cache_depart(adv_cache_sim *s)
+{
+    if (s)
+        s->departed = 1;
+}
+
+/* The largest step (adv_cache_step, bytes: the segment a native request
+ * opens, or its pages under expandable segments) of a block the model served
+ * from its cache after adv_cache_depart; 0 before it, when none was, or for
+ * NULL. A cached block's request finds no free block in the run when the
+ * rewrite's small blocks landed elsewhere, and the run then opens that one
+ * segment more than the model: measured on real Megatron-Core with
+ * Transformer Engine's spec, the loss's 500 MiB fp32 logits on llama-te
+ * selective[core_attn,mlp] rank 1 (-16.3% reserved), 250 MiB on moe-grouped
+ * selective[moe_act] rank 1 (-9.0%), docs/validation/megatron-core.md. */
+uint64_t
+adv_cache_served_step(const adv_cache_sim *s)
+{
+    return s ? s->served_step : 0;
+}
+
+/* Where an undone trace (adv_trace_undo, which keeps the allocation ids)
+ * leaves the recorded trace t: 1 + the first op position at which their op
+ * streams differ (an op moved, dropped or added), or 1 + the shorter
+ * length when one is a prefix of the other; 0 when they agree. O(ops). */
+uint32_t
+adv_trace_departure(const adv_trace *t, const adv_trace *undone)
+{
+    size_t n = t->nops < undone->nops ? t->nops : undone->nops;
+    for (size_t p = 0; p < n; p++)
+        if (t->ops[p] != undone->ops[p])
+            return (uint32_t)p + 1;
+    return t->nops != undone->nops ? (uint32_t)n + 1 : 0;
 }
 
 int

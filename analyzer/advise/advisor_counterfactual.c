@@ -1408,9 +1408,16 @@ adv_counterfactual_model(const adv_trace *t, const adv_cfg *cfg, const adv_setti
     if (c.nin > 1)
         am_sort(c.in, c.nin, sizeof *c.in, ins_cmp);
     sweep_window(&w, extra_state);
+    /* where the stream leaves the recorded one: the step covers a segment
+     * for every block served from the cache after it (adv_cache_depart) */
+    uint32_t dep = t->departs ? t->departs - 1 : ADV_NONE;
+    if (c.nin && c.in[0].pos < dep)
+        dep = c.in[0].pos;
     size_t k = 0;
     for (uint32_t p = 0; p <= t->nops; p++) {
         w.pos = p;
+        if (p == dep)
+            adv_cache_depart(w.sim);
         /* discards and replays inserted before the op at p */
         for (; k < c.nin && c.in[k].pos == p; k++) {
             if (c.in[k].kind == 0)
@@ -1440,7 +1447,8 @@ out:
     if (reserved_out)
         *reserved_out = w.best_res > w.best ? w.best_res : w.best;
     if (step_out)
-        *step_out = w.step;
+        *step_out = w.step > adv_cache_served_step(w.sim) ? w.step
+                                                          : adv_cache_served_step(w.sim);
     adv_cache_del(w.sim);
     return w.best;
 }

@@ -208,7 +208,8 @@ unverified_replay(const adv_verdict *v, const eval_ctx *e, const adv_setting *s,
 
 /* A predicted fit whose margin on some rank, after the 2% error bound, is
  * smaller than its reserved peak's uncertainty from the rewrite (adv_cand
- * step: one more segment for the largest block its replays allocate,
+ * step: one more segment for the largest block its replays allocate, or the
+ * model serves from its cache after the rewrite leaves the recorded stream,
  * adv_counterfactual_model): whether the real run opens that segment depends
  * on bytes and an order the rewrite does not know exactly, so the fit is
  * unverified (marginal, recommended after every clear fit, "confirm with a
@@ -267,7 +268,7 @@ unverified_segment(const adv_verdict *v, adv_cand *c)
         snprintf(c->reason, sizeof c->reason,
                  "unverified reserved: rank %d fits with the 2%% bound, but not by one more %s "
                  "segment (%s short), which the run opens when it holds a little more than the "
-                 "rewrite predicts (measured on real Megatron-Core: -4.9%% to -10%% reserved)",
+                 "rewrite or its free blocks differ (real Megatron-Core: -4.9%% to -16.3%%)",
                  worst, GB(step), GB(short_by));
 }
 
@@ -950,6 +951,8 @@ run_undo_active(run_state *st)
             t0->xr_bytes = p->undo_xr_bytes;
         } else if (adv_trace_undo(&st->tr[i], cfg, t0, &m, &u) < 0) {
             return -1;
+        } else {
+            t0->departs = adv_trace_departure(&st->tr[i], t0);
         }
         matched += m;
         units += u;
@@ -1141,27 +1144,47 @@ sweep_active_variants(run_state *st, const eval_ctx *ec, unsigned have)
     }
 }
 
-/* The order in which fitting candidates are recommended: 0 fits clearly, 1
- * marginal by the 2% error bound, 2 unverified (a replay never recorded,
- * unverified_replay; a cache term from a short history, unverified_cache), 3
- * unverified and within the budget only without the error bound; 4 no fit. */
+/* The order in which fitting candidates are recommended, by how much of
+ * the prediction's margin is in doubt (docs/advisor.md rule 46): 0 fits
+ * clearly (with the 2% error bound and the reserved step); 1 fits with the
+ * 2% bound but is short of one reserved step and of nothing else
+ * ("unverified reserved", unverified_segment: the run may open one more
+ * segment, a doubt of at most that step, and it keeps at least the 2% bound);
+ * 2 marginal by the 2% error bound (fits only without it); 3 unverified for
+ * a doubt of unknown size (a replay never recorded, unverified_replay; a
+ * cache term from a short history, unverified_cache; a validity not
+ * recorded, unverified_validity; or a step short with one of those); 4
+ * unverified and within the budget only without the error bound; 5 no fit. */
 static int
 choose_tier(const adv_cand *c)
 {
     if (c->effect == ADV_E_FITS)
         return 0;
     if (c->effect != ADV_E_MARGINAL)
-        return 4;
+        return 5;
     if (strncmp(c->reason, "unverified", 10) != 0)
+        return 2;
+    if (!strncmp(c->reason, "unverified reserved", 19) &&
+        !strstr(c->reason, "validity unverified"))
         return 1;
-    return strstr(c->reason, "fits only without the 2% bound") ? 3 : 2;
+    return strstr(c->reason, "fits only without the 2% bound") ? 4 : 3;
+}
+
+/* A zero-replay lever's tier (adv_lever_fit.tier: 0 fits, 1 only without
+ * the 2% bound, 2 and 3 the same on a cache term that is a lower bound) on
+ * choose_tier's scale, so that the two are compared by one order. */
+static int
+lever_rank(int lever_tier)
+{
+    static const int scale[4] = {0, 2, 3, 4};
+    return lever_tier >= 0 && lever_tier < 4 ? scale[lever_tier] : 5;
 }
 
 
 /* the full-recompute family of one method: every n, one best member listed
  * (the cheapest of the best tier, choose_tier); and when a cheaper member
- * fits only marginally (tiers 1-3: inside the 2% bound, within a reserved
- * step, unverified), the cheapest such member too, so that what was judged
+ * fits only marginally (tiers 1-4: within a reserved step, inside the 2%
+ * bound, unverified), the cheapest such member too, so that what was judged
  * marginal, and why, is in the list and the why (cheaper_marginal_note) */
 static void
 sweep_full_family(run_state *st, const eval_ctx *ec, int meth)
@@ -1176,14 +1199,14 @@ sweep_full_family(run_state *st, const eval_ctx *ec, int meth)
         if (st->t0 && same_setting(&s, &st->active))
             continue; /* listed as the current setting */
         evaluate(st->v, ec, &s, &c);
-        int rc = choose_tier(&c), rb = have_best ? choose_tier(&best) : 5;
-        int better = !have_best || rc < rb || (rc == rb && rc < 4 && c.cost < best.cost) ||
-                     (rc == rb && rc == 4 && c.max_peak < best.max_peak);
+        int rc = choose_tier(&c), rb = have_best ? choose_tier(&best) : 6;
+        int better = !have_best || rc < rb || (rc == rb && rc < 5 && c.cost < best.cost) ||
+                     (rc == rb && rc == 5 && c.max_peak < best.max_peak);
         if (better) {
             best = c;
             have_best = 1;
         }
-        if (rc >= 1 && rc <= 3 && (!have_cheap || c.cost < cheap.cost ||
+        if (rc >= 1 && rc <= 4 && (!have_cheap || c.cost < cheap.cost ||
                                    (c.cost == cheap.cost && rc < choose_tier(&cheap)))) {
             cheap = c;
             have_cheap = 1;
@@ -1467,8 +1490,8 @@ choose_fallback(run_state *st)
 
 /* the recommended candidate: code, config diff, predictions, why */
 /* The cheapest valid candidate that costs less than ref (a clear fit) but
- * fits only marginally (choose_tier 1-3: inside the 2% bound, within its
- * reserved step, unverified), or NULL: what "cheapest" passed over. */
+ * fits only marginally (choose_tier 1-4: within its reserved step, inside
+ * the 2% bound, unverified), or NULL: what "cheapest" passed over. */
 static const adv_cand *
 cheaper_marginal(const adv_verdict *v, const adv_cand *ref)
 {
@@ -1476,7 +1499,7 @@ cheaper_marginal(const adv_verdict *v, const adv_cand *ref)
     for (size_t k = 0; k < v->ncands; k++) {
         const adv_cand *x = &v->cands[k];
         int t = choose_tier(x);
-        if (x->valid && t >= 1 && t <= 3 && x->cost < ref->cost - 1e-4 &&
+        if (x->valid && t >= 1 && t <= 4 && x->cost < ref->cost - 1e-4 &&
             (!m || x->cost < m->cost))
             m = x;
     }
@@ -1532,7 +1555,7 @@ choose_candidate(run_state *st, const adv_cand *curc)
     if (c->effect == ADV_E_MARGINAL && !strncmp(c->reason, "unverified cache", 16))
         why_add(v, "CACHE UNVERIFIED: %s, so the allocator's cache in every prediction here "
                    "is a lower bound%s: confirm with a run before relying on it",
-                v->cache_why, choose_tier(c) == 3 ? " (and this setting fits only without the "
+                v->cache_why, choose_tier(c) == 4 ? " (and this setting fits only without the "
                                                     "2% error bound)" : "");
     else if (c->effect == ADV_E_MARGINAL && !strncmp(c->reason, "unverified", 10))
         why_add(v, "MARGINAL: no other setting fits; this one is %s: confirm with a run "
@@ -1671,12 +1694,13 @@ run_choose(run_state *st)
     adv_verdict *v = st->v;
     if (v->ncands > 1)
         am_sort(v->cands, v->ncands, sizeof *v->cands, cand_cost_cmp);
-    /* clear fits first, then settings that fit only without the error bound
+    /* in choose_tier's order: clear fits first, then fits short only of one
+     * reserved step, then settings that fit only without the error bound
      * (marginal, said so), then unverified ones (a replay of the job's own
-     * code never recorded: unverified_replay); each without an ineffective
-     * label first */
+     * code never recorded: unverified_replay), then unverified ones that fit
+     * only without the bound; each without an ineffective label first */
     st->pick = -1;
-    for (int pass = 0; pass < 8 && st->pick < 0; pass++)
+    for (int pass = 0; pass < 10 && st->pick < 0; pass++)
         for (size_t k = 0; k < v->ncands; k++)
             if (v->cands[k].valid && choose_tier(&v->cands[k]) == pass / 2 &&
                 (pass % 2 || !(v->cands[k].labels & st->ineff))) {
@@ -1736,7 +1760,7 @@ run_choose(run_state *st)
         return;
     }
     if (zr_ok && (!prim || prim == &v->findings[zr.finding]) &&
-        (st->pick < 0 || zr.tier <= choose_tier(&v->cands[st->pick]))) {
+        (st->pick < 0 || lever_rank(zr.tier) <= choose_tier(&v->cands[st->pick]))) {
         lever_verdict(st, &zr);
         return;
     }

@@ -925,22 +925,44 @@ def recompute_on():
     ok(v0["code"] == "OK:FITS" and v0["change"].startswith("remove --recompute-granularity"),
        "recompute on, everything fits: drop recompute (OK:FITS, remove the flags)",
        json.dumps({k: v0[k] for k in ("code", "change", "why")}))
-    # a budget that no recompute does not meet and mlp does
+    # a budget that no recompute does not meet and mlp does with its 2% error
+    # bound: halfway between the two. mlp fits clearly only when its reserved
+    # step (one segment of the largest block served from the model's cache
+    # after the undone stream departs from the recorded one: the logits) is
+    # within that too; otherwise it is short only of that step (marginal,
+    # 'unverified reserved') and is still recommended over the settings that
+    # fit only without the 2% bound (rule 46)
     r0 = v0["ranks"][0]
-    # mlp's prediction carries the 2% error bound and its reserved step before it fits
-    target = (max(cand["none"]["predicted_reserved_bytes"].values()) +
-              int(max(cand["selective[mlp]"]["predicted_reserved_bytes"].values()) * 1.02) +
-              max(cand["selective[mlp]"]["reserved_step_bytes"].values())) // 2
+    mlp_need = int(max(cand["selective[mlp]"]["predicted_reserved_bytes"].values()) * 1.02)
+    mlp_step = max(cand["selective[mlp]"]["reserved_step_bytes"].values())
+    target = (max(cand["none"]["predicted_reserved_bytes"].values()) + mlp_need) // 2
+    mlp_clear = mlp_need + mlp_step <= target
     budget = target + r0["outside_pytorch_bytes"] + 2 * GIB
     v = analyze(run, "--budget", str(budget))["verdict"]
-    detail = json.dumps({k: v[k] for k in ("code", "why", "findings")}, indent=1)[:3000]
-    ok(v["code"].startswith("R:") and "core_attn" not in v["code"] and
-       "core_attn" not in v["change"],
-       "recompute on: the recommendation drops core_attn (got %s)" % v["code"], detail)
+    detail = json.dumps({k: v[k] for k in ("code", "why", "change", "findings")},
+                        indent=1)[:3000]
+    if mlp_clear:
+        ok(v["code"].startswith("R:") and "core_attn" not in v["code"] and
+           "core_attn" not in v["change"],
+           "recompute on: the recommendation drops core_attn (got %s)" % v["code"], detail)
+    else:
+        # every rewrite is marginal here, so the measured current setting is
+        # the only clear fit: it is kept, and the why names the cheaper
+        # setting judged marginal and core_attn's finding stands
+        ok(v["code"] == "OK:FITS" and
+           v["change"] == "none (keep selective[core_attn,mlp])" and
+           "the cheapest clear fit. Cheaper, but judged marginal, not a clear fit: " in
+           v["why"] and "R:INEFFECTIVE[core_attn]" in codes(v),
+           "recompute on: every rewrite within one step of the budget: the current setting "
+           "kept as the only clear fit, the cheaper marginal named", detail)
     cand = {c["setting"]: c for c in v["candidates"]}
-    ok(cand["none"]["effect"] == "insufficient" and cand["selective[mlp]"]["effect"] == "fits",
-       "recompute on: none insufficient, mlp alone fits",
-       json.dumps({k: cand[k]["effect"] for k in cand}))
+    mlp_c = cand["selective[mlp]"]
+    ok(cand["none"]["effect"] == "insufficient" and
+       (mlp_c["effect"] == "fits" if mlp_clear else
+        mlp_c["effect"] == "marginal" and mlp_c["reason"].startswith("unverified reserved")),
+       "recompute on: none insufficient, mlp alone fits with its 2%% bound (%s)" %
+       ("and its step" if mlp_clear else "short only of its reserved step"),
+       json.dumps({k: (cand[k]["effect"], cand[k]["reason"][:120]) for k in cand}))
     budgets = {r["rank"]: r["budget_bytes"] for r in v["ranks"]}
     for setting, flags in (("selective[mlp]", ["--recompute-granularity", "selective",
                                                 "--recompute-modules", "mlp"]),
@@ -950,6 +972,9 @@ def recompute_on():
         ok(within(pred, sp), "recompute on: %s predicted within 2%% of megasim" % setting,
            json.dumps({"pred": pred, "sim": sp}))
     chosen = [c for c in v["candidates"] if c["chosen"]]
+    if not mlp_clear:
+        # the run that confirms the marginal mlp: megasim executes it at the budget
+        chosen = [mlp_c]
     if ok(len(chosen) == 1, "recompute on: one chosen candidate"):
         sp, sr = sim_peak(base + PROFILE + cand_flags(chosen[0]), reserved=True)
         ok(sp is not None and all(sr[rk] <= budgets[rk] for rk in sr) and
@@ -1076,22 +1101,26 @@ def r04():
        json.dumps({"baseline": bl, "measured": meas, "layernorm": ln and
                    ln["predicted_peak_bytes"]}))
     outside = max(r["outside_pytorch_bytes"] for r in v0["ranks"])
-    # a budget that whole-moe clears and moe_act does not: just above moe's
-    # predicted reserved peak with the 2% error bound and its reserved step
-    # (issue 14 inv. 4 and 22)
+    # a budget that whole-moe clears with its 2% error bound and moe_act does
+    # not clear at all (issue 14 inv. 4 and 22)
     c0 = {c["setting"]: c for c in v0["candidates"]}
     moe_r = max(c0["selective[moe]"]["predicted_reserved_bytes"].values())
     moe_s = max(c0["selective[moe]"]["reserved_step_bytes"].values())
     act_r = max(c0["selective[moe_act]"]["predicted_reserved_bytes"].values())
-    # the budget halfway between what moe needs (its reserved peak, the 2%
-    # bound and its step) and moe_act's reserved peak: clear of both, however
-    # megasim's layer sizes move (issue 16 grew its MLA layers to the real
-    # library's)
-    need = int(moe_r * 1.02) + moe_s
+    # the budget halfway between what moe needs with the 2% bound and
+    # moe_act's reserved peak, however megasim's layer sizes move (issue 16
+    # grew its MLA layers to the real library's). moe's reserved step (one
+    # segment of the largest block the model serves from its cache after the
+    # rewrite departs: the 1.25 GiB logits) is larger than that gap, so no
+    # budget has moe fit clearly and moe_act not at all: at this one moe is
+    # short only of its step (marginal, 'unverified reserved', rule 46),
+    # which it must say, and it still ranks before the settings that fit only
+    # without the 2% bound
+    need = int(moe_r * 1.02)
     ok(act_r > need + (16 << 20),
-       "R04: moe_act reserves more than moe with its 2%% bound and step (%d > %d + %d)" %
-       (act_r, moe_r, moe_s))
+       "R04: moe_act reserves more than moe with its 2%% bound (%d > %d)" % (act_r, need))
     budget = (need + act_r) // 2 + outside + 2 * GIB
+    moe_clear = need + moe_s <= (need + act_r) // 2
     v = analyze(run, "--budget", str(budget))["verdict"]
     detail = json.dumps({k: v[k] for k in ("code", "why", "findings")}, indent=1)[:3000]
     # rule 45: the fused loss also fits at no replay cost and ranks first; the
@@ -1107,10 +1136,13 @@ def r04():
        "R04: moe_act alone insufficient", cand.get("selective[moe_act]"))
     ok(cand.get("selective[core_attn]", {}).get("effect") == "ineffective",
        "R04: core_attn ineffective", cand.get("selective[core_attn]"))
-    ok(cand.get("selective[moe]", {}).get("effect") == "fits" and
-       (cand["selective[moe]"].get("chosen") or alt == cand["selective[moe]"]),
-       "R04: whole moe fits and is chosen",
-       cand.get("selective[moe]"))
+    moe_c = cand.get("selective[moe]", {})
+    ok((moe_c.get("effect") == "fits" if moe_clear else
+        moe_c.get("effect") == "marginal" and
+        moe_c.get("reason", "").startswith("unverified reserved")) and
+       (moe_c.get("chosen") or alt == moe_c),
+       "R04: whole moe fits with its 2%% bound (%s) and is chosen" %
+       ("and its step" if moe_clear else "short only of its reserved step"), moe_c)
     ok(cand["selective[moe_act]"]["fails_at"] is not None and
        cand["selective[moe]"]["fails_at"] is None, "R04: fails_at set for moe_act only")
     ok(cand["selective[moe_act]"]["replay_cost_fraction"] <

@@ -119,6 +119,8 @@ drop_uncarried_part(adv_rank_part *p)
     t->ninsts = t->capinsts = t->npyf = t->cappyf = t->nxr = t->nabwd = t->capabwd = 0;
     t->xr_bytes = 0;          /* the undone trace's: the part's undo_xr_bytes */
     t->undo_by_size = 0;      /* the undone trace's: the part's undo_by_size */
+    t->departs = 0;           /* the undone trace's, set by the verdict after the undo: the
+                               * part's cf table carries the steps computed from it */
     p->missing = 0;           /* set by merge */
 }
 
