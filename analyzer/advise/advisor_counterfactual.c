@@ -2301,8 +2301,11 @@ static int undo_is_early(const undo_st *st, uint32_t id);
  * the backward thread (its gradients made and freed, the replayed output's
  * free), the first run of frees of main-thread forward allocations of x's
  * instance made before its region (x->rb): the saved inputs go together when
- * that backward returns. The scan stops at the first main-thread allocation.
- * Each found is handed to fn with its id, last and arg. Returns fn's first
+ * that backward returns. The scan passes only over the nested backward's own
+ * work (backward-thread allocations, frees of tensors made since the replay
+ * began) and stops at anything else (a main-thread allocation, the free of
+ * an older tensor that is no input: the outer backward has moved on). Each
+ * found is handed to fn with its id, last and arg. Returns fn's first
  * negative result, else 0. */
 static int
 undo_each_input(undo_st *st, const uundo *x, int (*fn)(undo_st *, const uundo *, uint32_t,
@@ -2315,17 +2318,19 @@ undo_each_input(undo_st *st, const uundo *x, int (*fn)(undo_st *, const uundo *,
         if (st->used[st->bal[j]] == 1 && y->f_pos != ADV_NONE && y->f_pos > last)
             last = y->f_pos;
     }
+    uint32_t began = t->a[st->bal[x->lo]].a_pos;
     int in_run = 0;
     for (uint32_t q = last + 1; last && q < t->nops; q++) {
         int32_t v = t->ops[q];
         uint32_t id = (uint32_t)(v > 0 ? v : -v) - 1;
         const adv_alloc *a = &t->a[id];
         int input = v < 0 && a->inst == x->inst && !a->bwd && a->a_pos < x->rb;
+        int nested = v > 0 ? a->bwd : a->a_pos >= began;
         if (input) {
             in_run = 1;
             if (fn(st, x, id, last, arg) < 0)
                 return -1;
-        } else if (in_run || (v > 0 && !a->bwd)) {
+        } else if (in_run || !nested) {
             break;
         }
     }
