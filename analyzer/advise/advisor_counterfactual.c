@@ -2114,6 +2114,37 @@ undo_mark_outputs(undo_st *st, const uundo *x, const size_t *outs)
     }
 }
 
+/* Where matched unit x's replayed forward code ends (an op position): the
+ * first backward-thread allocation after its matched span (bal[x->hi...])
+ * that is not the replay's own, passing over (up to x->no) the replay's
+ * copies of the unit's outputs (undo_is_output: the layer's output that the
+ * replay makes after its last matched tensor, a bias-dropout-add's result)
+ * and backward-thread state (undo_bwd_state); the trace's end when there is
+ * none. Before, the output copy itself ended the code: the MLA model's dense
+ * layer replays fc2's output, then the layer's output (both 8 MiB) and
+ * frees fc2's output, a transient, right after; that free counted as
+ * "after the code", so the undo kept fc2's output to the layer's backward
+ * where the run without recompute frees it in the forward (one 8 MiB block
+ * per layer and microbatch: `none` from the full-recompute runs +2.46%
+ * reserved, test_matrix.py's former KNOWN_RESERVED "mla"). */
+static uint32_t
+undo_code_end(const undo_st *st, const uundo *x)
+{
+    const adv_trace *t = st->t;
+    size_t j = x->hi, outs = 0;
+    while (j < st->nbal) {
+        uint32_t y = st->bal[j];
+        if (!st->used[y] && outs < x->no && undo_is_output(st, x, y))
+            outs++;
+        else if (!st->used[y] && undo_bwd_state(st, y))
+            ; /* the autograd stream's workspace: no replay's work */
+        else
+            break;
+        j++;
+    }
+    return j < st->nbal ? t->a[st->bal[j]].a_pos : (uint32_t)t->nops;
+}
+
 /* Unit x's replay found at bal[found]: extends it back over the pre part
  * (the forward's last allocations before the group's first range are the
  * replay's allocations just before, within the instance's backward from
@@ -2142,7 +2173,7 @@ undo_mark_twins(undo_st *st, uundo *x, size_t found, uint32_t inst_bs, size_t sp
      * allocation that is not its own (its nested backward's first gradient,
      * or the next replay): a twin freed by then was a transient of the
      * forward code (freed at its scope's exit), one freed later was saved */
-    uint32_t last_a = x->hi < st->nbal ? t->a[bal[x->hi]].a_pos : (uint32_t)t->nops;
+    uint32_t last_a = undo_code_end(st, x);
     for (size_t w = 0; w < nmatch; w++) {
         uint32_t y = bal[w < npre ? lo + w : idx[w - npre]];
         uint32_t fid = x->f[z + w];
@@ -2269,6 +2300,132 @@ undo_match(undo_st *st, int *matched, int *units)
     return undo_match_pass(st, 0, matched, units);
 }
 
+static int undo_is_early(const undo_st *st, uint32_t id);
+
+/* The checkpoint inputs of a matched discard-style unit x (Megatron-Core's
+ * CheckpointWithoutOutputFunction saves its arguments, detached, until its
+ * backward returns: tensor_parallel/random.py): after the last free of its
+ * replay's twins (op position last), past the nested backward's own work on
+ * the backward thread (its gradients made and freed, the replayed output's
+ * free), the first run of frees of main-thread forward allocations of x's
+ * instance made before its region (x->rb): the saved inputs go together when
+ * that backward returns. The scan passes only over the nested backward's own
+ * work (backward-thread allocations, frees of tensors made since the replay
+ * began) and stops at anything else (a main-thread allocation, the free of
+ * an older tensor that is no input: the outer backward has moved on). Each
+ * found is handed to fn with its id, last and arg. Returns fn's first
+ * negative result, else 0. */
+static int
+undo_each_input(undo_st *st, const uundo *x, int (*fn)(undo_st *, const uundo *, uint32_t,
+                                                       uint32_t, void *), void *arg)
+{
+    const adv_trace *t = st->t;
+    uint32_t last = 0;
+    for (size_t j = x->lo; j < x->hi; j++) {
+        const adv_alloc *y = &t->a[st->bal[j]];
+        if (st->used[st->bal[j]] == 1 && y->f_pos != ADV_NONE && y->f_pos > last)
+            last = y->f_pos;
+    }
+    uint32_t began = t->a[st->bal[x->lo]].a_pos;
+    int in_run = 0;
+    for (uint32_t q = last + 1; last && q < t->nops; q++) {
+        int32_t v = t->ops[q];
+        uint32_t id = (uint32_t)(v > 0 ? v : -v) - 1;
+        const adv_alloc *a = &t->a[id];
+        int input = v < 0 && a->inst == x->inst && !a->bwd && a->a_pos < x->rb;
+        int nested = v > 0 ? a->bwd : a->a_pos >= began;
+        if (input) {
+            in_run = 1;
+            if (fn(st, x, id, last, arg) < 0)
+                return -1;
+        } else if (in_run || !nested) {
+            break;
+        }
+    }
+    return 0;
+}
+
+/* undo_each_input's step for undo_input_frees: input id of unit x, whose
+ * replay's twins were last freed at op position last (arg unused). Finds
+ * the first backward-thread allocation, not a replay's, of the input's block
+ * size (its gradient, assembled by a view op's backward: chunk's cat) made
+ * after the nested backward first freed a tensor the replay saved (a twin
+ * kept past the replay's forward code, whose forward twin is extended:
+ * st->ext; that first free before last) and before the input's recorded
+ * free; the input's free moves to just before it (st->early). None found:
+ * the input keeps its free. 0, -1 out of memory. */
+static int
+undo_input_free_at(undo_st *st, const uundo *x, uint32_t id, uint32_t last, void *arg)
+{
+    const adv_trace *t = st->t;
+    uint32_t first_saved = ADV_NONE;
+    (void)arg;
+    for (size_t j = x->lo; j < x->hi; j++) {
+        uint32_t y = st->bal[j];
+        const adv_alloc *a = &t->a[y];
+        if (st->used[y] == 1 && st->twin[y] != ADV_NONE && st->ext[st->twin[y]] &&
+            a->f_pos != ADV_NONE && a->f_pos < first_saved)
+            first_saved = a->f_pos;
+    }
+    if (getenv("RECOMP_ADVISOR_DEBUG"))
+        fprintf(stderr, "advisor: undo: unit inst %d key %u: input %u (%llu bytes), first saved "
+                "twin free %u, last %u\n", x->inst, x->key, id,
+                (unsigned long long)t->a[id].size, first_saved, last);
+    uint32_t end = t->a[id].f_pos;
+    if (first_saved == ADV_NONE || first_saved >= last || end == ADV_NONE)
+        return 0;
+    for (uint32_t q = first_saved + 1; q < end; q++) {
+        int32_t v = t->ops[q];
+        if (v <= 0)
+            continue;
+        const adv_alloc *g = &t->a[v - 1];
+        if (!g->bwd || st->used[v - 1] || !same_block(g->size, t->a[id].size))
+            continue;
+        if (undo_is_early(st, id))
+            return 0; /* moved already (another unit's input too) */
+        if (am_grow((void **)&st->early, &st->capearly, st->nearly + 2, sizeof *st->early,
+                    16) < 0)
+            return -1;
+        st->early[st->nearly++] = q;
+        st->early[st->nearly++] = id;
+        return 0;
+    }
+    return 0;
+}
+
+/* An undone discard-style checkpoint's inputs freed where the run without
+ * that recompute frees them (issue 14 invariant 4 and item 11, the class "an
+ * undo's free times"). With the checkpoint, its saved inputs live until its
+ * backward returns, after the nested backward has made the inputs' gradient;
+ * without it, an input that the region's ops hold only through views (the
+ * unfused GLU: chunk's halves, silu saves one) goes when the last of those
+ * ops has run, before chunk's backward assembles the input's gradient. The
+ * replay's own free times show both: the nested backward frees the tensors
+ * the replay saved as their ops run, and a backward allocation of the
+ * input's block size after the first of those frees is that gradient. Where
+ * the region's first op saves the input itself (a fused activation, a norm)
+ * no saved internal is freed before the gradient, and the input keeps its
+ * recorded free. Found on the label matrix's moe-unfused-act model: fc1's
+ * output (46,137,344 bytes), the moe_act checkpoint's saved input, was kept
+ * past the GLU's input gradient of the same size; the run without moe_act
+ * frees it just before and the gradient takes its block (reserved from the
+ * moe_act run: none +2.73%, full[block,1] -4.35%). Checkpoint-style units
+ * (CheckpointFunction) are left as recorded: their first op (a linear layer)
+ * saves its input and releases it after making the input's gradient. 0, -1
+ * out of memory. */
+static int
+undo_input_frees(undo_st *st)
+{
+    for (size_t k = 0; k < st->nu; k++) {
+        const uundo *x = &st->u[k];
+        if (!x->discard || !x->ok || x->hi <= x->lo || !x->re || x->nf < 2)
+            continue;
+        if (undo_each_input(st, x, undo_input_free_at, NULL) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* The QKV projection's output that a core_attn checkpoint kept (Megatron-
  * Core's CheckpointFunction saves the value, a view of it, to the end of its
  * backward; docs/advisor.md "Checkpoint inputs"): without the checkpoint the
@@ -2358,7 +2515,9 @@ undo_rewrite_ops(undo_st *st, adv_trace *o)
             uint32_t y = st->early[ei + 1];
             o->ops[np] = -(int32_t)(y + 1);
             o->a[y].f_pos = (uint32_t)np;
-            o->a[y].fbwd = 0;
+            /* freed on the thread of the op it now precedes: the region's
+             * exit (main thread) or a gradient's allocation (backward) */
+            o->a[y].fbwd = t->ops[p] > 0 && t->a[t->ops[p] - 1].bwd;
             np++;
         }
         int32_t v = t->ops[p];
@@ -2670,7 +2829,8 @@ adv_trace_undo(const adv_trace *t, const adv_cfg *cfg, adv_trace *o, int *matche
     /* their replays among the backward thread's allocations, then the trace
      * without them */
     if (undo_backward_allocs(&st) < 0 || undo_match(&st, matched, units) < 0 ||
-        undo_early_frees(&st) < 0 || undo_rewrite_ops(&st, o) < 0)
+        undo_input_frees(&st) < 0 || undo_early_frees(&st) < 0 ||
+        undo_rewrite_ops(&st, o) < 0)
         goto out;
     *units -= undo_cut_tail(&st);
     undo_place_extras(&st, o);

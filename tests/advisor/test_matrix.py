@@ -89,34 +89,25 @@ KNOWN = {}
 # reserved bytes (the allocator cache model along each candidate's own timeline,
 # advisor_cache.c) per model
 KNOWN_RESERVED = {
-    # issue 16: undoing moe_act's unfused GLU (the run with it on predicting
-    # none, moe or full) gives the allocated peaks within 1%, but the
-    # allocator model lays the restored intermediates' segments out unlike
-    # the run: reserved +2.7% (none) to -4.4% (full[block,1]) on rank 0; from
-    # the run without recompute every reserved prediction is within 2%.
-    # Cause (segment_diff.py on RECOMP_ADVISOR_DUMP_STREAM, rank 0): fc1's
-    # output (46,137,344 bytes) is the moe_act checkpoint's saved input, held
-    # to its recompute's backward; the undone stream keeps that free, after
-    # the GLU's 46 MiB input gradient is allocated, where the run without
-    # moe_act frees it just before and the gradient takes its block: the
-    # rewrite opens a 46 MiB segment in iteration 0's first MoE backward and
-    # the layouts drift from there (full[block,1]: 2,030,043,136 predicted,
-    # 2,122,317,824 measured, inside predicted + 2% + step by 7,046,430 bytes;
-    # docs/validation/megatron-core.md "sixth round")
-    "moe-unfused-act": "reserved from the moe_act run (undo of the unfused GLU) up to -4.4%",
     # issue 16 gave megasim's MLA the real library's tensors (the q norm fused
     # into linear_q_proj, TE's contiguous copy of kv_compressed, unfused RoPE's
-    # saved cos and sin): from the traces with mla_up_proj or full recompute
-    # on, the undone trace's allocator model reserves 2.46% more than megasim
-    # without recompute on rank 0 (allocated peaks within 2%). Cause
-    # (segment_diff.py, rank 0; over-predicted, conservative): the undo keeps
-    # tensors live into the layer's backward that the run without recompute
-    # frees in the forward: from mla_up_proj the checkpoint's saved input, the
-    # KV down-projection's 4,718,592-byte output; from full recompute the first
-    # of three 8 MiB tensors made in a row, a temporary freed as soon as the
-    # second is made (in the replay too): one block more per layer
-    # (docs/validation/megatron-core.md "sixth round")
-    "mla": "undone traces' reserved peak +2.46% on rank 0 (issue 16's MLA tensors)",
+    # saved cos and sin). From the trace with mla_up_proj on, the undone
+    # trace's allocator model reserves 2.46% more than megasim without
+    # recompute on rank 0 (none: 2,275,409,920 predicted, 2,220,883,968
+    # measured; allocated +0.87%). Cause (segment_diff.py, rank 0;
+    # over-predicted, conservative): the checkpoint's saved input, the KV
+    # down-projection's 4,718,592-byte output, stays live into the layer's
+    # backward in the undone stream; the run without recompute frees it at
+    # the up-projection's exit, because the region saves TE's contiguous copy
+    # of its kv slice, not the input. The trace does not show which (a region
+    # op saving its input, a view of it, leaves no allocation), so the undo
+    # keeps the recorded free (docs/validation/megatron-core.md, "megasim's
+    # KNOWN_RESERVED entries"). Issue 14's undo fixes closed the rest: from
+    # full recompute (fc2's output kept to the backward: +2.46%) and the
+    # moe-unfused-act model's entry (fc1's output kept past the GLU's input
+    # gradient: -4.35% / +2.73%), now within 2%
+    "mla": "reserved from the mla_up_proj run: none +2.46% on rank 0 (the up-projection's "
+           "input kept to the backward)",
 }
 
 # model -> (flags, the labels Megatron allows on it)

@@ -781,15 +781,13 @@ SCENARIOS += [
     # recommendation megasim executes is held to predicted reserved + 2% + a
     # page (invariant 43)
     sc("main with expandable segments", MAIN, env=ES),
-    sc("main full[uniform,1] with expandable segments", MAIN + ta.FULL1, env=ES,
-       known_gaps={"30": "undoing full[uniform,1] under expandable segments predicts "
-                         "full[block,3] at 74.93 GiB, megasim runs it at 73.43 GiB (-2.0%), "
-                         "full[block,2] at 77.06 GiB against 75.43 GiB run (also on main "
-                         "before hplay7's fixes)",
-                   "4": "follows from 30: full[block,2], over-predicted from the "
-                        "full[uniform,1] trace, is marginal there; from the full[block,3] "
-                        "rerun it is predicted at 75.56 / 75.85 GiB reserved and megasim runs "
-                        "it at 75.43 / 75.73 GiB, so the rerun rightly recommends it"}),
+    # issue 14, an undo's free times: undoing full[uniform,1] kept fc2's output
+    # (a transient of each layer's replay, freed right after the replay made the
+    # layer's output) to the layer's backward: full[block,3] was predicted at
+    # 74.93 GiB (megasim 73.43) and full[block,2] at 77.06 GiB (megasim 75.43),
+    # so the advice took two reruns to converge; now full[block,2] is predicted
+    # at megasim's 75.43 / 75.73 GiB (allocated / reserved) and recommended
+    sc("main full[uniform,1] with expandable segments", MAIN + ta.FULL1, env=ES),
 ]
 
 # hplay8 D (a public report replayed, NovaSky-AI/SkyRL PR 1841: a 248,320-token
