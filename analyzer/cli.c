@@ -626,16 +626,56 @@ forked_by(const run *r, size_t i)
     return -1;
 }
 
+/* How a set-apart child's trace ended, for its note into buf: exited with
+ * the status it passed to _exit/_Exit, killed (a trace of format 1.6 or
+ * later not closed: its shim seals a trace at _exit), or, before 1.6,
+ * what is knowable: a child leaving through _exit (Python's
+ * multiprocessing, os._exit) runs no exit handlers, so its trace's end
+ * reads like a kill. "" for a clean exit through exit(). Returns buf. */
+static const char *
+child_end(const am_meta *c, char *buf, size_t n)
+{
+    if (c->exit_via)
+        snprintf(buf, n, "; it exited with status %d via %s", c->exit_status,
+                 am_exit_via_name(c->exit_via));
+    else if (c->closed)
+        snprintf(buf, n, "%s", "");
+    else if (c->exit_sealed)
+        snprintf(buf, n, "%s", "; its trace is not closed: it was killed (or is still "
+                               "running); an _exit or _Exit would have closed it");
+    else
+        snprintf(buf, n, "%s", "; its trace is not closed: a child that leaves through _exit "
+                               "(Python's multiprocessing, os._exit) runs no exit handlers, so "
+                               "a clean _exit and a kill end its trace alike: which one it was "
+                               "is not recorded (trace format before 1.6)");
+    return buf;
+}
+
+/* Drop a merge's source src: its summary's rank and advisor part, freed
+ * (merge_ranks skips a rank without a source). */
+static void
+drop_summary_rank(am_summary *sv, size_t ns, const am_source *src)
+{
+    for (size_t i = 0; i < ns; i++)
+        for (size_t k = 0; k < sv[i].nranks; k++)
+            if (sv[i].ranks[k].src == src) {
+                am_rank_free(&sv[i].ranks[k]);
+                if (sv[i].parts)
+                    adv_rank_part_free(&sv[i].parts[k]);
+                return;
+            }
+}
+
 /* A process forked by a traced rank that touched CUDA itself (a data-loader
  * or multiprocessing worker) has a trace of its own, with the rank's
  * environment (RANK included). It is a child of that rank, not a rank: set
- * apart from the job with a note naming both, never a second trace of the
- * rank nor an extra rank (hnew finding 2). A child's trace not closed is
- * stated as what is knowable: a child leaving through _exit (Python's
- * multiprocessing, os._exit) runs no exit handlers, so its trace's end
- * reads like a kill. Always 0. */
+ * apart from the job with a note naming both and how it ended
+ * (child_end), never a second trace of the rank nor an extra rank (hnew
+ * finding 2). The same for a merge (sv: its ns summaries, whose ranks are
+ * r's sources; summary format 6.1 carries the ppid): the child's rank is
+ * dropped from its summary. Always 0. */
 static int
-set_aside_children(run *r)
+set_aside_children(run *r, am_summary *sv, size_t ns)
 {
     size_t n = r->files.n, k = 0;
     long *parent = calloc(n ? n : 1, sizeof *parent);
@@ -650,7 +690,7 @@ set_aside_children(run *r)
             continue;
         }
         const am_meta *c = &r->srcs[i]->meta, *pm = &r->srcs[parent[i]]->meta;
-        char pf[1024], pp[1024], who[1100];
+        char pf[1024], pp[1024], who[1100], end[320];
         snprintf(who, sizeof who, "%s", printable(r->files.v[parent[i]], pp, sizeof pp));
         if (pm->rank >= 0)
             snprintf(who + strlen(who), sizeof who - strlen(who), ", rank %d", pm->rank);
@@ -660,12 +700,11 @@ set_aside_children(run *r)
                 "(analyse it alone with `recomp-analyze %s`); its device memory is outside "
                 "PyTorch for the rank%s\n",
                 printable(r->files.v[i], pf, sizeof pf), c->pid, c->ppid, who, pf,
-                c->closed ? ""
-                          : "; its trace is not closed: a child that leaves through _exit "
-                            "(Python's multiprocessing, os._exit) runs no exit handlers, so a "
-                            "clean _exit and a kill end its trace alike: which one it was is "
-                            "not recorded");
-        am_source_close(r->srcs[i]);
+                child_end(c, end, sizeof end));
+        if (sv)
+            drop_summary_rank(sv, ns, r->srcs[i]);
+        else
+            am_source_close(r->srcs[i]);
         free(r->files.v[i]);
     }
     for (size_t i = k; i < n; i++) {
@@ -1029,7 +1068,7 @@ load_run(char *const *in, int n, const cli *o, run *r)
     char err[1024];
     int rc;
     if ((rc = collect_files(in, n, &r->files)) || (rc = open_sources(r, o->workers)) ||
-        (rc = set_aside_children(r)) || (rc = check_one_job(r)) || (rc = analyze_ranks(r, o)) ||
+        (rc = set_aside_children(r, NULL, 0)) || (rc = check_one_job(r)) || (rc = analyze_ranks(r, o)) ||
         (rc = check_iteration(&r->job, o->iteration)))
         return rc;
     r->job.rank_selected = o->want_rank >= 0;
@@ -1514,6 +1553,8 @@ load_summaries(char *const *in, int nin, const cli *o, am_summary **sv, size_t *
     for (size_t i = 0; i < files.n; i++)
         free(files.v[i]);
     free(files.v);
+    if (!rc)
+        set_aside_children(r, *sv, *ns);
     if (!rc && r->files.n > 1 && (rc = check_one_job(r)) != 0) {
         fprintf(stderr, "recomp-analyze: merge: those traces' summaries (field job):\n");
         for (size_t i = 0; i < *ns; i++)
@@ -1555,7 +1596,8 @@ merge_ranks(const cli *o, am_summary *sv, size_t ns, run *r, adv_rank_part ***pa
     }
     for (size_t i = 0; i < ns; i++)
         for (size_t k = 0; k < sv[i].nranks; k++) {
-            if (o->want_rank >= 0 && sv[i].ranks[k].rank != o->want_rank)
+            if (!sv[i].ranks[k].src || /* a forked child, set apart */
+                (o->want_rank >= 0 && sv[i].ranks[k].rank != o->want_rank))
                 continue;
             m[n].r = sv[i].ranks[k];
             m[n].part = sv[i].parts ? &sv[i].parts[k] : NULL;

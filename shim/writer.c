@@ -804,6 +804,37 @@ rs_writer_before_exec(const char *program)
     return 1;
 }
 
+/* _exit and _Exit run no destructor, so rs_writer_close never runs. This
+ * is its async-signal-safe part: no lock (a child forked while another
+ * thread held one of the shim's may have inherited it; a signal handler
+ * may call _exit inside a hook), no allocation, no dl_iterate_phdr (the
+ * MODULE refresh of a clean exit is skipped: objects loaded since the
+ * last chunk claim or OOM stay unnamed), no record (a record may need a
+ * new chunk: fallocate, mmap, locks). The exit fields are written before
+ * RS_HDR_CLOSED is published, so a reader that sees the flag sees them.
+ * Takes no lock, so the lock order (below) is unchanged. */
+void
+rs_writer_exit(int via, int status)
+{
+    if (rs_writer_state() != RS_W_OPEN || !rs_w_hot.hdr || rs_w_hot.hdr->pid != (int32_t)getpid())
+        return;
+    int expect = RS_W_OPEN;
+    if (!__atomic_compare_exchange_n(&rs_w_hot.state, &expect, RS_W_CLOSED, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+        return;
+    for (int i = 0; i < RS_REGISTRY_SLOTS; i++) {
+        unsigned char *c = atomic_load(&g_w.slots[i].chunk);
+        if (c && atomic_load(&g_w.slots[i].state) == SLOT_ACTIVE)
+            seal_chunk(c, i);
+    }
+    rs_header_exit *x = (rs_header_exit *)(void *)((unsigned char *)rs_w_hot.hdr +
+                                                   RS_HEADER_EXIT_OFFSET);
+    x->status = status;
+    x->via = (uint32_t)via;
+    rs_w_hot.hdr->close_ns = rs_now_ns();
+    __atomic_fetch_or(&rs_w_hot.hdr->flags, RS_HDR_CLOSED, __ATOMIC_RELEASE);
+}
+
 /* Drop the current file's mappings and descriptor: the next CUDA call
  * creates a new file. Shared by fork children and failed execs. */
 static void

@@ -89,6 +89,14 @@ RS_HIDDEN int rs_writer_before_exec(const char *program);
 /* The exec failed: drop the closed file; the next CUDA call starts a new
  * one (numbered, the pid's name being taken). */
 RS_HIDDEN void rs_writer_after_failed_exec(void);
+/* The process leaves through _exit/_Exit (`via`, enum rs_exit_via, with
+ * `status` as passed): no destructor will close the trace. Seal every
+ * active chunk and close the trace as a clean end with how it left
+ * (rs_header_exit, format 1.6). Async-signal-safe: atomics, the chunk
+ * checksums, a clock read and getpid; no lock, no allocation, no loader
+ * call, no MODULE refresh. Does nothing when the trace is not open or is
+ * not this process's (a vfork child, a clone without fork handlers). */
+RS_HIDDEN void rs_writer_exit(int via, int status);
 /* Full path of the open trace, or "" (for log lines). */
 RS_HIDDEN const char *rs_writer_path(void);
 /* 1 once the byte limit has stopped gated records. */

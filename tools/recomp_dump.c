@@ -190,6 +190,12 @@ dump_header(out *o, const rs_reader *r)
     kv_d(o, "pid", h->pid);
     kv_d(o, "ppid", h->ppid);
     kv_b(o, "closed", rs_reader_closed(r));
+    int via, status;
+    rs_reader_exit(r, &via, &status);
+    if (via) { /* v1.6: left through _exit/_Exit, sealed with its status */
+        kv_w(o, "exit", rs_exit_via_name((uint32_t)via));
+        kv_d(o, "exit_status", status);
+    }
     header_line(o);
     kv_d(o, "rank", h->rank);
     kv_d(o, "local_rank", h->local_rank);

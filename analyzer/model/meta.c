@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "recomp/trace_format.h"
 
 const char *
 am_argv_value(const am_meta *m, const char *flag)
@@ -39,4 +40,10 @@ am_fmt_bytes(uint64_t b, char *buf, size_t n)
     else
         snprintf(buf, n, "%.2f %s", v, u[i]);
     return buf;
+}
+
+const char *
+am_exit_via_name(int via)
+{
+    return via == RS_EXIT__EXIT ? "_exit" : via == RS_EXIT__EXIT_C ? "_Exit" : "?";
 }

@@ -170,6 +170,12 @@ typedef struct am_meta {
     uint64_t device_capacity; /* bytes, 0 unknown */
     const char *mode;         /* "default", "async", "nocache", or importer's */
     int closed;               /* 1 clean exit / complete file; 0 killed or cut */
+    /* (trace format 1.6) How the process left when the shim saw it leave:
+     * exit_via an enum rs_exit_via (1 _exit, 2 _Exit; 0 not seen), with
+     * the status passed; exit_sealed: the trace's shim seals a trace at
+     * _exit/_Exit (1.6 and later), so a trace not closed was killed (or is
+     * still running), never a clean _exit (before 1.6 the two look alike). */
+    int exit_via, exit_status, exit_sealed;
     /* Command line: argc strings (valid until close). */
     size_t argc;
     const char *const *argv;
@@ -292,6 +298,11 @@ const char *am_argv_value(const am_meta *m, const char *flag);
 /* b bytes in binary units with two decimals ("12.50 GiB"; whole bytes below
  * 1 KiB: "512 B") into buf of n bytes; returns buf (model/meta.c). */
 const char *am_fmt_bytes(uint64_t b, char *buf, size_t n);
+
+/* How a process left, am_meta.exit_via (trace format 1.6's enum
+ * rs_exit_via): "_exit", "_Exit", or "?" for 0 and unknown values
+ * (model/meta.c). */
+const char *am_exit_via_name(int via);
 
 /* Names for reports. */
 const char *am_lib_name(int lib);

@@ -844,6 +844,8 @@ native_open(const char *path, am_source **out, char *err, size_t errlen)
     n->start_ns = h->mono_start_ns;
     m->mode = rs_mode_name(h->mode) ? rs_mode_name(h->mode) : "unknown";
     m->closed = rs_reader_closed(n->r);
+    rs_reader_exit(n->r, &m->exit_via, &m->exit_status);
+    m->exit_sealed = h->version_minor >= RS_TRACE_MINOR_EXIT;
     n->meta = m;
     m->limit_hit = (h->flags & RS_HDR_LIMIT_HIT) != 0;
     m->limit_ns = m->limit_hit && h->limit_hit_ns ? rel(n, h->limit_hit_ns) : 0;

@@ -257,6 +257,7 @@ struct rs_reader {
     uint64_t lost_bytes;      /* their record bytes (as their headers claim) */
     uint32_t unsealed_chunks; /* read without a checksum (a killed process's last) */
     uint64_t unsealed_records;
+    rs_header_exit exit;      /* (1.6) how the process left; zero when not recorded */
 };
 
 /* Grow *v (elements of `elem` bytes) to hold n+1; 0 ok, -1 out of memory. */
@@ -1298,10 +1299,40 @@ salvage_skip(rs_reader *r, uint32_t k)
                           " bytes of records): %s", k, used, why);
 }
 
+/* (1.6) The exit fields after the header (rs_header_exit): how a process
+ * that left through _exit/_Exit ended. Files before 1.6 (their bytes
+ * there are not read, as before) and a header page too short to hold them
+ * read as no exit seen; so does a `via` without RS_HDR_CLOSED (a live
+ * file read while its process was sealing it at _exit: the flag is
+ * published last). 0, or -1 with r->err naming the field. */
+static int
+read_exit(rs_reader *r)
+{
+    memset(&r->exit, 0, sizeof r->exit);
+    if (r->hdr.version_minor < RS_TRACE_MINOR_EXIT ||
+        r->hdr.header_size < RS_HEADER_EXIT_OFFSET + sizeof r->exit)
+        return 0;
+    rs_header_exit x;
+    memcpy(&x, r->base + RS_HEADER_EXIT_OFFSET, sizeof x);
+    if (x.via > RS_EXIT_VIA_MAX) {
+        set_err(r, RS_HEADER_EXIT_OFFSET + offsetof(rs_header_exit, via),
+                "exit via %" PRIu32 " out of range (0 none, 1 _exit, 2 _Exit)", x.via);
+        return -1;
+    }
+    if (!x.via && x.status) {
+        set_err(r, RS_HEADER_EXIT_OFFSET + offsetof(rs_header_exit, status),
+                "exit status %" PRId32 " without an exit (via 0)", x.status);
+        return -1;
+    }
+    if (r->hdr.flags & RS_HDR_CLOSED)
+        r->exit = x;
+    return 0;
+}
+
 static int
 load(rs_reader *r)
 {
-    if (check_header(r))
+    if (check_header(r) || read_exit(r))
         return -1;
     const rs_file_header *h = &r->hdr;
     if (!(h->flags & RS_HDR_CLOSED))
@@ -1558,6 +1589,19 @@ int
 rs_reader_closed(const rs_reader *r)
 {
     return (r->hdr.flags & RS_HDR_CLOSED) != 0;
+}
+
+void
+rs_reader_exit(const rs_reader *r, int *via, int *status)
+{
+    *via = (int)r->exit.via;
+    *status = r->exit.status;
+}
+
+const char *
+rs_exit_via_name(uint32_t via)
+{
+    return via == RS_EXIT__EXIT ? "_exit" : via == RS_EXIT__EXIT_C ? "_Exit" : NULL;
 }
 
 size_t

@@ -104,6 +104,14 @@ const rs_file_header *rs_reader_header(const rs_reader *r);
 /* 1 when the header has RS_HDR_CLOSED (clean exit), else 0. */
 int rs_reader_closed(const rs_reader *r);
 
+/* (1.6) How the process left when the shim saw it leave: *via an enum
+ * rs_exit_via (0: not seen: a clean exit through exit(), a trace not
+ * closed, or a file before 1.6), *status the status it passed (0 when
+ * *via is 0). */
+void rs_reader_exit(const rs_reader *r, int *via, int *status);
+/* "_exit", "_Exit", or NULL for RS_EXIT_NONE and unknown values. */
+const char *rs_exit_via_name(uint32_t via);
+
 /* Number of warnings found at open (not closed, unclaimed chunks, ...),
  * and the i-th one as a NUL-terminated line "PATH: ...", or NULL. */
 size_t rs_reader_warning_count(const rs_reader *r);

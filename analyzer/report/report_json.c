@@ -375,6 +375,13 @@ rank(yajl_gen g, const am_job *j, const am_rank *r, const am_report_opts *o)
     K(g, "format"); S(g, m->format);
     K(g, "mode"); S(g, m->mode);
     K(g, "closed"); B(g, m->closed);
+    if (m->exit_via) { /* (1.8) only when the trace recorded how the process left */
+        K(g, "exit");
+        yajl_gen_map_open(g);
+        K(g, "via"); S(g, am_exit_via_name(m->exit_via));
+        K(g, "status"); I(g, m->exit_status);
+        yajl_gen_map_close(g);
+    }
     K(g, "coverage"); rank_coverage(g, r);
     rank_peaks(g, r);
     K(g, "hot"); B(g, j->hot >= 0 && &j->ranks[j->hot] == r);

@@ -157,8 +157,14 @@ print_rank(FILE *f, const am_job *j, const am_rank *r, const am_report_opts *o_)
         fprintf(f, "%d", m->pid);
     else
         fputc('?', f);
-    fprintf(f, ", %s mode%s)\n", m->mode,
+    fprintf(f, ", %s mode%s", m->mode,
             m->closed ? "" : ", NOT CLOSED: read to the last published record");
+    if (m->exit_via)
+        fprintf(f, ", exited with status %d via %s", m->exit_status,
+                am_exit_via_name(m->exit_via));
+    else if (!m->closed && m->exit_sealed)
+        fputs(" (killed or still running: an _exit or _Exit would have closed it)", f);
+    fputs(")\n", f);
     if (!r->coverage.complete)
         fprintf(f, "  COVERAGE: INCOMPLETE, %s. %s\n", r->coverage.summary,
                 r->coverage.meaning);
@@ -337,6 +343,13 @@ rank_brief(FILE *f, const am_rank *r, int top)
     if (r->pp > 1)
         fprintf(f, ", pipeline stage %d of %d", r->stage, r->pp);
     fputc('\n', f);
+    const am_meta *m = r->src ? &r->src->meta : NULL;
+    if (m && m->exit_via) /* trace format 1.6 */
+        fprintf(f, "  exited with status %d via %s (no exit handler ran; the shim closed the "
+                   "trace there)\n", m->exit_status, am_exit_via_name(m->exit_via));
+    else if (m && !m->closed && m->exit_sealed)
+        fprintf(f, "  NOT CLOSED: killed (or still running): an _exit or _Exit would have "
+                   "closed the trace\n");
     if (!r->coverage.complete)
         fprintf(f, "  COVERAGE: INCOMPLETE, %s\n", r->coverage.summary);
     peak_line(f, r, AM_L_TENSOR);

@@ -17,6 +17,7 @@
 
 #include <zlib.h>
 
+#include "recomp/trace_format.h"
 #include "summary.h"
 
 /* ---- the source a summary's rank keeps: its metadata and strings ---- */
@@ -404,6 +405,24 @@ v_meta(sio *io, am_meta *m)
     U64(m, salvage_lost_bytes);
     if (io->rd && !m->path)
         fail(io, "path", "missing");
+}
+
+/* (6.1) What 6.0 lacked of a rank's metadata, stored for every rank after
+ * the last one: the parent's pid (merge sets a forked child apart as the
+ * analysis of its traces does) and how the process left (trace format
+ * 1.6: _exit/_Exit and its status; whether its shim seals a trace at
+ * _exit). A 6.0 summary reads with them unknown (ppid 0, no exit seen). */
+static void
+v_meta_61(sio *io, am_meta *m)
+{
+    INT(m, ppid);
+    INT(m, exit_via);
+    INT(m, exit_status);
+    s_bool(io, "exit_sealed", &m->exit_sealed);
+    if (io->rd && (m->exit_via < 0 || m->exit_via > (int)RS_EXIT_VIA_MAX))
+        fail(io, "exit_via", "value %d out of range (0 none, 1 _exit, 2 _Exit)", m->exit_via);
+    else if (io->rd && !m->exit_via && m->exit_status)
+        fail(io, "exit_status", "status %d without an exit (exit_via 0)", m->exit_status);
 }
 
 /* a grouped live set: count then {phase, boundary, layer, site, bytes, count} */
@@ -827,6 +846,8 @@ am_summary_write(const char *path, const am_job *j, const am_summary_opts *opts,
         if (has)
             v_part(&io, (adv_rank_part *)&parts[i]);
     }
+    for (size_t i = 0; i < j->nranks; i++) /* 6.1 */
+        v_meta_61(&io, &j->ranks[i].src->meta);
     if (io.bad) {
         free(io.buf);
         return -1;
@@ -1008,9 +1029,16 @@ am_summary_parse(const char *name, const unsigned char *buf, size_t len, am_summ
     }
     for (size_t i = 0; i < s->nranks && !io.bad; i++)
         read_rank(&io, s, i);
-    if (!io.bad && io.pos != io.len) {
+    unsigned minor = (unsigned)get_le(buf + 10, 2);
+    for (size_t i = 0; minor >= 1 && i < s->nranks && !io.bad; i++) {
+        snprintf(io.where, sizeof io.where, "rank[%zu].meta", i);
+        v_meta_61(&io, &s->ranks[i].src->meta);
+    }
+    /* a later minor appends after what this reader knows: ignored */
+    if (!io.bad && io.pos != io.len && minor <= AM_SUMMARY_MINOR) {
         io.where[0] = 0;
-        fail(&io, "(end)", "%zu bytes after the last rank", io.len - io.pos);
+        fail(&io, "(end)", "%zu bytes after the last rank%s", io.len - io.pos,
+             minor >= 1 ? "'s 6.1 metadata" : "");
     }
     free(raw);
     if (io.bad) {

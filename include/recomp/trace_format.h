@@ -33,7 +33,10 @@
 #define RS_TRACE_MAGIC "RSTRACE1"         /* 8 bytes, no NUL in the file */
 #define RS_TRACE_MAGIC_LEN 8
 #define RS_TRACE_VERSION_MAJOR 1
-#define RS_TRACE_VERSION_MINOR 5
+#define RS_TRACE_VERSION_MINOR 6
+/* The first minor version whose header page carries rs_header_exit (how a
+ * process that left through _exit/_Exit ended). */
+#define RS_TRACE_MINOR_EXIT 6
 /* The first minor version with ALLOC_P and FREE_P (packed records) and the
  * four-lane chunk checksum (rs_checksum4). */
 #define RS_TRACE_MINOR_PACKED 5
@@ -126,6 +129,28 @@ typedef struct rs_file_header {
 
 _Static_assert(sizeof(rs_file_header) == 536, "file header fields (v1.2)");
 _Static_assert(sizeof(rs_file_header) <= RS_HEADER_SIZE, "file header fits its page");
+
+/* How the process left, when the shim saw it leave (v1.6). */
+enum rs_exit_via {
+    RS_EXIT_NONE = 0,         /* not seen: exit()/return from main (closed), or killed */
+    RS_EXIT__EXIT = 1,        /* _exit(status) (os._exit, multiprocessing workers) */
+    RS_EXIT__EXIT_C = 2,      /* _Exit(status) */
+};
+#define RS_EXIT_VIA_MAX 2u
+
+/* (1.6) In the zero bytes of the header page right after rs_file_header
+ * (outside rs_file_header, so the header checksum of 1.2-1.5 files keeps
+ * its length): written once, by the interposed _exit/_Exit, together with
+ * RS_HDR_CLOSED and close_ns; all zero otherwise. Not covered by the header
+ * checksum (like flags and close_ns, it is written after creation). */
+typedef struct rs_header_exit {
+    uint32_t via;                        /* enum rs_exit_via; 0 the rest is 0 */
+    int32_t status;                      /* the argument as passed (the parent's
+                                          * wait status holds its low 8 bits) */
+} rs_header_exit;
+#define RS_HEADER_EXIT_OFFSET 536u       /* sizeof(rs_file_header) */
+_Static_assert(sizeof(rs_header_exit) == 8, "header exit fields (v1.6)");
+_Static_assert(RS_HEADER_EXIT_OFFSET == sizeof(rs_file_header), "exit fields follow the header");
 
 #define RS_CHUNK_SEALED   0x1u   /* checksum covers checksum_len bytes */
 #define RS_CHUNK_TAIL     0x2u   /* claimed from the reserved tail (OOM past the limit) */

@@ -2998,6 +2998,60 @@ def inputs():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def forked_child_summary():
+    """invariant 32 over a directory with forked children (issue 14 (b)):
+    each rank forks a worker that touches CUDA and leaves through os._exit(0)
+    (megasim --sim-fork-worker). The directory's analysis sets both workers
+    apart (2 ranks); every trace summarized on its own and the summaries
+    merged give the same JSON (summary format 6.1 carries each trace's ppid:
+    6.0's merge took a worker for a second trace of its rank and refused the
+    job). A worker's own analysis holds its 2 MiB allocation and says it
+    exited with status 0 via _exit (trace format 1.6), not a kill."""
+    s = sc("forked worker", ["--sim-preset", "llama3-8b", "--num-layers", "4",
+                             "--sim-world-size", "2", "--pipeline-model-parallel-size", "2",
+                             "--global-batch-size", "2", "--train-iters", "1",
+                             "--seq-length", "1024", "--max-position-embeddings", "1024",
+                             "--sim-fork-worker"])
+    run, rc, tmp, err = run_scenario(s)
+    sdir = tempfile.mkdtemp(prefix="advprop-sum.")
+    try:
+        if not ta.ok(rc == 0 and run, "forked worker: megasim ran", err[-800:]):
+            return
+        traces = sorted(glob.glob(os.path.join(run, "*.rstrace")))
+        doc = analyze(run)
+        pids = {r["pid"] for r in doc["ranks"]}
+        kids = [t for t in traces if not any(t.endswith("-%d.rstrace" % p) for p in pids)]
+        ta.ok(len(traces) == 4 and len(kids) == 2 and doc["job"]["nranks"] == 2,
+              "forked worker: 2 ranks analysed, their 2 workers' traces set apart",
+              "%d traces, %d ranks" % (len(traces), doc["job"]["nranks"]))
+        for i, t in enumerate(traces):
+            p = subprocess.run([ta.ANALYZE, "summarize", t, "--out",
+                                os.path.join(sdir, "%d.rssum" % i)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            ta.ok(p.returncode == 0, "forked worker: summarize %s alone" % os.path.basename(t),
+                  p.stderr[-800:])
+        p = subprocess.run([ta.ANALYZE, "merge", "--json", sdir], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        merged = json.loads(p.stdout) if p.returncode == 0 else \
+            "merge exit %d: %s" % (p.returncode, p.stderr[-800:])
+        bad = inv32_summary_agrees(Case("forked worker", doc, merged=merged))
+        ta.ok(not bad and p.stderr.count("forked by pid") == 2,
+              "forked worker: invariant 32 a summary gives the verdict of its traces (each "
+              "trace summarized alone, the workers set apart by merge)",
+              "\n".join(bad) + "\n" + p.stderr[-800:])
+        for k in kids:
+            w = analyze(k)["ranks"][0]
+            peak = (w.get("peak") or {}).get("bytes")
+            ta.ok(w.get("closed") and w.get("exit") == {"via": "_exit", "status": 0} and
+                  peak == 2 << 20,
+                  "forked worker %s: closed at _exit with status 0, its 2 MiB peak" %
+                  os.path.basename(k), json.dumps({"closed": w.get("closed"),
+                                                   "exit": w.get("exit"), "peak": peak}))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(sdir, ignore_errors=True)
+
+
 # ---- recompute already on: an OOM-cut trace predicts what the complete one does ----
 #
 # Found replaying a public OOM report (Moonlight-16B-like, moe_act and
@@ -3151,6 +3205,8 @@ def main():
         return 0
     if not only or "inputs" in only:
         inputs()
+    if not only or "forked-worker" in only:
+        forked_child_summary()
     cases = []
     for s in SCENARIOS:
         if only and s["name"] not in only:

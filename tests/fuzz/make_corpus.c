@@ -240,6 +240,20 @@ main(int argc, char **argv)
     bad |= put(dir, "valid-not-closed", t, len);
     tb_free(t);
 
+    /* (1.6) closed at _exit(3): the exit fields after the header */
+    t = all_kinds(1, &len);
+    tb_header(t)->version_minor = RS_TRACE_MINOR_EXIT;
+    for (uint32_t k = 0; k < t->nchunks; k++)
+        if (tb_chunk_header(t, k)->flags & RS_CHUNK_SEALED)
+            tb_seal(t, k); /* the lanes checksum of 1.5 and later */
+    rs_header_exit *x = (rs_header_exit *)(void *)(t->buf + RS_HEADER_EXIT_OFFSET);
+    *x = (rs_header_exit){.via = RS_EXIT__EXIT, .status = 3};
+    len = tb_finish(t, 1);
+    bad |= put(dir, "valid-exit", t, len);
+    x->via = RS_EXIT_VIA_MAX + 1; /* a way out the format does not know */
+    bad |= put(dir, "bad-exit-via", t, len);
+    tb_free(t);
+
     t = tb_new(CHUNK, 1);
     tb_header(t)->version_minor = 0;
     len = tb_finish(t, 1);

@@ -604,3 +604,98 @@ Test(jobid, forked_child_is_set_apart_not_a_rank)
         it_fini(&c);
     }
 }
+
+/* Issue 14 (a, b): a forked child that leaves through _exit(3) or _Exit(5)
+ * seals its trace with that status (trace format 1.6); one killed by
+ * SIGKILL does not. recomp-dump's header, the child's own analysis (text
+ * and JSON) and the note that sets it apart from the rank tell the two
+ * apart. Each trace summarized on its own and the summaries merged set the
+ * child apart exactly as the analysis of the directory does (summary
+ * format 6.1 carries the ppid; 6.0 did not, and merge counted the child as
+ * a second trace of rank 0). */
+Test(jobid, forked_child_exit_status_told_from_a_kill)
+{
+    static const struct {
+        const char *mode, *note, *text, *json, *dump;
+    } k[] = {
+        {"_exit3", "; it exited with status 3 via _exit", "exited with status 3 via _exit",
+         "\"closed\":true,\"exit\":{\"via\":\"_exit\",\"status\":3}", "exit=_exit exit_status=3"},
+        {"_Exit5", "; it exited with status 5 via _Exit", "exited with status 5 via _Exit",
+         "\"closed\":true,\"exit\":{\"via\":\"_Exit\",\"status\":5}", "exit=_Exit exit_status=5"},
+        {"kill", "; its trace is not closed: it was killed (or is still running)",
+         "NOT CLOSED: killed (or still running): an _exit or _Exit would have closed",
+         "\"closed\":false,\"coverage\"", NULL},
+    };
+    for (size_t t = 0; t < sizeof k / sizeof k[0]; t++) {
+        it_ctx c;
+        it_init(&c);
+        it_run r;
+        it_run_prog(&c, &r, c.out, IT_ARGV(IT_PROG("p_fork"), k[t].mode),
+                    IT_ENV("RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "TORCHELASTIC_RUN_ID=fx",
+                           "TORCHELASTIC_RESTART_COUNT=0"));
+        cr_assert(r.exited && r.code == 0, "%s: %s%s", k[t].mode, r.out, r.err);
+        char ptail[64];
+        snprintf(ptail, sizeof ptail, "-%d.rstrace", (int)r.pid);
+        it_run_free(&r);
+        char **d = run_dirs(&c, 1), dir[600], prel[800] = "", crel[800] = "";
+        snprintf(dir, sizeof dir, "%s/%s", c.out, d[0]);
+        char **paths;
+        size_t n = it_find_traces(dir, &paths);
+        cr_assert_eq(n, 2, "%s: the rank's trace and the child's", k[t].mode);
+        for (size_t i = 0; i < n; i++) {
+            const char *base = strrchr(paths[i], '/') + 1;
+            int parent = strstr(paths[i], ptail) != NULL;
+            snprintf(parent ? prel : crel, sizeof prel, "%s/%s", d[0], base);
+            it_dump du;
+            it_dump_trace(&du, paths[i]);
+            cr_assert_eq(du.rc, 0, "%s: %s", paths[i], du.err);
+            const char *h = it_line(&du, "header host=");
+            cr_assert(h != NULL);
+            int sealed = parent || k[t].dump;
+            cr_expect(strstr(h, sealed ? "closed=yes" : "closed=no") != NULL, "%s: %s",
+                      k[t].mode, h);
+            if (!parent && k[t].dump)
+                cr_expect(strstr(h, k[t].dump) != NULL, "%s: %s", k[t].mode, h);
+            else
+                cr_expect(strstr(h, "exit=") == NULL, "%s: %s", k[t].mode, h);
+            it_dump_free(&du);
+        }
+        it_free_paths(paths, n);
+        cr_assert(prel[0] && crel[0], "%s: the parent's and the child's trace", k[t].mode);
+
+        an_res a;
+        analyze(&c, &a, IT_ARGV(d[0]));
+        cr_expect_eq(a.rc, 0, "%s: exit %d\n%s", k[t].mode, a.rc, a.err);
+        cr_expect(strstr(a.out, "recomp-analyze: 1 rank(s)"), "%s: %.300s", k[t].mode, a.out);
+        cr_expect(strstr(a.err, "forked by pid") && strstr(a.err, k[t].note), "%s: %s",
+                  k[t].mode, a.err);
+        an_free(&a);
+
+        analyze(&c, &a, IT_ARGV(crel));
+        cr_expect_eq(a.rc, 0, "%s: exit %d\n%s", k[t].mode, a.rc, a.err);
+        cr_expect(strstr(a.out, k[t].text), "%s: want \"%s\" in\n%.800s", k[t].mode, k[t].text,
+                  a.out);
+        an_free(&a);
+        analyze(&c, &a, IT_ARGV("--json", crel));
+        cr_expect_eq(a.rc, 0, "%s: exit %d\n%s", k[t].mode, a.rc, a.err);
+        cr_expect(strstr(a.out, k[t].json), "%s: want %s in\n%.800s", k[t].mode, k[t].json,
+                  a.out);
+        cr_expect(k[t].dump || !strstr(a.out, "\"exit\""), "%s: %.800s", k[t].mode, a.out);
+        an_free(&a);
+
+        analyze(&c, &a, IT_ARGV("summarize", prel, "--out", "rank.rssum"));
+        cr_assert_eq(a.rc, 0, "%s: summarize exit %d\n%s", k[t].mode, a.rc, a.err);
+        an_free(&a);
+        analyze(&c, &a, IT_ARGV("summarize", crel, "--out", "child.rssum"));
+        cr_assert_eq(a.rc, 0, "%s: summarize exit %d\n%s", k[t].mode, a.rc, a.err);
+        an_free(&a);
+        analyze(&c, &a, IT_ARGV("merge", "rank.rssum", "child.rssum"));
+        cr_expect_eq(a.rc, 0, "%s: merge exit %d\n%s", k[t].mode, a.rc, a.err);
+        cr_expect(strstr(a.out, "recomp-analyze: 1 rank(s)"), "%s: %.300s", k[t].mode, a.out);
+        cr_expect(strstr(a.err, "forked by pid") && strstr(a.err, k[t].note), "%s: %s",
+                  k[t].mode, a.err);
+        an_free(&a);
+        it_free_paths(d, 1);
+        it_fini(&c);
+    }
+}

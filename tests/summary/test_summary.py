@@ -324,6 +324,7 @@ def corrupt(summ, other, tmp):
     bad("a flipped payload byte: field checksum", bytes(flip), tmp, "checksum")
     v2 = bytearray(buf)
     v2[8] = FORMAT_MAJOR + 1
+    v2[10] = 0  # minor 0 of the next major
     bad("format %d.0: field version, says to summarize again" % (FORMAT_MAJOR + 1), bytes(v2),
         tmp, "field version", "%d.0" % (FORMAT_MAJOR + 1))
     bad("trailing bytes after the last rank: field (end)", reseal(pay + b"\0" * 9), tmp,

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "summary.h"
 
 #define PATTERN 0x5a
@@ -81,6 +83,26 @@ fill_rank(am_rank *r, am_source *src)
     FILL_STR(r->coverage.meaning);
     r->notes = NULL;
     r->nnotes = 0;
+}
+
+/* the source's metadata: every scalar the pattern, strings short, the
+ * string lists empty, exit_via and exit_sealed valid */
+static void
+fill_meta(am_meta *m)
+{
+    memset(m, PATTERN, sizeof *m);
+    m->path = "rank0.rsshim";
+    m->format = "recompshim trace v1.2";
+    m->mode = "default";
+    m->argc = m->nenv = m->nwarnings = 0;
+    m->argv = m->env = m->warnings = NULL;
+    FILL_STR(m->host);
+    FILL_STR(m->torchelastic_run_id);
+    FILL_STR(m->slurm_job_id);
+    FILL_STR(m->master);
+    FILL_STR(m->run_id);
+    m->exit_via = 2;          /* _Exit */
+    m->exit_sealed = 1;
 }
 
 static void
@@ -162,7 +184,7 @@ Test(summary_roundtrip, every_field_comes_back)
     static adv_rank_part part;
     am_source src;
     memset(&src, 0, sizeof src);
-    src.meta.path = "rank0.rsshim";
+    fill_meta(&src.meta);
     fill_cfg(&cfg);
     fill_rank(&rank, &src);
     fill_part(&part);
@@ -184,6 +206,15 @@ Test(summary_roundtrip, every_field_comes_back)
     cr_assert_eq(s.nranks, 1);
 
     SAME_BYTES(adv_cfg, cfg, s.cfg, "adv_cfg (AM_SUMMARY_CFG_INTS/STRS, summary.h)");
+
+    /* am_meta: its strings by value, then every other byte (6.0 did not
+     * carry ppid, so a merge could not set a forked child apart) */
+    am_meta want = src.meta, have = s.ranks[0].src->meta;
+    cr_expect_str_eq(have.path, want.path);
+    cr_expect_str_eq(have.format, want.format);
+    cr_expect_str_eq(have.mode, want.mode);
+    want.path = want.format = want.mode = have.path = have.format = have.mode = NULL;
+    SAME_BYTES(am_meta, want, have, "am_meta (v_meta, v_meta_61 in summary.c)");
 
     /* am_rank: its peaks, coverage and placement byte for byte; GCC 12.2's
      * __builtin_clear_padding leaves the padding after am_rank's first array of
@@ -211,6 +242,85 @@ Test(summary_roundtrip, every_field_comes_back)
     drop_uncarried_part(&got_part);
     SAME_BYTES(adv_rank_part, part, got_part, "adv_rank_part (its adv_trace scalars: v_scal)");
     am_summary_free(&s);
+}
+
+/* Summary format 6.1 stores each rank's ppid and exit after the last rank;
+ * a 6.0 summary (nothing there) reads with them unknown, as before, and a
+ * later minor's bytes after them are ignored, while bytes after them in a
+ * 6.1 summary are damage. */
+Test(summary_roundtrip, minor_0_reads_and_later_minors_append)
+{
+    static am_rank rank;
+    static am_summary s;
+    am_source src;
+    memset(&src, 0, sizeof src);
+    fill_meta(&src.meta);
+    src.meta.ppid = 77;
+    src.meta.exit_via = 1;
+    src.meta.exit_status = 3;
+    fill_rank(&rank, &src);
+    am_job job;
+    memset(&job, 0, sizeof job);
+    job.ranks = &rank;
+    job.nranks = 1;
+    am_summary_opts o;
+    memset(&o, 0, sizeof o);
+    o.iteration = -1;
+    char err[1024] = "";
+    const char *path = tmp_path();
+    cr_assert_eq(am_summary_write(path, &job, &o, NULL, NULL, err, sizeof err), 0, "%s", err);
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    static unsigned char buf[1 << 20];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    unlink(path);
+    cr_assert_eq(am_summary_parse("s61", buf, len, &s, err, sizeof err), 0, "%s", err);
+    cr_expect(s.ranks[0].src->meta.ppid == 77 && s.ranks[0].src->meta.exit_via == 1 &&
+              s.ranks[0].src->meta.exit_status == 3 && s.ranks[0].src->meta.exit_sealed == 1);
+    am_summary_free(&s);
+
+    /* the payload as stored (flags 0) without its last 13 bytes: a 6.0 summary */
+    uint64_t stored = 0;
+    for (int b = 0; b < 8; b++)
+        stored |= (uint64_t)buf[AM_SUMMARY_HEADER + b] << (8 * b);
+    uLongf raw = (uLongf)stored;
+    static unsigned char p[(1 << 20) + 64];
+    memcpy(p, buf, AM_SUMMARY_HEADER);
+    cr_assert_eq(uncompress(p + AM_SUMMARY_HEADER, &raw, buf + 40,
+                            (uLong)(len - 40)), Z_OK);
+    size_t plen = (size_t)raw;
+    struct {
+        unsigned minor;
+        size_t cut;
+        int extra, ok;
+    } k[] = {{0, 13, 0, 1}, {1, 0, 0, 1}, {1, 0, 8, 0}, {2, 0, 8, 1}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        size_t n = plen - k[i].cut + (size_t)k[i].extra;
+        memset(p + AM_SUMMARY_HEADER + plen - k[i].cut, 0xab, (size_t)k[i].extra);
+        p[10] = (unsigned char)k[i].minor;
+        p[11] = 0;
+        memset(p + 12, 0, 4); /* stored as it is */
+        for (int b = 0; b < 8; b++)
+            p[16 + b] = (unsigned char)((uint64_t)n >> (8 * b));
+        uint64_t h = 1469598103934665603ull; /* summary.c's fnv64 */
+        for (size_t b = 0; b < n; b++)
+            h = (h ^ p[AM_SUMMARY_HEADER + b]) * 1099511628211ull;
+        for (int b = 0; b < 8; b++)
+            p[24 + b] = (unsigned char)(h >> (8 * b));
+        int rc = am_summary_parse("sx", p, AM_SUMMARY_HEADER + n, &s, err, sizeof err);
+        cr_expect_eq(rc, k[i].ok ? 0 : -1, "minor %u, %d bytes more: %s", k[i].minor,
+                     k[i].extra, err);
+        if (rc == 0) {
+            const am_meta *m = &s.ranks[0].src->meta;
+            cr_expect(k[i].minor ? m->ppid == 77 && m->exit_via == 1
+                                 : m->ppid == 0 && m->exit_via == 0 && !m->exit_sealed,
+                      "minor %u: ppid %d exit_via %d", k[i].minor, m->ppid, m->exit_via);
+            am_summary_free(&s);
+        } else {
+            cr_expect(strstr(err, "bytes after the last rank"), "%s", err);
+        }
+    }
 }
 
 /* A 5.x summary is refused with what it lacks, not read into another verdict. */

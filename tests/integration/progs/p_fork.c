@@ -3,7 +3,11 @@
  * then cudaMalloc(3 MiB) -> 0x7e0000100000, frees both.
  * Output: "parent pid=P child=C" and "child pid=C ppid=P".
  * `p_fork _exit`: the child leaves through _exit(0), as Python's
- * multiprocessing workers do (no exit handlers run). */
+ * multiprocessing workers do (no exit handlers run); `p_fork _exit3`:
+ * through _exit(3); `p_fork _Exit5`: through _Exit(5); `p_fork kill`: the
+ * child kills itself with SIGKILL. The parent checks the child ended so. */
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -25,13 +29,23 @@ main(int argc, char **argv)
         OK(cudaFree(b));
         printf("child pid=%d ppid=%d b=%p\n", (int)getpid(), (int)getppid(), b);
         fflush(stdout);
-        if (argc > 1 && !strcmp(argv[1], "_exit"))
+        const char *how = argc > 1 ? argv[1] : "";
+        if (!strcmp(how, "_exit"))
             _exit(0);
+        if (!strcmp(how, "_exit3"))
+            _exit(3);
+        if (!strcmp(how, "_Exit5"))
+            _Exit(5);
+        if (!strcmp(how, "kill"))
+            kill(getpid(), SIGKILL);
         exit(0);
     }
-    int st = 0;
+    int st = 0, want = argc > 1 && !strcmp(argv[1], "_exit3") ? 3
+                     : argc > 1 && !strcmp(argv[1], "_Exit5") ? 5 : 0;
     waitpid(pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    int killed = argc > 1 && !strcmp(argv[1], "kill");
+    if (killed ? !(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+               : !WIFEXITED(st) || WEXITSTATUS(st) != want) {
         printf("FAIL: child status %#x\n", st);
         return 3;
     }

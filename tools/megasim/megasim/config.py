@@ -297,6 +297,10 @@ def build_parser():
                    help="older Transformer Engine range names (nvte_cublas_gemm, "
                         "nvte_multi_stream_cublas_gemm)")
     g.add_argument("--sim-quiet", action="store_true")
+    g.add_argument("--sim-fork-worker", action="store_true",
+                   help="each rank forks a data-loader-like worker after its setup; the worker "
+                        "makes one 2 MiB cudaMalloc and its cudaFree and leaves through "
+                        "os._exit(0), as multiprocessing's forked workers do")
     g.add_argument("--sim-counters-out", default=None,
                    help="write PyTorch-style memory counters of this rank as JSON to this file "
                         "(RANK is substituted for {rank}); the oracle of gpu-validate --dry-run")

@@ -198,6 +198,26 @@ class Rank:
             print(msg, flush=True)
 
     # ------------------------------------------------------------------ setup
+    def fork_worker(self):
+        """--sim-fork-worker: a worker forked by the rank (a data loader's,
+        multiprocessing's fork start method) touches CUDA itself: one 2 MiB
+        cudaMalloc and its cudaFree straight through the runtime (its own
+        trace, its header's ppid the rank's pid, the rank's environment),
+        then os._exit(0), which runs no exit handler. The rank waits for it."""
+        import ctypes
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                p = ctypes.c_uint64()
+                if self.dev.lib.ms_malloc(2 * MIB, ctypes.byref(p)) == 0 and \
+                        self.dev.lib.ms_free(p.value) == 0:
+                    code = 0
+            finally:
+                os._exit(code)
+        _, st = os.waitpid(pid, 0)
+        assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0, "forked worker: status %#x" % st
+
     def setup(self):
         a, par, dev = self.args, self.par, self.dev
         if a.sim_colocated_pool_gib:
@@ -870,6 +890,8 @@ def pretrain(args):
     r = Rank(args)
     try:
         r.setup()
+        if args.sim_fork_worker:
+            r.fork_worker()
         r.train()
     except cuda.OutOfMemoryError as e:
         write_counters(r, str(e).splitlines()[0] if str(e) else "out of memory")
