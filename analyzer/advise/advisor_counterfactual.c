@@ -415,6 +415,8 @@ py_inside(const adv_trace *t, const adv_alloc *x, const adv_alloc *y, uint32_t h
     return memcmp(a, b, (h + 1) * sizeof *a) == 0;
 }
 
+static int same_block(uint64_t a, uint64_t b);
+
 /* Where a checkpointed region's forward, run under no_grad, frees internal
  * allocation id (a tensor the recorded run saved for backward): the op
  * position before which its last Python reference is gone, e the region's
@@ -425,7 +427,10 @@ py_inside(const adv_trace *t, const adv_alloc *x, const adv_alloc *y, uint32_t h
  * returns. From the Python stacks of the region's allocations (main thread,
  * forward; frame ids per function): the next allocation y whose stack
  * differs from x's shows x's call finished (allocations with x's very stack
- * are one statement's outputs, e.g. a tuple, and share its fate); they first
+ * are the same call of one function -- frame ids are functions, not lines --
+ * and share its fate, e.g. a tuple, unless one is x's size: then x was an
+ * elementwise op's operand, the call's temporary, freed when it returns,
+ * docs/advisor.md "The redo's free times"); they first
  * differ at depth k, so the function at depth h = min(k, len(x)) - 1 called
  * on after x was made: x is held there, and freed when that function returns
  * -- before the first later allocation that is not inside its call. When the
@@ -447,8 +452,20 @@ nograd_free(const adv_trace *t, uint32_t id, uint32_t e)
         const adv_alloc *y = &t->a[v - 1];
         if (!y->npy)
             return e;
-        if (y->py == x->py && y->npy == x->npy)
-            continue; /* the same stack: the same statement */
+        if (y->py == x->py && y->npy == x->npy) {
+            /* the same stack: the same call of x's function (or a tuple of
+             * one statement, e.g. a norm's output and statistics). A result
+             * of x's very size made after it (its block: same_block, the
+             * recorded sizes are blocks) is an elementwise op's on x
+             * (the GLU's linear half, then its product with the activation):
+             * the call went on with that, x was its temporary, gone when the
+             * call returns; otherwise x shares the call's fate */
+            if (same_block(y->size, x->size)) {
+                h = x->npy - 1;
+                break;
+            }
+            continue;
+        }
         uint32_t k = py_common(t, x, y);
         if (k == 0)
             return e;
