@@ -322,6 +322,8 @@ typedef struct adv_verdict {
     uint64_t capacity[ADV_MAX_RANKS]; /* 0: unknown (no header, cudaMemGetInfo, OOM
                                        * total or --budget): budget unknown, never 0 B */
     int budget_unknown;       /* ranks whose capacity is unknown */
+    char device_note[256];    /* the first rank whose device figures contradict its
+                               * trace (adv_device_inconsistent), said with the budget */
     int rank_id[ADV_MAX_RANKS];
     size_t nranks;
     uint64_t headroom;
@@ -392,6 +394,16 @@ int adv_job_oomed(const am_job *j);
  * rank's reserved peak is over its device (no spare). The headroom is not
  * subtracted: this is the margin the job really had (advisor_ran.c). */
 int adv_device_spare(const adv_verdict *v, uint64_t *spare);
+/* 1 when rank r's fatal OOM carries device figures that contradict the
+ * trace: cudaMemGetInfo's in use (total - free, bytes, in *in_use) below the
+ * bytes PyTorch had allocated then (the tensor level, in *held). A device
+ * always holds at least the allocated bytes of the process on it (plus its
+ * context), so such a reading is of another device or otherwise wrong
+ * (issue 14 case M: a driver that answered for device 0 on ranks 1-3). It
+ * is never used as a limit or a capacity: that rank's budget is unknown
+ * unless --budget is given. 0 when consistent or not recorded, or recorded
+ * past the byte limit (advisor_ran.c). */
+int adv_device_inconsistent(const am_rank *r, uint64_t *held, uint64_t *in_use);
 /* The device bytes in use when rank r's fatal OOM failed although the
  * device had at least the request free (cudaMemGetInfo in the OOM record:
  * total - free, bytes): the job met a limit below the capacity (a

@@ -38,10 +38,29 @@ adv_device_spare(const adv_verdict *v, uint64_t *spare)
     return at;
 }
 
+int
+adv_device_inconsistent(const am_rank *r, uint64_t *held, uint64_t *in_use)
+{
+    const am_oom *o = r->oom;
+    if (!o || o->past_limit || !o->total_bytes || o->free_bytes > o->total_bytes)
+        return 0;
+    uint64_t use = o->total_bytes - o->free_bytes, pt = o->live[AM_L_TENSOR];
+    if (pt <= use)
+        return 0;
+    if (held)
+        *held = pt;
+    if (in_use)
+        *in_use = use;
+    return 1;
+}
+
 uint64_t
 adv_oom_limit(const am_rank *r)
 {
     const am_oom *o = r->oom;
+    /* a reading below what PyTorch held on the device is no reading */
+    if (adv_device_inconsistent(r, NULL, NULL))
+        return 0;
     /* the driver's 2 MiB granularity: a request that fits the free bytes only
      * to the page may still fail for want of memory */
     if (!o || !o->total_bytes || o->free_bytes > o->total_bytes || !o->requested ||

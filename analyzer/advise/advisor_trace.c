@@ -932,7 +932,9 @@ record_oom(build *b, const am_event *ev)
     t->oom_boundary = oa.boundary;
     t->oom_lib = ev->lib;
     t->oom_in_capture = c->capture > 0;
-    t->oom_request = ev->size;
+    /* the rank's OOM (peak.c): for a page of expandable segments the
+     * allocator's request, its pages at least, not the one page that failed */
+    t->oom_request = c->r->oom && c->r->oom->t_ns == ev->t_ns ? c->r->oom->requested : ev->size;
     t->oom_reserved = c->reserved;
     t->oom_device_live = c->dev_live;
     if (c->capture)

@@ -740,6 +740,16 @@ run_build_traces(run_state *st)
         /* an OOM with the request free: the budget ends at the limit it met */
         if (!st->o->budget)
             capy = adv_limit_finding(v, r, capy);
+        /* device figures that contradict the trace give no capacity (issue 14 M) */
+        uint64_t held, in_use;
+        if (adv_device_inconsistent(r, &held, &in_use)) {
+            if (!st->o->budget)
+                capy = 0;
+            if (!v->device_note[0])
+                snprintf(v->device_note, sizeof v->device_note,
+                         "device figures inconsistent on rank %d: allocated %s > in use %s "
+                         "(cudaMemGetInfo at the OOM)", r->rank, GB(held), GB(in_use));
+        }
         adv_budget_above_device(v, r, st->o->budget);
         v->capacity[i] = capy;
         if (!capy)
@@ -1865,6 +1875,16 @@ withhold(adv_verdict *v, const char *fmt, ...)
     }
 }
 
+/* 1 when o failed at one page of PyTorch's expandable segments: its request
+ * is the pages the allocator created for it before the failed one plus that
+ * one, a lower bound (source_native.c page_run; PyTorch's "Tried to
+ * allocate" in the job's stderr is the exact size) */
+static int
+oom_page_request(const run_state *st, const am_oom *o)
+{
+    return st->cfg->alloc_expandable && o->lib == AM_LIB_PYTORCH && !o->past_limit;
+}
+
 /* The first fatal OOM of the job, explained: rank, iteration, phase, the
  * request, what was live (allocated, reserved, device, the largest groups). */
 static void
@@ -1913,10 +1933,11 @@ explain_oom(run_state *st, const am_rank *r, size_t i)
                 GB(o->live[AM_L_DEVICE]), r->rank, GB(v->baseline[i]));
     } else
     why_add(v,
-            "The job ran out of memory: rank %d %s: a request of %s failed with %s allocated "
+            "The job ran out of memory: rank %d %s: a request of %s%s failed with %s allocated "
             "by PyTorch (%s reserved), %s live on the device%s%s (largest device-level groups: "
             "%s); that request is in rank %d's baseline peak %s",
-            r->rank, when, GB(t && t->oom ? t->oom_request : o->requested),
+            r->rank, when, oom_page_request(st, o) ? "at least " : "",
+            GB(t && t->oom ? t->oom_request : o->requested),
             GB(t && t->oom ? t->oom_allocated : o->live[AM_L_TENSOR]),
             GB(t && t->oom ? t->oom_reserved : 0), GB(o->live[AM_L_DEVICE]),
             v->capacity[i] ? " of " : "", v->capacity[i] ? GB(v->capacity[i]) : "",
@@ -1972,11 +1993,18 @@ run_guards(run_state *st)
                      was, GB(st->base_max));
             snprintf(v->change, sizeof v->change, "pass --budget BYTES (the device's memory)");
             snprintf(v->config_diff, sizeof v->config_diff, "%s", v->change);
+        } else if (v->device_note[0]) {
+            why_add(v, "%s; budget unknown: pass --budget", v->device_note);
         } else {
             why_add(v, "budget unknown: pass --budget (no device capacity recorded)");
         }
     } else if (v->budget_unknown) {
-        why_add(v, "budget unknown: pass --budget (no device capacity recorded)");
+        if (v->device_note[0])
+            why_add(v, "%s; budget unknown: pass --budget", v->device_note);
+        else
+            why_add(v, "budget unknown: pass --budget (no device capacity recorded)");
+    } else if (v->device_note[0]) {
+        why_add(v, "%s: not used as the budget (--budget given)", v->device_note);
     }
     coverage_guard(st);
     if (strncmp(v->code, "n/a", 3) != 0)

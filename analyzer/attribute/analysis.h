@@ -102,7 +102,14 @@ typedef struct am_oom {
     uint8_t lib;              /* owner library of the failing call */
     uint16_t api;
     int32_t status;
-    uint64_t requested;       /* at the CUDA API: the segment size asked for */
+    uint64_t requested;       /* at the CUDA API: the segment size asked for; for a
+                               * page of expandable segments the allocator's request,
+                               * at least: the pages it created for the request
+                               * before one failed, plus that one
+                               * (am_event.request_pages; PyTorch's "Tried to
+                               * allocate" is the exact figure) */
+    uint64_t call_size;       /* what the failing call asked for (a page under
+                               * expandable segments); the sweep's only */
     uint64_t free_bytes, total_bytes; /* 0 unknown */
     uint64_t live[AM_NLEVELS];
     am_group *groups;         /* device-level live set, grouped */

@@ -337,7 +337,7 @@ on_oom(sweep *s, const am_event *ev)
 {
     if (s->pending_oom) {
         /* the same request failing again is the same episode */
-        int same = s->pending_oom->tid == ev->tid && s->pending_oom->requested == ev->size;
+        int same = s->pending_oom->tid == ev->tid && s->pending_oom->call_size == ev->size;
         if (same) {
             oom_free(s->pending_oom);
             s->pending_oom = NULL;
@@ -356,7 +356,10 @@ on_oom(sweep *s, const am_event *ev)
     o->lib = ev->lib;
     o->api = ev->api;
     o->status = ev->status;
+    o->call_size = ev->size;
     o->requested = ev->size;
+    if (ev->request_pages) /* a page of expandable segments: its request's pages */
+        o->requested = ((uint64_t)ev->request_pages + 1) * ev->size;
     o->free_bytes = ev->free_bytes;
     o->total_bytes = ev->total_bytes;
     o->offset = ev->src_offset;
@@ -586,7 +589,7 @@ on_alloc(sweep *s, const am_event *ev)
     if (s->pass == 1)
         r->nallocs++;
     if (s->pending_oom && s->pending_oom->tid == ev->tid && (ev->levels & AM_LVL_DEVICE))
-        finish_oom(s, s->pending_oom->requested != ev->size);
+        finish_oom(s, s->pending_oom->call_size != ev->size);
     /* past the byte limit only the retry of an OOM's request is recorded: it
      * resolved that OOM above (a recovered failure, not the job's OOM) and
      * enters no live set, since what was freed before it was not recorded */

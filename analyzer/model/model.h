@@ -126,6 +126,14 @@ typedef struct am_event {
      * shows at its first memory event): when and in which phase it was
      * allocated is unknown, and it is no allocation of the traced program */
     uint8_t pretrace;
+    /* OOM of one page of PyTorch's expandable segments (a failed cuMemCreate
+     * of size bytes): the pages of that size the same thread created for the
+     * same request before this one failed (no other memory event between),
+     * which the allocator releases (or keeps mapped, reserved but never
+     * allocated) when the request fails. The allocator's request is at least
+     * (request_pages + 1) * size; 0 when the failed call is no such page.
+     * (Kept in padding: am_event stays 208 bytes.) */
+    uint32_t request_pages;
     /* ALLOC/OOM: the Python stack it was made in, innermost first, as
      * "f (dir/file.py:line) < g < h" (native traces from format 1.3: the
      * code objects' first lines); NULL when unknown */

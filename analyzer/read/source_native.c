@@ -8,7 +8,8 @@
  *   FREE (ok)               FREE at DEVICE (+TENSOR in a tensor mode)
  *   TENSOR (v1.1)           ALLOC/FREE at TENSOR with PyTorch's own totals
  *   VMM_CREATE/RELEASE      ALLOC/FREE at DEVICE keyed by handle; a failed
- *                           create is an OOM (expandable segments)
+ *                           create is an OOM (expandable segments) with the
+ *                           pages made for its request before it (page_run)
  *   OOM                     OOM with its native stack
  *   MEMINFO (ok)            MEMINFO
  *   THREAD                  THREAD_NAME (renames of unknown tids dropped)
@@ -71,6 +72,13 @@ typedef struct native {
     int cur_has;              /* ... when its record names one */
     am_event q[2 * AM_PYF_MAX + 3]; /* synthetic ranges, then the event */
     int qn, qi;
+    /* expandable segments' pages (page_run): the thread whose PyTorch
+     * cuMemCreate calls of one size (its pages) follow each other with no
+     * other memory record of that thread between, the size and how many */
+    uint32_t pg_tid, pg_count;
+    uint64_t pg_size;
+    int pg_failed;            /* the run ended in a failed create: its OOM record
+                               * (api cuMemCreate) follows and takes pg_count */
 } native;
 
 static int
@@ -340,6 +348,62 @@ event_clear(am_event *ev)
 #endif
 }
 
+/* PyTorch's expandable segments map a request's pages one handle each
+ * (c10/cuda/CUDACachingAllocator.cpp, ExpandableSegment::map: cuMemCreate of
+ * segment_size per page of the range; on CUDA_ERROR_OUT_OF_MEMORY the handles
+ * it made are released; try_allocate_expandable_block maps holes one after
+ * another, and those mapped before a failure stay mapped, reserved but free).
+ * The failed cuMemCreate is one page, not the request: the pages the same
+ * thread created just before it, of the same size with no other memory
+ * record of that thread between (the successful request's TENSOR record, an
+ * allocation, a free), belong to the same request. A successful create
+ * extends the run (or starts one); a failed one takes the run's count as its
+ * request_pages (as does the OOM record the shim writes after it) and ends
+ * the run, so the retry after release_cached_blocks counts its own pages
+ * only; any other memory record of the thread ends it.
+ * Callers outside PyTorch (NCCL's buffers) never count. */
+static void
+page_run(native *n, const rs_event *re, const rs_rec_vmm *v, am_event *ev)
+{
+    int pytorch = lib_of(n, v->caller) == AM_LIB_PYTORCH;
+    int same = pytorch && n->pg_tid == re->tid && n->pg_size == v->size && !n->pg_failed;
+    if (v->status == 0) {
+        if (!pytorch)
+            return;
+        n->pg_count = same ? n->pg_count + 1 : 1;
+        n->pg_tid = re->tid;
+        n->pg_size = v->size;
+        n->pg_failed = 0;
+        return;
+    }
+    if (!pytorch) /* outside PyTorch: no page of an allocator's request */
+        return;
+    if (!same)
+        n->pg_count = 0;
+    n->pg_tid = re->tid;
+    n->pg_size = v->size;
+    n->pg_failed = 1;
+    ev->request_pages = n->pg_count;
+}
+
+/* the OOM record the shim writes after a failed cuMemCreate (same thread,
+ * same size): the same request's pages */
+static void
+page_run_oom(native *n, const rs_event *re, const rs_rec_oom *o, am_event *ev)
+{
+    if (o->api == RS_API_cuMemCreate && n->pg_failed && n->pg_tid == re->tid &&
+        n->pg_size == o->size)
+        ev->request_pages = n->pg_count;
+}
+
+/* any other memory record of the page run's thread ends the run */
+static inline void
+page_run_end(native *n, uint32_t tid)
+{
+    if (n->pg_tid == tid)
+        n->pg_tid = 0, n->pg_count = 0, n->pg_failed = 0;
+}
+
 /* Translate one record into *ev; 1 when it is an event, 0 to skip. */
 static int
 translate(native *n, const rs_event *re, am_event *ev)
@@ -356,6 +420,7 @@ translate(native *n, const rs_event *re, am_event *ev)
         const rs_rec_alloc *a = (const void *)h;
         if (a->status != 0)
             return 0;
+        page_run_end(n, re->tid);
         ev->kind = AM_EV_ALLOC;
         ev->addr = a->ptr;
         ev->size = a->size;
@@ -376,6 +441,7 @@ translate(native *n, const rs_event *re, am_event *ev)
         const rs_rec_free *f = (const void *)h;
         if (f->status != 0)
             return 0;
+        page_run_end(n, re->tid);
         ev->kind = AM_EV_FREE;
         ev->addr = f->ptr;
         ev->api = f->api;
@@ -410,6 +476,7 @@ translate(native *n, const rs_event *re, am_event *ev)
         ev->lib = (uint8_t)lib_of(n, o->caller);
         ev->nframes = h->aux;
         ev->frames = (const uint64_t *)(o + 1);
+        page_run_oom(n, re, o, ev);
         py_site(n, o->pystack, ev);
         n->cur_stack = o->pystack;
         n->cur_has = 1;
@@ -490,10 +557,12 @@ translate(native *n, const rs_event *re, am_event *ev)
             ev->kind = AM_EV_OOM;
             ev->size = v->size;
             ev->status = v->status;
+            page_run(n, re, v, ev);
             return 1;
         }
         if (v->status != 0)
             return 0;
+        page_run(n, re, v, ev);
         ev->kind = AM_EV_ALLOC;
         ev->space = AM_SPACE_HANDLE;
         ev->addr = v->handle;
@@ -522,6 +591,7 @@ translate(native *n, const rs_event *re, am_event *ev)
         const rs_rec_tensor *t = (const void *)h;
         if (t->device_type != 1 /* CUDA */)
             return 0;
+        page_run_end(n, re->tid);
         ev->kind = t->size >= 0 ? AM_EV_ALLOC : AM_EV_FREE;
         ev->addr = t->ptr;
         ev->size = t->size >= 0 ? (uint64_t)t->size : (uint64_t)(-(t->size + 1)) + 1;

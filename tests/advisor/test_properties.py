@@ -16,6 +16,8 @@ violations):
   2. unknown is not zero: without a device capacity the budget is unknown
      (budget_bytes null), without memory events there is no peak; neither
      says OK:FITS; a job that failed before iteration 0 is reported failed;
+     device figures at an OOM below what PyTorch held there (cudaMemGetInfo's
+     in use < allocated) are said, never read as a device limit;
   3. a capped or windowed trace never diagnoses from a live set it did not
      see: the verdict is withheld or qualified and says what window is needed;
   4. following the advice converges: for a recommended setting megasim can
@@ -830,6 +832,34 @@ SCENARIOS += [
                            "selective[moe] (")),
 ]
 
+# hplay8 2/2b (NovaSky-AI/SkyRL PR 1841): a 4-layer stand-in with a 248320-token
+# vocabulary, TP4 + SP, 65536 tokens, full[uniform,1], at 26 GiB; the loss's
+# fp32 logits (PyTorch: "Tried to allocate 15.16 GiB") do not fit
+LG = ["--num-layers", "4", "--hidden-size", "2048", "--ffn-hidden-size", "6144",
+      "--num-attention-heads", "16", "--group-query-attention", "--num-query-groups", "2",
+      "--kv-channels", "128", "--qk-layernorm", "--swiglu", "--normalization", "RMSNorm",
+      "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights",
+      "--disable-bias-linear", "--vocab-size", "248320", "--seq-length", "65536",
+      "--max-position-embeddings", "65536", "--bf16", "--transformer-impl", "transformer_engine",
+      "--attention-dropout", "0", "--hidden-dropout", "0", "--tensor-model-parallel-size", "4",
+      "--sequence-parallel", "--use-distributed-optimizer", "--sim-world-size", "4",
+      "--micro-batch-size", "1", "--global-batch-size", "2"] + ta.FULL1
+SCENARIOS += [
+    # hplay8 case C: under expandable segments the OOM's failed call is one
+    # 20 MiB page; the request is its pages (14.65 GiB at least), which must
+    # enter the baseline: it used to give +10.10 GiB margin and no cause
+    sc("hplay8 2b: expandable segments, the loss's request is its pages",
+       LG + ["--sim-only-ranks", "0"], 26, env=ES, converge=False,
+       expect=("X:LOGITS", "a request of at least 14.65 GiB")),
+    # hplay8 case M: the same job's 4 ranks; the mock driver answered
+    # cuMemGetInfo for device 0 on ranks 1-3 (512 MiB in use beside 10.79 GiB
+    # allocated), and the advisor made a 512 MiB device limit and
+    # R:INSUFFICIENT of it; each device's own figures now
+    sc("hplay8 lg-26: 4 ranks under expandable segments, each device's figures",
+       LG, 26, env=ES, converge=False,
+       expect=("X:LOGITS", "a request of at least 14.65 GiB")),
+]
+
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
                         "fixtures", "real")
 
@@ -948,6 +978,19 @@ def inv2_unknown(c):
     if c.scenario and c.rc != 0:
         if v.get("code") == "OK:FITS":
             bad.append("the job exited %d and the verdict is OK:FITS" % c.rc)
+    # a device reading below what PyTorch held on it is said, and never a
+    # limit or capacity (hplay8 case M)
+    for r in c.doc.get("ranks", []):
+        o = r.get("oom") or {}
+        tot, fr, held = o.get("total_bytes"), o.get("free_bytes"), o.get("live_tensor_bytes")
+        if not tot or fr is None or not held or o.get("past_limit") or tot - fr >= held:
+            continue
+        if "device figures inconsistent" not in v.get("why", ""):
+            bad.append("rank %d: cudaMemGetInfo at the OOM says %d in use, PyTorch held %d, "
+                       "and the verdict does not say so" % (r["rank"], tot - fr, held))
+        if any(f.get("code") == "BUDGET:DEVICE_LIMIT" and f.get("rank") == r["rank"]
+               for f in v.get("findings") or []):
+            bad.append("rank %d: a device limit read from an inconsistent reading" % r["rank"])
     return bad
 
 

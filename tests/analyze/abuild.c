@@ -395,3 +395,45 @@ ab_contrib(yajl_val root, const char *peak_path, const char *phase, const char *
     }
     return -1;
 }
+
+/* ---- issue 14 C/M: expandable segments' pages, device figures ---- */
+
+void
+ab_env(ab *a, uint64_t t, const char *name_value)
+{
+    rs_rec_meta m = {0};
+    m.key = RS_META_ENV;
+    m.len = (uint32_t)strlen(name_value);
+    put(a, AB_MAIN, &m, sizeof m, RS_REC_META, 0, t, name_value, m.len);
+}
+
+#if RS_TRACE_VERSION_MINOR >= 1
+void
+ab_vmm(ab *a, uint32_t tid, uint64_t t, uint16_t kind, uint64_t handle, uint64_t size,
+       uint64_t caller, int32_t status)
+{
+    rs_rec_vmm r = {0};
+    r.handle = handle;
+    r.size = size;
+    r.caller = caller;
+    r.api = kind == RS_REC_VMM_CREATE ? RS_API_cuMemCreate : RS_API_cuMemRelease;
+    r.device = 0;
+    r.status = status;
+    put(a, tid, &r, sizeof r, kind, 0, t, NULL, 0);
+}
+#endif
+
+void
+ab_oom_api(ab *a, uint32_t tid, uint64_t t, uint64_t size, uint64_t free_b, uint64_t total,
+           uint16_t api, uint64_t caller)
+{
+    rs_rec_oom r = {0};
+    r.size = size;
+    r.caller = caller;
+    r.free_bytes = free_b;
+    r.total_bytes = total;
+    r.api = api;
+    r.status = 2;
+    r.meminfo_status = total ? 0 : -1;
+    put(a, tid, &r, sizeof r, RS_REC_OOM, 0, t, NULL, 0);
+}

@@ -56,6 +56,18 @@ void ab_window(ab *a, uint64_t t, uint32_t state, uint32_t kind, uint64_t value)
 void ab_note(ab *a, uint64_t t, const char *text);
 void ab_module(ab *a, uint64_t t, uint64_t lo, uint64_t hi, const char *path);
 
+/* A META env record ("NAME=value"). */
+void ab_env(ab *a, uint64_t t, const char *name_value);
+#if RS_TRACE_VERSION_MINOR >= 1
+/* A VMM record of kind RS_REC_VMM_CREATE (api cuMemCreate) or
+ * RS_REC_VMM_RELEASE (cuMemRelease) on device 0, from caller. */
+void ab_vmm(ab *a, uint32_t tid, uint64_t t, uint16_t kind, uint64_t handle, uint64_t size,
+            uint64_t caller, int32_t status);
+#endif
+/* An OOM record of api (rs_api) from caller, no frames. */
+void ab_oom_api(ab *a, uint32_t tid, uint64_t t, uint64_t size, uint64_t free_b, uint64_t total,
+                uint16_t api, uint64_t caller);
+
 /* Write to path (closed or not); frees the builder. Returns the length. */
 size_t ab_write(ab *a, const char *path, int closed);
 

@@ -25,7 +25,10 @@
  *   cuMemCreate handles: 0x5a0001, 0x5a0002, ... (never reused); size must
  *                       be a non-zero multiple of 2 MiB (the granularity)
  *   contexts: the primary context of device d is 0x5c000000 + d * 0x1000;
- *             every thread starts with device 0's current
+ *             every thread starts with device 0's current; cudaSetDevice(d)
+ *             makes device d's current and cuCtxSetCurrent(ctx) its device
+ *             the runtime's, so driver calls (cuMemGetInfo, cuMemAlloc,
+ *             cuMemAddressReserve) act on the thread's device as on a GPU
  *   over capacity: CUDA_ERROR_OUT_OF_MEMORY, nothing allocated
  *
  * MOCK_CUDA_FAIL applies to the ABI names ("cuMemCreate@2=2").
@@ -71,8 +74,6 @@ static uint64_t g_next_va[MOCK_MAX_DEVICES];
 static uint64_t g_next_handle = DRV_HANDLE_BASE + 1;
 static int g_initialized;
 
-static __thread int t_ctx_set;     /* 0: the default (device 0) */
-static __thread int t_ctx_dev;     /* -1: no context current */
 
 #define CHECK_FAIL(fn)                          \
     do {                                        \
@@ -84,7 +85,10 @@ static __thread int t_ctx_dev;     /* -1: no context current */
 static int
 cur_dev(void)
 {
-    return t_ctx_set ? t_ctx_dev : 0;
+    /* one current context per thread for runtime and driver: cudaSetDevice
+     * makes its device's primary context current (driver calls on a thread
+     * that chose device 1 act on device 1, never on device 0) */
+    return mock_context_device();
 }
 
 /* One past the highest slot index ever used in any table: scans stop there. */
@@ -308,15 +312,13 @@ cuCtxSetCurrent(CUcontext ctx)
 {
     CHECK_FAIL("cuCtxSetCurrent");
     if (!ctx) {
-        t_ctx_set = 1;
-        t_ctx_dev = -1;
+        mock_clear_current_context();
         return CUDA_SUCCESS;
     }
     int d = ctx_device(ctx);
     if (d < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
-    t_ctx_set = 1;
-    t_ctx_dev = d;
+    mock_set_current_device(d);   /* cudaGetDevice reports the context's device */
     return CUDA_SUCCESS;
 }
 

@@ -51,6 +51,7 @@ static size_t g_table_cap;   /* power of two */
 static size_t g_table_used;  /* live + deleted */
 
 static __thread int t_device;
+static __thread int t_noctx;   /* 1: cuCtxSetCurrent(NULL), until a device is made current */
 static __thread int t_error;
 
 #define SLOT_DELETED UINT64_MAX
@@ -185,7 +186,9 @@ mock_fail_check(const char *fn)
 }
 
 int mock_current_device(void) { return t_device; }
-void mock_set_current_device(int dev) { t_device = dev; }
+void mock_set_current_device(int dev) { t_device = dev; t_noctx = 0; }
+void mock_clear_current_context(void) { t_noctx = 1; }
+int mock_context_device(void) { return t_noctx ? -1 : t_device; }
 
 int
 mock_set_error(int err)

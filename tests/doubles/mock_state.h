@@ -113,6 +113,13 @@ MOCK_HIDDEN int mock_fail_check(const char *fn);
 /* Per-thread current device (starts at 0) and last error. */
 MOCK_HIDDEN int mock_current_device(void);
 MOCK_HIDDEN void mock_set_current_device(int dev);
+/* The device of the calling thread's current context, which the driver's
+ * calls act on: the runtime's current device (cudaSetDevice makes that
+ * device's primary context current on the thread, as CUDA 12+ does), or the
+ * device whose primary context cuCtxSetCurrent made current; -1 after
+ * cuCtxSetCurrent(NULL), until a device or context is made current again. */
+MOCK_HIDDEN int mock_context_device(void);
+MOCK_HIDDEN void mock_clear_current_context(void);
 MOCK_HIDDEN int mock_set_error(int err);       /* records err when != 0, returns it */
 MOCK_HIDDEN int mock_take_error(void);         /* returns and clears */
 MOCK_HIDDEN int mock_peek_error(void);
