@@ -215,13 +215,15 @@ mock_valid_device(int dev)
     return dev >= 0 && dev < g_ndev;
 }
 
+/* ctx is only ever set (0 -> 1), so a context that exists needs no lock:
+ * every cudaFree calls this, and took the one process-wide lock for it. */
 void
 mock_touch_device(int dev)
 {
-    if (!mock_valid_device(dev))
+    if (!mock_valid_device(dev) || __atomic_load_n(&g_dev[dev].ctx, __ATOMIC_ACQUIRE))
         return;
     pthread_mutex_lock(&g_lock);
-    g_dev[dev].ctx = 1;
+    __atomic_store_n(&g_dev[dev].ctx, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -296,10 +298,16 @@ mock_dev_alloc(int dev, uint64_t size, int kind, uint64_t *out)
     if (!mock_valid_device(dev))
         return MOCK_ERR_INVALID_DEVICE;
     *out = 0;
+    if (mock_arena_on()) {
+        mock_touch_device(dev);
+        int arc = mock_arena_alloc(dev, size, kind, out);
+        if (arc >= 0)
+            return arc;
+    }
     int rc = MOCK_OK;
     pthread_mutex_lock(&g_lock);
     mock_device *d = &g_dev[dev];
-    d->ctx = 1;
+    __atomic_store_n(&d->ctx, 1, __ATOMIC_RELEASE);
     if (size == 0)
         goto out;
     uint64_t used = g_ctx_bytes + d->live;
@@ -333,7 +341,7 @@ mock_charge(int dev, uint64_t size)
     int rc = MOCK_OK;
     pthread_mutex_lock(&g_lock);
     mock_device *d = &g_dev[dev];
-    d->ctx = 1;
+    __atomic_store_n(&d->ctx, 1, __ATOMIC_RELEASE);
     uint64_t used = g_ctx_bytes + d->live;
     if (used > g_capacity || size > g_capacity - used)
         rc = MOCK_ERR_MEMORY_ALLOCATION;
@@ -391,6 +399,11 @@ int
 mock_release(uint64_t ptr, unsigned kind_mask, mock_alloc_info *info)
 {
     init();
+    if (mock_arena_on()) {
+        int arc = mock_arena_release(ptr, kind_mask, info);
+        if (arc >= 0)
+            return arc;
+    }
     pthread_mutex_lock(&g_lock);
     mock_slot *s = table_find(ptr);
     if (!s || !(kind_mask & (1u << s->info.kind))) {
@@ -420,7 +433,7 @@ mock_device_used(int dev)
     pthread_mutex_lock(&g_lock);
     uint64_t u = (g_dev[dev].ctx ? g_ctx_bytes : 0) + g_dev[dev].live;
     pthread_mutex_unlock(&g_lock);
-    return u;
+    return u + mock_arena_live(dev, 0);
 }
 
 /* ---- pools ---- */
@@ -446,7 +459,14 @@ mock_pool_device(uint64_t pool)
     pthread_mutex_unlock(&g_lock);                          \
     return v
 
-uint64_t mock_pool_live(int dev) { POOL_GET(pool_live); }
+uint64_t
+mock_pool_live(int dev)
+{
+    pthread_mutex_lock(&g_lock);
+    uint64_t v = g_dev[dev].pool_live;
+    pthread_mutex_unlock(&g_lock);
+    return v + mock_arena_live(dev, 1);
+}
 uint64_t mock_pool_high(int dev) { POOL_GET(pool_high); }
 uint64_t mock_pool_release_threshold(int dev) { POOL_GET(pool_threshold); }
 

@@ -14,6 +14,9 @@
  *                            (default 512 MiB)
  *   MOCK_CUDA_FAIL           "fn@N=code,...": the Nth call (1-based, counted
  *                            per process) of fn returns code, doing nothing
+ *   MOCK_CUDA_THREAD_ARENAS  1: device and async blocks come from per-thread
+ *                            arenas, not the one locked table (a benchmark
+ *                            mode: no capacity limit for them; mock_arena.c)
  *
  * Device addresses are numbers only: device d hands out
  * mock_range_base(MOCK_RANGE_RUNTIME, d) upwards, 512-byte aligned, never
@@ -162,5 +165,19 @@ MOCK_HIDDEN uint64_t mock_pool_high(int dev);
 MOCK_HIDDEN void mock_pool_reset_high(int dev);
 MOCK_HIDDEN uint64_t mock_pool_release_threshold(int dev);
 MOCK_HIDDEN void mock_pool_set_release_threshold(int dev, uint64_t v);
+
+/* Per-thread arenas (mock_arena.c, MOCK_CUDA_THREAD_ARENAS=1): private to
+ * the library that compiles mock_state.c. mock_arena_alloc and
+ * mock_arena_release return -1 when the arena does not serve the call (mode
+ * off, no slot free, slice used up, size 0, another kind; a pointer outside
+ * every arena), and the locked path then does; otherwise a MOCK_ERR code.
+ * mock_arena_live: the arena blocks' bytes on `dev` (async_only: ASYNC). */
+#define MOCK_ARENAS 64
+__attribute__((visibility("hidden"))) int mock_arena_on(void);
+__attribute__((visibility("hidden"))) int mock_arena_alloc(int dev, uint64_t size, int kind,
+                                                            uint64_t *out);
+__attribute__((visibility("hidden"))) int mock_arena_release(uint64_t ptr, unsigned kind_mask,
+                                                              mock_alloc_info *info);
+__attribute__((visibility("hidden"))) uint64_t mock_arena_live(int dev, int async_only);
 
 #endif

@@ -10,7 +10,10 @@ the first the per-round difference from the first (median, quartiles, in how
 many rounds it was lower): a load change during the run shifts both sides
 of a round alike, so the paired difference is steadier than the medians.
 @VAR=VAL sets environment variables for that variant (DIR=PATH: where its
-trace goes, e.g. DIR=/dev/shm). Nothing here asserts a time.
+trace goes, e.g. DIR=/dev/shm). Every run, the one without a shim too, is
+against the mock runtime's per-thread arenas (MOCK_CUDA_THREAD_ARENAS=1, as
+run-all.sh since the seventh round) unless the environment sets
+MOCK_CUDA_THREAD_ARENAS (0: the mock's one lock). Nothing here asserts a time.
 
   tools/bench/ab_shim.py 21 200000 1 cudaMalloc+cudaFree \\
       main=build-bench-baseline/b/shim/librecompshim.so new=build-bench/shim/librecompshim.so
@@ -47,6 +50,7 @@ def main():
             extra = dict(extra)
             d = tempfile.mkdtemp(prefix="rs-ab.", dir=extra.pop("DIR", None))
             env = dict(os.environ, RECOMPSHIM_OUT=d, **extra)
+            env.setdefault("MOCK_CUDA_THREAD_ARENAS", "1")
             if lib:
                 env["LD_PRELOAD"] = lib
             out = subprocess.run([BENCH, pairs, threads, workload], env=env, check=True,

@@ -17,7 +17,11 @@ megasim's main job with and without the shim. --only SECTION[,...] runs a
 subset (shim, heaptrack, analyzer, importers, job). --old-shim LIB replaces
 the shim section's "before" library; --baseline-lib LIB adds LIB (e.g. main's
 library, tools/bench/build-baseline.sh) as one more variant of the same
-interleaved rounds.
+interleaved rounds. The bench runs against the mock runtime's per-thread
+arenas (MOCK_CUDA_THREAD_ARENAS=1, tests/doubles/mock_arena.c) in every
+variant, with and without a tracer, so the threads do not queue on the mock's
+one lock; --mock-lock runs them against that lock instead (the rounds before
+the seventh in docs/performance.md).
 """
 import os
 import re
@@ -44,6 +48,10 @@ OLD_SHIM = (os.path.abspath(sys.argv[sys.argv.index("--old-shim") + 1])
 # change is measured against it side by side; "before" stays as above
 BASELINE = (os.path.abspath(sys.argv[sys.argv.index("--baseline-lib") + 1])
             if "--baseline-lib" in sys.argv else None)
+
+# The mock runtime's mode for every bench run (module docstring).
+MOCK_LOCK = "--mock-lock" in sys.argv
+MOCK_ENV = {} if MOCK_LOCK else {"MOCK_CUDA_THREAD_ARENAS": "1"}
 
 
 def want(section):
@@ -93,6 +101,12 @@ def env_with(**kw):
     return e
 
 
+def bench_env(**kw):
+    """The environment of a bench_shim_overhead run: the mock's mode
+    (MOCK_ENV) and kw."""
+    return env_with(**dict(MOCK_ENV, **kw))
+
+
 def fresh_dir(name):
     d = os.path.join(WORK, name)
     shutil.rmtree(d, ignore_errors=True)
@@ -121,7 +135,10 @@ def shim_section():
         before += "; baseline: %s" % BASELINE
     print("%d interleaved rounds (no shim, before, after%s), median; each thread does N pairs "
           "(2 events) of each workload against the mock runtime. %s; after: this library "
-          "(format 1.5, packed ALLOC/FREE).\n" % (ROUNDS, ", baseline" if BASELINE else "", before))
+          "(format 1.5, packed ALLOC/FREE). The mock runtime: %s.\n"
+          % (ROUNDS, ", baseline" if BASELINE else "", before,
+             "one process-wide lock (--mock-lock)" if MOCK_LOCK else
+             "per-thread arenas (MOCK_CUDA_THREAD_ARENAS=1), in every variant"))
     extra = " baseline | added baseline | after - baseline |" if BASELINE else ""
     print("| threads | N per thread | workload | without | before | after | added before "
           "| added after | budget 50 |" + extra)
@@ -136,13 +153,13 @@ def shim_section():
         cpu = {"base": {}, "old": {}, "new": {}, "main": {}}
         size, events = {}, 0
         for _ in range(ROUNDS):
-            _, _, out, _ = run([BENCH, str(n), str(threads)])
+            _, _, out, _ = run([BENCH, str(n), str(threads)], bench_env())
             for k, v in parse_bench(out).items():
                 cpu["base"].setdefault(k, []).append(v[0])
             for name, lib, extra in variants:
                 d = fresh_dir("shim-out")
                 _, _, out, _ = run([BENCH, str(n), str(threads)],
-                                   env_with(LD_PRELOAD=lib, RECOMPSHIM_OUT=d, **extra))
+                                   bench_env(LD_PRELOAD=lib, RECOMPSHIM_OUT=d, **extra))
                 for k, v in parse_bench(out).items():
                     cpu[name].setdefault(k, []).append(v[0])
                 size[name], events = dir_bytes(d), sum(v[2] for v in parse_bench(out).values())
@@ -174,20 +191,20 @@ def heaptrack_section(shim_added):
             "shim_tree": [], "cuda_plain": []}
     ht_bytes = 0
     for _ in range(ROUNDS):
-        _, tree, out, _ = run([BENCH, str(n), "1", "malloc+free"])
+        _, tree, out, _ = run([BENCH, str(n), "1", "malloc+free"], bench_env())
         rows["plain"].append(parse_bench(out)["malloc+free"][0])
         rows["plain_tree"].append(tree * 1e9 / (2 * n))
         htout = os.path.join(fresh_dir("ht"), "ht")
-        _, tree, out, _ = run([ht, "-o", htout, BENCH, str(n), "1", "malloc+free"])
+        _, tree, out, _ = run([ht, "-o", htout, BENCH, str(n), "1", "malloc+free"], bench_env())
         m = re.search(r"^malloc\+free (\S+)", out, re.M)
         rows["heaptrack"].append(float(m.group(1)))
         rows["ht_tree"].append(tree * 1e9 / (2 * n))
         ht_bytes = dir_bytes(os.path.dirname(htout))
-        _, tree, out, _ = run([BENCH, str(n), "1", "cudaMalloc+cudaFree"])
+        _, tree, out, _ = run([BENCH, str(n), "1", "cudaMalloc+cudaFree"], bench_env())
         rows["cuda_plain"].append(tree * 1e9 / (2 * n))
         d = fresh_dir("shim-out")
         _, tree, out, _ = run([BENCH, str(n), "1", "cudaMalloc+cudaFree"],
-                              env_with(LD_PRELOAD=SHIM, RECOMPSHIM_OUT=d))
+                              bench_env(LD_PRELOAD=SHIM, RECOMPSHIM_OUT=d))
         rows["shim"].append(parse_bench(out)["cudaMalloc+cudaFree"][0])
         rows["shim_tree"].append(tree * 1e9 / (2 * n))
     med = {k: statistics.median(v) for k, v in rows.items()}
