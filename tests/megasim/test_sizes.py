@@ -585,6 +585,9 @@ def resume_checks():
     check("no resident loaded state on stage 1", resident_bytes(1), 0)
 
 
+DPA_STATE = 120      # TE DotProductAttention's FP8 state per layer (3 GEMMs, L = 1)
+
+
 def fp8_checks():
     """FP8 (docs/megasim.md "FP8 (derivation)", TE v2.9), Llama-3 8B, s 8192, TP=1,
     counted by hand. Saved per layer against (b): the two norm outputs are saved
@@ -596,10 +599,16 @@ def fp8_checks():
     2*(6144*4096 + 4096*4096 + 28672*4096 + 4096*14336) + 16 = 436,207,632; and
     the delayed-scaling state per module, scale + amax history for 3 forward and
     2 backward tensors: 4*(3 + 3L + 2 + 2L) bytes (L = --fp8-amax-history-len,
-    Megatron's default 1: 40 B). With MXFP8, linear_proj saves the original O
+    Megatron's default 1: 40 B), and TE's DotProductAttention's for its 3 GEMMs
+    (9 forward and 6 backward tensors, 4*(15 + 15L) B: 120 B; tensorwise: 30
+    scalars, 120 B), made under FP8 even without FP8 attention (measured on
+    megatron-core 0.19.2 + TE 2.12.0: docs/validation/megatron-core.md). With MXFP8, linear_proj saves the original O
     (set_save_original_input) and every column-wise copy has uint8 scales of
     ru(s/32,4)*ru(K,128) bytes; the weight copies add row- and column-wise scales."""
     from megasim import fp8
+    check("fp8 attention state: 3 GEMMs, delayed L=1 and tensorwise",
+          (sum(fp8.state_bytes("delayed", 1, 3)), sum(fp8.state_bytes("tensorwise", 1, 3))),
+          (DPA_STATE, DPA_STATE))
     saved = B_TOTAL - 144 * 1048576 + 16
     weights = 2 * (6144 * 4096 + 4096 * 4096 + 28672 * 4096 + 4096 * 14336) + 16
     check("fp8 weight workspaces by the formula",
@@ -607,13 +616,13 @@ def fp8_checks():
               for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))), weights)
     got = simulate("llama3-8b", ["--fp8-format", "hybrid"], 1)
     check("fp8 delayed: each layer's first forward adds saved + weights + state",
-          got[1:], [saved + weights + 4 * 40] * 3)
+          got[1:], [saved + weights + 4 * 40 + DPA_STATE] * 3)
     got = simulate("llama3-8b", ["--fp8-format", "e4m3", "--fp8-amax-history-len", "1024"], 1)
     check("fp8 delayed, amax history 1024: the state per module",
-          got[1:], [saved + weights + 4 * 4 * (5 + 5 * 1024)] * 3)
+          got[1:], [saved + weights + 4 * 4 * (5 + 5 * 1024) + 4 * (15 + 15 * 1024)] * 3)
     got = simulate("llama3-8b", ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"], 1)
-    check("fp8 tensorwise: no FP8 copy of O, 10 scalars per module",
-          got[1:], [saved - 32 * 1048576 - 4 + weights + 4 * 40] * 3)
+    check("fp8 tensorwise: no FP8 copy of O, 10 scalars per linear, 30 for attention",
+          got[1:], [saved - 32 * 1048576 - 4 + weights + 4 * 40 + DPA_STATE] * 3)
     mx_saved = B_TOTAL - 64 * 1048576 - 112 * 1048576 \
         + 2 * 256 * 4096 + 256 * 14336            # col scales: ln1, ln2 (K 4096), fc2 (K 14336)
 
@@ -640,11 +649,11 @@ def fp8_checks():
     g3_weights = 2 * (4608 * 12288 + 12288 * 1536 + 6144 * 12288 + 12288 * 6144) + 16
     got = simulate("gpt3-175b", ["--pipeline-model-parallel-size", "1", "--fp8-format", "hybrid"], 8)
     check("fp8 delayed, TP=8 + SP: GPT-3 layers 1-3", got[1:],
-          [A_FUSED - 15 * 1048576 + 16 + g3_weights + 160] * 3)
+          [A_FUSED - 15 * 1048576 + 16 + g3_weights + 160 + DPA_STATE] * 3)
     got = simulate("llama3-8b", ["--fp8-format", "hybrid", "--recompute-granularity", "selective",
                                  "--recompute-modules", "mlp"], 1)
     check("fp8 delayed mlp recompute frees the FP8 LN output and fc2 input and the SwiGLU input",
-          saved + weights + 160 - got[2], 32 * 1048576 + 4 + 448 * 1048576 + 112 * 1048576 + 4)
+          saved + weights + 160 + DPA_STATE - got[2], 32 * 1048576 + 4 + 448 * 1048576 + 112 * 1048576 + 4)
 
 
 def hybrid_checks():
