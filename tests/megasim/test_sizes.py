@@ -656,6 +656,53 @@ def fp8_checks():
           saved + weights + 160 + DPA_STATE - got[2], 32 * 1048576 + 4 + 448 * 1048576 + 112 * 1048576 + 4)
 
 
+# Per-buffer bytes measured on the real library (megatron-core 0.19.2 + TE 2.12.0
+# on the fake GPU, tools/mcore_job/run.sh, counters-rank<R>.json "buffer_bytes",
+# 2026-12-02; docs/validation/megatron-core.md "FP8 on the Transformer Engine
+# spec"): Llama-3 70B layer shapes (hidden 8192, FFN 28672 SwiGLU, 64 heads, 8
+# query groups, vocab 128256 untied), seq 4096, micro-batch 1, bf16, FP8 hybrid
+# with tensorwise (current) scaling, 2 iterations. (flags, world, {rank: bytes of
+# params, grad buffers, FP8 weight workspaces, FP8 meta, main params, Adam state})
+L70_SHAPES = ["--hidden-size", "8192", "--ffn-hidden-size", "28672",
+              "--num-attention-heads", "64", "--num-query-groups", "8", "--seq-length", "4096",
+              "--max-position-embeddings", "8192", "--micro-batch-size", "1",
+              "--train-iters", "2", "--attention-backend", "unfused",
+              "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+MCORE_FP8_BUFFERS = [
+    ("TP1, DP1, 2 layers, no distributed optimizer", ["--num-layers", "2"], 1,
+     {0: (7625326592, 15250653184, 3422552096, 560, 15250653184, 30501306368)}),
+    ("TP1, DP2, 2 layers, distributed optimizer",
+     ["--num-layers", "2", "--use-distributed-optimizer", "--global-batch-size", "2"], 2,
+     {r: (7625326592, 15250653184, 3422552096, 560, 7625326592, 15250653184) for r in (0, 1)}),
+    ("TP2 + SP, 2 layers, distributed optimizer",
+     ["--num-layers", "2", "--use-distributed-optimizer", "--tensor-model-parallel-size", "2",
+      "--sequence-parallel", "--global-batch-size", "1"], 2,
+     {r: (3812704256, 7625408512, 1711276064, 560, 7625408512, 15250817024) for r in (0, 1)}),
+    ("PP2, interleaved (1 layer per virtual stage), 4 layers, distributed optimizer",
+     ["--num-layers", "4", "--use-distributed-optimizer", "--pipeline-model-parallel-size", "2",
+      "--num-layers-per-virtual-pipeline-stage", "1", "--global-batch-size", "4"], 2,
+     {0: (5523963904, 11047927808, 3422552096, 560, 11047927808, 22095855616),
+      1: (5523980288, 11047960576, 3422552096, 560, 11047960576, 22095921152)}),
+]
+
+
+def mcore_fp8_buffer_checks():
+    """megasim's persistent buffers under FP8 (megasim.buffers) equal, byte for
+    byte, what the real Megatron-Core + Transformer Engine held on the same
+    flags (MCORE_FP8_BUFFERS): parameters, DDP grad buffers, the FP8 weight
+    copies (row-wise + transposed, 2 B per linear weight element + a 4-byte
+    scale_inv each), the FP8 scaling state (4 linears x 40 B + core
+    attention's 120 B per layer), the distributed optimizer's fp32 main
+    params and Adam state (sharded over DP)."""
+    from megasim import buffers
+    for name, extra, world, want in MCORE_FP8_BUFFERS:
+        for rank, w in sorted(want.items()):
+            got = buffers.buffer_bytes(rank, world, ["--sim-preset", "llama3-8b"] + L70_SHAPES
+                                       + extra + ["--sim-world-size", str(world)])
+            check("fp8 buffers as megatron-core + TE hold them: %s, rank %d" % (name, rank),
+                  tuple(got[c] for c in buffers.CLASSES), w)
+
+
 def hybrid_checks():
     """Hybrid Mamba/attention layers (docs/megasim.md "Hybrid Mamba layers
     (derivation)"), the Nemotron-H 8B-like preset (h 4096, s 8192, b 1; Mamba-2
@@ -771,6 +818,7 @@ def main():
     hybrid_checks()
     bias_checks()
     fp8_checks()
+    mcore_fp8_buffer_checks()
     table_checks()
     sim_checks()
     optimizer_checks()

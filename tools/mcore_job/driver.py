@@ -473,6 +473,32 @@ def buffer_bytes(model, optimizer):
     return out
 
 
+def layer_forward_bytes(chunks, counters):
+    """Record, for each TransformerLayer forward call, the change of
+    torch.cuda.memory_allocated() across it (bytes: what the layer leaves
+    live, its saved tensors and output, plus anything it makes to keep, such
+    as TE's FP8 weight copies at its first forward) as counters
+    ["layer_forward_bytes"]: [iteration, layer_number, bytes] rows, iteration
+    from counters["iterations_done"]. Calls made by recompute in the backward
+    are rows too (the schedule's order tells them apart)."""
+    import torch
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+    rows = counters.setdefault("layer_forward_bytes", [])
+    before = {}
+
+    def pre(mod, args, kwargs=None):
+        before[id(mod)] = torch.cuda.memory_allocated()
+
+    def post(mod, args, out):
+        rows.append([counters["iterations_done"], mod.layer_number,
+                     torch.cuda.memory_allocated() - before.pop(id(mod), 0)])
+    for c in chunks:
+        for m in c.modules():
+            if isinstance(m, TransformerLayer):
+                m.register_forward_pre_hook(pre)
+                m.register_forward_hook(post)
+
+
 def oom_observer(counters):
     """Record the bytes of each failed device allocation (PyTorch's OOM
     observer: the size the caching allocator asked the device for)."""
@@ -534,6 +560,8 @@ def main(argv):
         model_parallel_cuda_manual_seed(args.seed)
         config = transformer_config(args, dist.get_world_size())
         chunks, vocab = build_model(args, config)
+        if os.environ.get("MCORE_LAYER_BYTES") == "1":
+            layer_forward_bytes(chunks, counters)
         # which implementation was built (TE's modules or the local ones)
         counters["module_classes"] = sorted({type(m).__name__ for c in chunks
                                              for m in c.modules()})
