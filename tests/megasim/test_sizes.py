@@ -585,6 +585,9 @@ def resume_checks():
     check("no resident loaded state on stage 1", resident_bytes(1), 0)
 
 
+DPA_STATE = 120      # TE DotProductAttention's FP8 state per layer (3 GEMMs, L = 1)
+
+
 def fp8_checks():
     """FP8 (docs/megasim.md "FP8 (derivation)", TE v2.9), Llama-3 8B, s 8192, TP=1,
     counted by hand. Saved per layer against (b): the two norm outputs are saved
@@ -596,10 +599,16 @@ def fp8_checks():
     2*(6144*4096 + 4096*4096 + 28672*4096 + 4096*14336) + 16 = 436,207,632; and
     the delayed-scaling state per module, scale + amax history for 3 forward and
     2 backward tensors: 4*(3 + 3L + 2 + 2L) bytes (L = --fp8-amax-history-len,
-    Megatron's default 1: 40 B). With MXFP8, linear_proj saves the original O
+    Megatron's default 1: 40 B), and TE's DotProductAttention's for its 3 GEMMs
+    (9 forward and 6 backward tensors, 4*(15 + 15L) B: 120 B; tensorwise: 30
+    scalars, 120 B), made under FP8 even without FP8 attention (measured on
+    megatron-core 0.19.2 + TE 2.12.0: docs/validation/megatron-core.md). With MXFP8, linear_proj saves the original O
     (set_save_original_input) and every column-wise copy has uint8 scales of
     ru(s/32,4)*ru(K,128) bytes; the weight copies add row- and column-wise scales."""
     from megasim import fp8
+    check("fp8 attention state: 3 GEMMs, delayed L=1 and tensorwise",
+          (sum(fp8.state_bytes("delayed", 1, 3)), sum(fp8.state_bytes("tensorwise", 1, 3))),
+          (DPA_STATE, DPA_STATE))
     saved = B_TOTAL - 144 * 1048576 + 16
     weights = 2 * (6144 * 4096 + 4096 * 4096 + 28672 * 4096 + 4096 * 14336) + 16
     check("fp8 weight workspaces by the formula",
@@ -607,13 +616,13 @@ def fp8_checks():
               for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))), weights)
     got = simulate("llama3-8b", ["--fp8-format", "hybrid"], 1)
     check("fp8 delayed: each layer's first forward adds saved + weights + state",
-          got[1:], [saved + weights + 4 * 40] * 3)
+          got[1:], [saved + weights + 4 * 40 + DPA_STATE] * 3)
     got = simulate("llama3-8b", ["--fp8-format", "e4m3", "--fp8-amax-history-len", "1024"], 1)
     check("fp8 delayed, amax history 1024: the state per module",
-          got[1:], [saved + weights + 4 * 4 * (5 + 5 * 1024)] * 3)
+          got[1:], [saved + weights + 4 * 4 * (5 + 5 * 1024) + 4 * (15 + 15 * 1024)] * 3)
     got = simulate("llama3-8b", ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"], 1)
-    check("fp8 tensorwise: no FP8 copy of O, 10 scalars per module",
-          got[1:], [saved - 32 * 1048576 - 4 + weights + 4 * 40] * 3)
+    check("fp8 tensorwise: no FP8 copy of O, 10 scalars per linear, 30 for attention",
+          got[1:], [saved - 32 * 1048576 - 4 + weights + 4 * 40 + DPA_STATE] * 3)
     mx_saved = B_TOTAL - 64 * 1048576 - 112 * 1048576 \
         + 2 * 256 * 4096 + 256 * 14336            # col scales: ln1, ln2 (K 4096), fc2 (K 14336)
 
@@ -640,11 +649,58 @@ def fp8_checks():
     g3_weights = 2 * (4608 * 12288 + 12288 * 1536 + 6144 * 12288 + 12288 * 6144) + 16
     got = simulate("gpt3-175b", ["--pipeline-model-parallel-size", "1", "--fp8-format", "hybrid"], 8)
     check("fp8 delayed, TP=8 + SP: GPT-3 layers 1-3", got[1:],
-          [A_FUSED - 15 * 1048576 + 16 + g3_weights + 160] * 3)
+          [A_FUSED - 15 * 1048576 + 16 + g3_weights + 160 + DPA_STATE] * 3)
     got = simulate("llama3-8b", ["--fp8-format", "hybrid", "--recompute-granularity", "selective",
                                  "--recompute-modules", "mlp"], 1)
     check("fp8 delayed mlp recompute frees the FP8 LN output and fc2 input and the SwiGLU input",
-          saved + weights + 160 - got[2], 32 * 1048576 + 4 + 448 * 1048576 + 112 * 1048576 + 4)
+          saved + weights + 160 + DPA_STATE - got[2], 32 * 1048576 + 4 + 448 * 1048576 + 112 * 1048576 + 4)
+
+
+# Per-buffer bytes measured on the real library (megatron-core 0.19.2 + TE 2.12.0
+# on the fake GPU, tools/mcore_job/run.sh, counters-rank<R>.json "buffer_bytes",
+# 2026-12-02; docs/validation/megatron-core.md "FP8 on the Transformer Engine
+# spec"): Llama-3 70B layer shapes (hidden 8192, FFN 28672 SwiGLU, 64 heads, 8
+# query groups, vocab 128256 untied), seq 4096, micro-batch 1, bf16, FP8 hybrid
+# with tensorwise (current) scaling, 2 iterations. (flags, world, {rank: bytes of
+# params, grad buffers, FP8 weight workspaces, FP8 meta, main params, Adam state})
+L70_SHAPES = ["--hidden-size", "8192", "--ffn-hidden-size", "28672",
+              "--num-attention-heads", "64", "--num-query-groups", "8", "--seq-length", "4096",
+              "--max-position-embeddings", "8192", "--micro-batch-size", "1",
+              "--train-iters", "2", "--attention-backend", "unfused",
+              "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+MCORE_FP8_BUFFERS = [
+    ("TP1, DP1, 2 layers, no distributed optimizer", ["--num-layers", "2"], 1,
+     {0: (7625326592, 15250653184, 3422552096, 560, 15250653184, 30501306368)}),
+    ("TP1, DP2, 2 layers, distributed optimizer",
+     ["--num-layers", "2", "--use-distributed-optimizer", "--global-batch-size", "2"], 2,
+     {r: (7625326592, 15250653184, 3422552096, 560, 7625326592, 15250653184) for r in (0, 1)}),
+    ("TP2 + SP, 2 layers, distributed optimizer",
+     ["--num-layers", "2", "--use-distributed-optimizer", "--tensor-model-parallel-size", "2",
+      "--sequence-parallel", "--global-batch-size", "1"], 2,
+     {r: (3812704256, 7625408512, 1711276064, 560, 7625408512, 15250817024) for r in (0, 1)}),
+    ("PP2, interleaved (1 layer per virtual stage), 4 layers, distributed optimizer",
+     ["--num-layers", "4", "--use-distributed-optimizer", "--pipeline-model-parallel-size", "2",
+      "--num-layers-per-virtual-pipeline-stage", "1", "--global-batch-size", "4"], 2,
+     {0: (5523963904, 11047927808, 3422552096, 560, 11047927808, 22095855616),
+      1: (5523980288, 11047960576, 3422552096, 560, 11047960576, 22095921152)}),
+]
+
+
+def mcore_fp8_buffer_checks():
+    """megasim's persistent buffers under FP8 (megasim.buffers) equal, byte for
+    byte, what the real Megatron-Core + Transformer Engine held on the same
+    flags (MCORE_FP8_BUFFERS): parameters, DDP grad buffers, the FP8 weight
+    copies (row-wise + transposed, 2 B per linear weight element + a 4-byte
+    scale_inv each), the FP8 scaling state (4 linears x 40 B + core
+    attention's 120 B per layer), the distributed optimizer's fp32 main
+    params and Adam state (sharded over DP)."""
+    from megasim import buffers
+    for name, extra, world, want in MCORE_FP8_BUFFERS:
+        for rank, w in sorted(want.items()):
+            got = buffers.buffer_bytes(rank, world, ["--sim-preset", "llama3-8b"] + L70_SHAPES
+                                       + extra + ["--sim-world-size", str(world)])
+            check("fp8 buffers as megatron-core + TE hold them: %s, rank %d" % (name, rank),
+                  tuple(got[c] for c in buffers.CLASSES), w)
 
 
 def hybrid_checks():
@@ -762,6 +818,7 @@ def main():
     hybrid_checks()
     bias_checks()
     fp8_checks()
+    mcore_fp8_buffer_checks()
     table_checks()
     sim_checks()
     optimizer_checks()

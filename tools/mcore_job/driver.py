@@ -105,6 +105,13 @@ def flag_parser():
     a("--global-batch-size", type=int)
     a("--train-iters", type=int, default=3)
     a("--bf16", action="store_true")
+    # FP8 (Transformer Engine spec only; TransformerConfig.fp8, fp8_recipe,
+    # fp8_amax_history_len). mxfp8 is refused by name in parse_flags: TE
+    # 2.12 asserts compute capability 10.0 for it and the fake GPU is an
+    # H100 (9.0); custom needs a quantizer factory this driver does not take.
+    a("--fp8-format", choices=["e4m3", "hybrid"])
+    a("--fp8-recipe", default="delayed")
+    a("--fp8-amax-history-len", type=int, default=1)
     a("--lr", type=float, default=1e-4)
     a("--seed", type=int, default=1234)
     a("--clip-grad", type=float, default=1.0)
@@ -151,6 +158,14 @@ def parse_flags(argv):
                 "0.19.2's local spec builds SequentialMLP experts whatever the flag says "
                 "(models/backends.py LocalSpecProvider.grouped_mlp_modules); grouped GEMM is "
                 "TE's GroupedLinear (TEGroupedMLP)")
+    if args.fp8_recipe not in ("delayed", "tensorwise", "blockwise"):
+        p.error("--fp8-recipe %s: not supported here (delayed, tensorwise and blockwise are; "
+                "mxfp8 needs compute capability 10.0 in Transformer Engine 2.12 "
+                "(check_mxfp8_support) and the fake GPU is an H100, 9.0; custom needs "
+                "--fp8-quantizer-factory)" % args.fp8_recipe)
+    if args.fp8_format and args.transformer_impl != "transformer_engine":
+        p.error("--fp8-format needs --transformer-impl transformer_engine: FP8 GEMMs are "
+                "Transformer Engine's (the local spec's linears stay in bf16)")
     if args.num_query_groups and not args.group_query_attention:
         p.error("--num-query-groups needs --group-query-attention (as in Megatron)")
     if args.recompute_method and args.recompute_granularity != "full":
@@ -197,6 +212,9 @@ def transformer_config(args, world):
         bias_dropout_fusion=False, apply_rope_fusion=False, persist_layer_norm=False,
         gradient_accumulation_fusion=False, cross_entropy_loss_fusion=False,
     )
+    if args.fp8_format:
+        kw.update(fp8=args.fp8_format, fp8_recipe=args.fp8_recipe,
+                  fp8_amax_history_len=args.fp8_amax_history_len)
     if vpp_size(args):
         kw["virtual_pipeline_model_parallel_size"] = vpp_size(args)
     if args.recompute_modules is not None:
@@ -386,6 +404,101 @@ def train(args, model, optimizer, config, vocab, counters):
             torch.cuda.cudart().cudaProfilerStop()
 
 
+def _storage_bytes(tensors, seen):
+    """Bytes of the distinct device storages behind TENSORS (each storage once,
+    by its data pointer; SEEN carries the pointers across calls)."""
+    import torch
+    n = 0
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or not t.is_cuda:
+            continue
+        st = t.untyped_storage()
+        if st.data_ptr() not in seen:
+            seen.add(st.data_ptr())
+            n += st.nbytes()
+    return n
+
+
+def _quantized_parts(q):
+    """The device tensors of one Transformer Engine quantized tensor
+    (Float8Tensor: _data, _transpose, _scale_inv; MXFP8 and blockwise:
+    row-wise/column-wise data and scales)."""
+    names = ("_data", "_transpose", "_scale_inv", "_rowwise_data", "_columnwise_data",
+             "_rowwise_scale_inv", "_columnwise_scale_inv")
+    return [getattr(q, a, None) for a in names]
+
+
+def buffer_bytes(model, optimizer):
+    """Per-buffer device bytes of this rank, read from the live objects after
+    training (each storage counted once, in the first class that names it):
+    params (the model's parameters: the DDP param buffer under the
+    distributed optimizer), grad_buffers (DDP's grad buffers: grad_data),
+    fp8_weight_workspaces (Transformer Engine's cached quantized weights,
+    module._fp8_workspaces, every usage and scale), fp8_meta (TE's FP8
+    scaling state: fp8_meta's scale/amax_history tensors and the
+    quantizers' scale/amax), optimizer_state (the optimizer's state dict:
+    Adam's moments) and main_params (the fp32 copies of bf16 parameters:
+    the DistributedOptimizer's shard_fp32_from_float16_groups, the
+    Float16 optimizer's fp32_from_float16_groups)."""
+    import torch
+    seen, out = set(), {}
+    out["params"] = _storage_bytes([p for m in model for p in m.parameters()], seen)
+    out["grad_buffers"] = _storage_bytes(
+        [b.grad_data for m in model for b in m.buffers + m.expert_parallel_buffers], seen)
+    ws, meta = [], []
+    for m in model:
+        for mod in m.modules():
+            for q in getattr(mod, "_fp8_workspaces", {}).values():
+                ws += _quantized_parts(q)
+            fm = getattr(mod, "fp8_meta", None) or {}
+            for key in ("scaling_fwd", "scaling_bwd"):
+                st = fm.get(key)
+                meta += [getattr(st, a, None) for a in ("scale", "amax_history")]
+            for qs in (getattr(mod, "quantizers", None) or {}).values():
+                for qz in qs or []:
+                    meta += [getattr(qz, a, None) for a in ("scale", "amax")]
+    out["fp8_weight_workspaces"] = _storage_bytes(ws, seen)
+    out["fp8_meta"] = _storage_bytes(meta, seen)
+    opts = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    state, main = [], []
+    for o in opts:
+        inner = getattr(o, "optimizer", None)
+        for st in (getattr(inner, "state", None) or {}).values():
+            state += [v for v in st.values() if isinstance(v, torch.Tensor)]
+        for attr in ("shard_fp32_from_float16_groups", "fp32_from_float16_groups"):
+            for g in getattr(o, attr, None) or []:
+                main += list(g)
+    out["main_params"] = _storage_bytes(main, seen)
+    out["optimizer_state"] = _storage_bytes(state, seen)
+    return out
+
+
+def layer_forward_bytes(chunks, counters):
+    """Record, for each TransformerLayer forward call, the change of
+    torch.cuda.memory_allocated() across it (bytes: what the layer leaves
+    live, its saved tensors and output, plus anything it makes to keep, such
+    as TE's FP8 weight copies at its first forward) as counters
+    ["layer_forward_bytes"]: [iteration, layer_number, bytes] rows, iteration
+    from counters["iterations_done"]. Calls made by recompute in the backward
+    are rows too (the schedule's order tells them apart)."""
+    import torch
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+    rows = counters.setdefault("layer_forward_bytes", [])
+    before = {}
+
+    def pre(mod, args, kwargs=None):
+        before[id(mod)] = torch.cuda.memory_allocated()
+
+    def post(mod, args, out):
+        rows.append([counters["iterations_done"], mod.layer_number,
+                     torch.cuda.memory_allocated() - before.pop(id(mod), 0)])
+    for c in chunks:
+        for m in c.modules():
+            if isinstance(m, TransformerLayer):
+                m.register_forward_pre_hook(pre)
+                m.register_forward_hook(post)
+
+
 def oom_observer(counters):
     """Record the bytes of each failed device allocation (PyTorch's OOM
     observer: the size the caching allocator asked the device for)."""
@@ -447,6 +560,8 @@ def main(argv):
         model_parallel_cuda_manual_seed(args.seed)
         config = transformer_config(args, dist.get_world_size())
         chunks, vocab = build_model(args, config)
+        if os.environ.get("MCORE_LAYER_BYTES") == "1":
+            layer_forward_bytes(chunks, counters)
         # which implementation was built (TE's modules or the local ones)
         counters["module_classes"] = sorted({type(m).__name__ for c in chunks
                                              for m in c.modules()})
@@ -457,6 +572,7 @@ def main(argv):
         schedule_hooks(args, config, model)
         train(args, model, optimizer, config, vocab, counters)
         torch.cuda.synchronize()
+        counters["buffer_bytes"] = buffer_bytes(model, optimizer)
         counters["exit_status"] = EXIT_OK
     except torch.OutOfMemoryError as e:
         counters["oom_message"] = str(e).splitlines()[0]

@@ -70,6 +70,14 @@ if [ $te = 1 ]; then
     rm -rf "$home" && mkdir -p "$home/lib" || exit 2
     for l in libcudnn.so.9 libnvrtc.so.13 libcurand.so.10; do ln -s "$fake/$l" "$home/lib/$l"; done
     export CUDNN_HOME="$home" NVRTC_HOME="$home" CURAND_HOME="$home"
+    # FP8 (--fp8-format): TE's fused norm with a Float8 output
+    # (layernorm_linear.py apply_normalization) asks NVRTC for a runtime
+    # kernel (common/util/rtc.cpp:
+    # max_supported_sm_arch -> nvrtcGetNumSupportedArchs, a load-only stub of
+    # the fake libnvrtc: "NVRTC Error: fake-gpu: not implemented" in the first
+    # forward). TE's own switch selects its precompiled kernels instead; the
+    # tensors allocated are the same (docs/validation/megatron-core.md, FP8).
+    export NVTE_DISABLE_NVRTC=1
 fi
 "$py" "$root/tools/mcore_job/driver.py" --mcore-check-flags "${impl[@]}" "$@" || exit 2
 port=$(( 20000 + $$ % 20000 ))

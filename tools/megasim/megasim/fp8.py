@@ -112,10 +112,23 @@ class ModuleState:
     def ensure(self, args, out_features, in_features, name):
         if self.state is not None:
             return
-        self.state = [Tensor(n, name + ".fp8_meta", "param")
-                      for n in state_bytes(args.fp8_recipe, args.fp8_amax_history_len)]
+        self.ensure_state(args, name)
         self.weight = Quantized(args.fp8_recipe, out_features, in_features, name + ".weight",
                                 weight=True, kind="param")
+
+    def ensure_state(self, args, name, num_gemms=1):
+        """The module's FP8 scaling state (state_bytes), made at its first
+        forward under FP8 and kept. A linear has one GEMM; TE's
+        DotProductAttention initialises its FP8 metadata for 3 GEMMs
+        (dot_product_attention.py: prepare_forward_ctx(num_gemms=3) ->
+        init_fp8_metadata) whenever FP8 autocast is on, also without FP8
+        attention (--fp8-dot-product-attention): checked against Megatron-Core
+        0.19.2 + TE 2.12.0 on the fake GPU, 4*(4*10 + 30) B per layer under
+        tensorwise scaling (docs/validation/megatron-core.md, FP8)."""
+        if self.state is None:
+            self.state = [Tensor(n, name + ".fp8_meta", "param")
+                          for n in state_bytes(args.fp8_recipe, args.fp8_amax_history_len,
+                                               num_gemms)]
 
 
 def weight_workspace_bytes(recipe, out_features, in_features):

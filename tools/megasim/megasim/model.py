@@ -329,10 +329,13 @@ class TENorm:
 class TEDotProductAttention:
     def __init__(self, S, q_bytes, k_bytes, v_bytes):
         self.S, self.qb, self.kb, self.vb = S, q_bytes, k_bytes, v_bytes
+        self.fp8 = F8.ModuleState()
 
     def forward(self, q, k, v):
         S = self.S
         with te.py_range("TEDotProductAttention forward"):
+            if S.args.fp8:       # FP8 metadata for 3 GEMMs (fp8.ModuleState.ensure_state)
+                self.fp8.ensure_state(S.args, "core_attention", num_gemms=3)
             if S.unfused:
                 return self._unfused(q, k, v)
             if S.cp > 1:
