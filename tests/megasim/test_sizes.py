@@ -548,14 +548,21 @@ def loss_bytes(extra):
 
 
 def loss_checks():
-    """--cross-entropy-loss-fusion: the loss keeps the bf16 logits (2sbV) instead
-    of their fp32 copy (4sbV); both keep the final norm's output (2sbh) for the
-    output GEMM's backward and the fp32 loss (4sb)"""
+    """--cross-entropy-loss-fusion --cross-entropy-fusion-impl te (TE's loss):
+    the loss keeps the bf16 logits (2sbV) instead of their fp32 copy (4sbV);
+    the native fused loss (Megatron-Core's default impl) keeps the fp32 copy
+    as the unfused one does (megatron-core 0.19.2 fused_cross_entropy.py:
+    calculate_logits_max's .float(), the fp32 softmax saved); all keep the
+    final norm's output (2sbh) for the output GEMM's backward and the fp32
+    loss (4sb)"""
     s, V, h = 8192, 128256, 4096
     check("loss keeps fp32 logits + norm output + loss (unfused)", loss_bytes([]),
           4 * s * V + 2 * s * h + 4 * s)
-    check("loss keeps bf16 logits + norm output + loss (--cross-entropy-loss-fusion)",
-          loss_bytes(["--cross-entropy-loss-fusion"]), 2 * s * V + 2 * s * h + 4 * s)
+    check("loss keeps bf16 logits + norm output + loss (--cross-entropy-fusion-impl te)",
+          loss_bytes(["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]),
+          2 * s * V + 2 * s * h + 4 * s)
+    check("loss keeps fp32 logits + norm output + loss (native fused, as unfused)",
+          loss_bytes(["--cross-entropy-loss-fusion"]), 4 * s * V + 2 * s * h + 4 * s)
 
 
 def resident_bytes(rank):
