@@ -6,7 +6,7 @@
 
 #include "analysis.h"
 
-#define AM_SCHEMA_VERSION "1.7"
+#define AM_SCHEMA_VERSION "1.8"
 
 /* Options shared by the reporters. */
 typedef struct am_report_opts {

@@ -21,7 +21,7 @@
 
 #define AM_SUMMARY_MAGIC "RSSUMMRY"
 #define AM_SUMMARY_MAJOR 6
-#define AM_SUMMARY_MINOR 0
+#define AM_SUMMARY_MINOR 1
 #define AM_SUMMARY_HEADER 32 /* bytes before the payload */
 #define AM_SUMMARY_DEFLATE 1 /* flags: the payload is stored as its length (u64) and a
                               * zlib stream of it */
