@@ -99,7 +99,7 @@ Test(analyze, megatron_peak_phase_boundary_layer)
     megatron_trace(f, NULL, -1, -1);
     yajl_val j = analyze_json(AB_ARGS("--json", f), NULL);
 
-    cr_expect_str_eq(ab_str(j, "schema_version"), "1.7");
+    cr_expect_str_eq(ab_str(j, "schema_version"), "1.8");
     cr_expect_str_eq(ab_str(j, "ranks[0].level"), "device");
     cr_expect_str_eq(ab_str(j, "ranks[0].levels.tensor.reason"),
                      "default-mode trace without TENSOR records (PyTorch's allocator report "
