@@ -18,6 +18,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -99,6 +100,15 @@ def survived(tmp, mode, ncaught, requests):
 
 def main():
     tmp = tempfile.mkdtemp(prefix="recomp-oomt.", dir=os.environ.get("TMPDIR"))
+    try:
+        run_all(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"1..{_n[0]}")
+    return 1 if _n[1] else 0
+
+
+def run_all(tmp):
     survived(tmp, "probe", 2, [100 * GIB, 79 * GIB])
     r = survived(tmp, "backoff", 1, [128 * GIB])
     if r is not None:
@@ -120,8 +130,6 @@ def main():
             "die: the verdict explains the OOM, not OK:FITS", v.get("why", "")[:600])
         tap(megatron_flags(v) == [], "die: no Megatron flag in the advice", megatron_flags(v))
         tap(analyze("--fail-on", "oom", runs[0]).returncode == 3, "die: --fail-on oom fails")
-    print(f"1..{_n[0]}")
-    return 1 if _n[1] else 0
 
 
 if __name__ == "__main__":

@@ -302,11 +302,12 @@ def fnv(b):
 def reseal(payload, flags=0):
     """a summary around payload with a valid header (length and checksum);
     flags 0: the payload stored as it is"""
-    return struct.pack("<8sHHIQQ", b"RSSUMMRY", FORMAT_MAJOR, 0, flags, len(payload),
-                       fnv(payload)) + payload
+    return struct.pack("<8sHHIQQ", b"RSSUMMRY", FORMAT_MAJOR, FORMAT_MINOR, flags,
+                       len(payload), fnv(payload)) + payload
 
 
 FORMAT_MAJOR = 6  # docs/summary-format.md
+FORMAT_MINOR = 1  # 6.1: each rank's caught OOMs after the last rank
 
 
 def bad(label, data, tmp, *want):
@@ -335,6 +336,7 @@ def corrupt(summ, other, tmp):
     bad("a flipped payload byte: field checksum", bytes(flip), tmp, "checksum")
     v2 = bytearray(buf)
     v2[8] = FORMAT_MAJOR + 1
+    v2[10] = 0
     bad("format %d.0: field version, says to summarize again" % (FORMAT_MAJOR + 1), bytes(v2),
         tmp, "field version", "%d.0" % (FORMAT_MAJOR + 1))
     bad("trailing bytes after the last rank: field (end)", reseal(pay + b"\0" * 9), tmp,
