@@ -384,6 +384,11 @@ void adv_verdict_free(adv_verdict *v);
 void adv_finding_add(adv_verdict *v, const char *code, const char *subtype, int rank,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 int adv_triage(am_job *j, adv_trace *tr, adv_verdict *v);
+
+/* For a job that is not Megatron: the findings from index `from` on name no
+ * Megatron flag in evidence, lever or levers, each rewritten as what it
+ * means for any PyTorch job (invariant 5; advisor_generic.c). */
+void adv_findings_generic(adv_verdict *v, size_t from);
 /* 1 when some rank of j recorded a fatal OOM (a failed request that was
  * retried and succeeded is an alloc_retry, not an OOM), else 0
  * (advisor_ran.c). */

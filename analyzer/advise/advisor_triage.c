@@ -1901,5 +1901,6 @@ adv_triage(am_job *j, adv_trace *tr, adv_verdict *v)
         /* 6b. MoE routing that sends this rank more than its share (a finding) */
         triage_moe_imbalance(t, v, r->rank);
     }
+    adv_findings_generic(v, 0);
     return primary;
 }

@@ -158,6 +158,11 @@ typedef struct am_rank {
     size_t noom_fatal;
     am_retry *retries;
     size_t nretries;
+    am_retry *caught;         /* OOMs the job caught and ran on from (a later
+                               * allocation of the failing thread succeeded and
+                               * the trace closed cleanly): not fatal, in no
+                               * peak, verdict or `oom` gate; time order */
+    size_t ncaught;
     /* cudaMemGetInfo samples */
     size_t nmeminfo;
     uint64_t meminfo_total;

@@ -56,6 +56,12 @@ typedef struct sweep {
     uint64_t host_bytes;      /* host/managed live (never in peaks) */
     /* OOM waiting for the failing thread's next allocation */
     am_oom *pending_oom;
+    /* earlier OOMs, time order: ran_on once their thread allocated again */
+    struct held_oom {
+        am_oom *o;
+        int ran_on;
+    } *held;
+    size_t nheld, nunresolved;
     /* pass 2 */
     snapshot snaps[2 * AM_NLEVELS];
     size_t nsnaps;
@@ -112,6 +118,7 @@ am_rank_free(am_rank *r)
     free(r->iters);
     oom_free(r->oom);
     free(r->retries);
+    free(r->caught);
     for (size_t i = 0; i < r->nnotes; i++)
         free(r->notes[i]);
     free(r->notes);
@@ -307,29 +314,92 @@ group_live(const am_rank *r, live_set *l, am_group **out, size_t *nout)
 
 /* ---- OOMs ---- */
 
+/* A fatal OOM: counted; the first one is the rank's OOM (r->oom). */
 static void
-finish_oom(sweep *s, int fatal)
+fatal_oom(am_rank *r, am_oom *o)
 {
-    am_oom *o = s->pending_oom;
-    s->pending_oom = NULL;
-    if (!o)
-        return;
-    am_rank *r = s->out;
-    if (!fatal) {
-        am_retry *q = realloc(r->retries, (r->nretries + 1) * sizeof *q);
-        if (q) {
-            r->retries = q;
-            r->retries[r->nretries++] = (am_retry){o->t_ns, o->requested, o->iteration,
-                                                   o->phase};
-        }
-        oom_free(o);
-        return;
-    }
     r->noom_fatal++;
     if (!r->oom)
         r->oom = o;
     else
         oom_free(o);
+}
+
+/* Append an OOM episode to a list of {t_ns, request, iteration, phase}. */
+static void
+list_oom(am_retry **v, size_t *n, const am_oom *o)
+{
+    am_retry *q = realloc(*v, (*n + 1) * sizeof *q);
+    if (q) {
+        *v = q;
+        q[(*n)++] = (am_retry){o->t_ns, o->requested, o->iteration, o->phase};
+    }
+}
+
+/* The pending OOM ends: retried (its request succeeded after the allocator
+ * freed its cache: PyTorch's own retry, listed in r->retries), or held: the
+ * failing thread went on to another request, and whether the job survived
+ * it is decided at the trace's end (decide_held_ooms). */
+static void
+finish_oom(sweep *s, int retried)
+{
+    am_oom *o = s->pending_oom;
+    s->pending_oom = NULL;
+    if (!o)
+        return;
+    if (retried) {
+        list_oom(&s->out->retries, &s->out->nretries, o);
+        oom_free(o);
+        return;
+    }
+    struct held_oom *q = realloc(s->held, (s->nheld + 1) * sizeof *q);
+    if (!q) {
+        fatal_oom(s->out, o);
+        return;
+    }
+    s->held = q;
+    s->held[s->nheld++] = (struct held_oom){o, 0};
+    s->nunresolved++;
+}
+
+/* A device allocation of thread tid succeeded: the held OOMs of that thread
+ * did not end it (the job caught them and ran on). */
+static void
+ran_on_after_oom(sweep *s, uint32_t tid)
+{
+    for (size_t i = 0; i < s->nheld && s->nunresolved; i++)
+        if (!s->held[i].ran_on && s->held[i].o->tid == tid) {
+            s->held[i].ran_on = 1;
+            s->nunresolved--;
+        }
+}
+
+/* The trace's end (pass 1): an OOM that its thread ran on from, in a trace
+ * that closed cleanly, is one the job survived (it caught
+ * torch.cuda.OutOfMemoryError and went on: a batch-size back-off, a probe):
+ * listed in r->caught, never the rank's OOM. Every other OOM is fatal as
+ * before: one the trace ends in (still pending), one whose thread never
+ * allocated again, and every OOM of a trace that was not closed (killed or
+ * cut: nothing shows the process survived it; docs/advisor.md invariant 1). */
+static void
+decide_held_ooms(sweep *s)
+{
+    am_rank *r = s->out;
+    for (size_t i = 0; i < s->nheld; i++) {
+        if (s->held[i].ran_on && s->src->meta.closed) {
+            list_oom(&r->caught, &r->ncaught, s->held[i].o);
+            oom_free(s->held[i].o);
+        } else {
+            fatal_oom(r, s->held[i].o);
+        }
+    }
+    free(s->held);
+    s->held = NULL;
+    s->nheld = s->nunresolved = 0;
+    if (s->pending_oom) {
+        fatal_oom(r, s->pending_oom);
+        s->pending_oom = NULL;
+    }
 }
 
 static void
@@ -342,7 +412,7 @@ on_oom(sweep *s, const am_event *ev)
             oom_free(s->pending_oom);
             s->pending_oom = NULL;
         } else {
-            finish_oom(s, 1);
+            finish_oom(s, 0);
         }
     }
     am_oom *o = calloc(1, sizeof *o);
@@ -563,6 +633,8 @@ decide_opt_init(sweep *s)
         r->oom->phase = demote(r->oom->phase);
     if (s->pending_oom)
         s->pending_oom->phase = demote(s->pending_oom->phase);
+    for (size_t i = 0; i < s->nheld; i++)
+        s->held[i].o->phase = demote(s->held[i].o->phase);
     if (s->tl.phase == AM_PH_optimizer_state_init)
         s->tl.phase = AM_PH_optimizer;
 }
@@ -589,7 +661,9 @@ on_alloc(sweep *s, const am_event *ev)
     if (s->pass == 1)
         r->nallocs++;
     if (s->pending_oom && s->pending_oom->tid == ev->tid && (ev->levels & AM_LVL_DEVICE))
-        finish_oom(s, s->pending_oom->call_size != ev->size);
+        finish_oom(s, s->pending_oom->call_size == ev->size); /* the call's own size */
+    if (s->nunresolved && (ev->levels & AM_LVL_DEVICE))
+        ran_on_after_oom(s, ev->tid);
     /* past the byte limit only the retry of an OOM's request is recorded: it
      * resolved that OOM above (a recovered failure, not the job's OOM) and
      * enters no live set, since what was freed before it was not recorded */
@@ -1039,7 +1113,7 @@ first_pass(sweep *s, char *err, size_t errlen, uint64_t *last_t)
     tl_end(&s->tl, *last_t);
     if (rc >= 0)
         tl_moe_report(&s->tl);
-    finish_oom(s, 1);
+    decide_held_ooms(s);
     out->nevents = s->seq;
     tl_fini(&s->tl);
     return rc;
@@ -1319,5 +1393,8 @@ am_analyze(am_source *src, const am_opts *opts, am_rank *out, char *err, size_t 
     for (int l = 0; l < AM_NLEVELS; l++)
         live_fini(&s.live[l]);
     oom_free(s.pending_oom);
+    for (size_t i = 0; i < s.nheld; i++)
+        oom_free(s.held[i].o);
+    free(s.held);
     return rc;
 }

@@ -8,13 +8,16 @@
 
 #include "report.h"
 
-/* Where the OOM happened: "iteration 1, forward"; past the byte limit
+/* Where the OOM happened: "iteration 1, forward", "before iteration 0,
+ * init" (model construction, checkpoint loading); past the byte limit
  * "iteration and phase unknown (recorded after the byte limit)". Returns buf. */
 const char *
 am_oom_when(const am_oom *o, char *buf, size_t n)
 {
     if (o->past_limit)
         snprintf(buf, n, "iteration and phase unknown (recorded after the byte limit)");
+    else if (o->iteration < 0)
+        snprintf(buf, n, "before iteration 0, %s", am_phase_name(o->phase));
     else
         snprintf(buf, n, "iteration %d, %s", o->iteration, am_phase_name(o->phase));
     return buf;

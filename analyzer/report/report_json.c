@@ -332,7 +332,7 @@ rank_iterations(yajl_gen g, const am_rank *r)
     yajl_gen_map_close(g);
 }
 
-/* ranks[].oom, oom_count, alloc_retries, iteration_peak (--iteration K). */
+/* ranks[].oom, oom_count, alloc_retries, caught_ooms, iteration_peak (--iteration K). */
 static void
 rank_failures(yajl_gen g, const am_rank *r, const am_report_opts *o)
 {
@@ -346,6 +346,17 @@ rank_failures(yajl_gen g, const am_rank *r, const am_report_opts *o)
         K(g, "requested_bytes"); u64(g, r->retries[i].size);
         K(g, "iteration"); iter_or_null(g, r->retries[i].iteration);
         K(g, "phase"); S(g, am_phase_name(r->retries[i].phase));
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+    K(g, "caught_ooms");
+    yajl_gen_array_open(g);
+    for (size_t i = 0; i < r->ncaught; i++) {
+        yajl_gen_map_open(g);
+        K(g, "time_ns"); u64(g, r->caught[i].t_ns);
+        K(g, "requested_bytes"); u64(g, r->caught[i].size);
+        K(g, "iteration"); iter_or_null(g, r->caught[i].iteration);
+        K(g, "phase"); S(g, am_phase_name(r->caught[i].phase));
         yajl_gen_map_close(g);
     }
     yajl_gen_array_close(g);

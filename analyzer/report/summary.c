@@ -640,6 +640,23 @@ v_rank(sio *io, am_rank *r)
         s_str(io, "notes", &r->notes[i]);
 }
 
+/* 6.1, after every rank: rank i's caught OOMs (am_rank.caught), an array
+ * of {t_ns u64, requested u64, iteration i32, phase u8} */
+static void
+v_caught(sio *io, am_rank *r, size_t i)
+{
+    snprintf(io->where, sizeof io->where, "rank[%zu].caught", i);
+    s_count(io, "caught", &r->ncaught, 21, 1u << 24);
+    if (io->rd)
+        r->caught = s_array(io, r->ncaught, sizeof *r->caught);
+    for (size_t k = 0; k < r->ncaught && !io->bad; k++) {
+        U64(&r->caught[k], t_ns);
+        U64(&r->caught[k], size);
+        INT(&r->caught[k], iteration);
+        PHASE(&r->caught[k], phase);
+    }
+}
+
 /* adv_cfg: its int fields, then its strings (AM_SUMMARY_CFG_INTS/STRS,
  * summary.h) */
 #define CFG_INTS AM_SUMMARY_CFG_INTS
@@ -846,8 +863,10 @@ am_summary_write(const char *path, const am_job *j, const am_summary_opts *opts,
         if (has)
             v_part(&io, (adv_rank_part *)&parts[i]);
     }
-    for (size_t i = 0; i < j->nranks; i++) /* 6.1 */
+    for (size_t i = 0; i < j->nranks; i++) /* 6.1: ppid and exit, then caught OOMs */
         v_meta_61(&io, &j->ranks[i].src->meta);
+    for (size_t i = 0; i < j->nranks; i++)
+        v_caught(&io, &j->ranks[i], i);
     if (io.bad) {
         free(io.buf);
         return -1;
@@ -1034,6 +1053,10 @@ am_summary_parse(const char *name, const unsigned char *buf, size_t len, am_summ
         snprintf(io.where, sizeof io.where, "rank[%zu].meta", i);
         v_meta_61(&io, &s->ranks[i].src->meta);
     }
+    /* 6.1 then appends each rank's caught OOMs; a 6.0 summary has none listed
+     * (its OOMs were all judged fatal when it was written) */
+    for (size_t i = 0; i < s->nranks && !io.bad && minor >= 1; i++)
+        v_caught(&io, &s->ranks[i], i);
     /* a later minor appends after what this reader knows: ignored */
     if (!io.bad && io.pos != io.len && minor <= AM_SUMMARY_MINOR) {
         io.where[0] = 0;

@@ -21,7 +21,8 @@
 
 #define AM_SUMMARY_MAGIC "RSSUMMRY"
 #define AM_SUMMARY_MAJOR 6
-#define AM_SUMMARY_MINOR 1 /* 6.1: each rank's ppid and exit after the last rank */
+#define AM_SUMMARY_MINOR 1 /* 6.1: after the last rank, each rank's ppid and exit, then
+                            * each rank's caught OOMs */
 #define AM_SUMMARY_HEADER 32 /* bytes before the payload */
 #define AM_SUMMARY_DEFLATE 1 /* flags: the payload is stored as its length (u64) and a
                               * zlib stream of it */

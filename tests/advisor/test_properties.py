@@ -1017,6 +1017,21 @@ def labels_of(code):
     return m.group(1).split(",") if m else []
 
 
+# recomp-analyze's own options, which advice may name for any job
+OWN_OPTIONS = {"--budget", "--headroom", "--salvage", "--ranks", "--iteration"}
+
+
+def advice_flags(v):
+    """the --flags the advice names anywhere (change, why, config_diff,
+    findings' evidence and levers), recomp-analyze's own options aside"""
+    text = " ".join([v.get("change", "") or "", v.get("why", "") or ""] +
+                    list(v.get("config_diff", []) or []) +
+                    [f.get("evidence", "") or "" for f in v.get("findings", [])] +
+                    [l.get("change", "") or "" for f in v.get("findings", [])
+                     for l in f.get("levers", []) or []])
+    return sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", text)) - OWN_OPTIONS)
+
+
 def inv5_advice(c):
     """the advice names no ineffective label, no Megatron flag for a
     non-Megatron job, no invalid change, no label the model lacks"""
@@ -1032,6 +1047,14 @@ def inv5_advice(c):
     if not cfg.get("megatron") and ("--recompute" in change or "--recompute" in
                                     " ".join(v.get("config_diff", []))):
         bad.append("Megatron recompute flags for a non-Megatron job: %s" % change)
+    # ... nor any other Megatron flag, on every path the advice takes: the
+    # change, the why, each finding's evidence and each lever (the new-user
+    # report hnew2: --use-distributed-optimizer and --use-precision-aware-
+    # optimizer told to a plain PyTorch script through X:PARAM_STATE's levers)
+    if not cfg.get("megatron"):
+        flags_named = advice_flags(v)
+        if flags_named:
+            bad.append("Megatron flags %s in the advice of a non-Megatron job" % flags_named)
     chosen = [k for k in v.get("candidates", []) if k.get("chosen")]
     if re.match(r"R:(SELECTIVE|FULL)\[", code) and not (chosen and chosen[0]["code"] == code and
                                                         chosen[0]["effect"] in

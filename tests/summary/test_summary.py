@@ -291,11 +291,12 @@ def fnv(b):
 def reseal(payload, flags=0):
     """a summary around payload with a valid header (length and checksum);
     flags 0: the payload stored as it is"""
-    return struct.pack("<8sHHIQQ", b"RSSUMMRY", FORMAT_MAJOR, 0, flags, len(payload),
-                       fnv(payload)) + payload
+    return struct.pack("<8sHHIQQ", b"RSSUMMRY", FORMAT_MAJOR, FORMAT_MINOR, flags,
+                       len(payload), fnv(payload)) + payload
 
 
 FORMAT_MAJOR = 6  # docs/summary-format.md
+FORMAT_MINOR = 1  # 6.1: each rank's caught OOMs after the last rank
 
 
 def bad(label, data, tmp, *want):

@@ -73,6 +73,11 @@ fill_rank(am_rank *r, am_source *src)
     r->noom_fatal = 7;
     r->retries = NULL;
     r->nretries = 0;
+    /* 6.1: the caught OOMs, appended after the last rank */
+    static am_retry caught[2] = {{1234567, (uint64_t)100 << 30, -1, AM_PH_init},
+                                 {7654321, (uint64_t)79 << 30, 3, AM_PH_forward}};
+    r->caught = caught;
+    r->ncaught = 2;
     r->sites = NULL;
     r->nsites = r->capsites = 0;
     r->site_hash = NULL;
@@ -234,8 +239,14 @@ Test(summary_roundtrip, every_field_comes_back)
     SAME(max_other) SAME(layer_global) SAME(microbatches) SAME(first_fwd_offset) SAME(pp)
     SAME(stage) SAME(layers_per_stage) SAME(layers_per_chunk) SAME(nevents) SAME(nallocs)
     SAME(nfrees) SAME(nunmatched_frees) SAME(ncollectives) SAME(has_step_markers)
-    SAME(layer_signal) SAME(by_site) SAME(device_lower_bound)
+    SAME(layer_signal) SAME(by_site) SAME(device_lower_bound) SAME(ncaught)
 #undef SAME
+    for (size_t i = 0; i < rank.ncaught && i < got->ncaught; i++)
+        cr_expect(got->caught[i].t_ns == rank.caught[i].t_ns &&
+                      got->caught[i].size == rank.caught[i].size &&
+                      got->caught[i].iteration == rank.caught[i].iteration &&
+                      got->caught[i].phase == rank.caught[i].phase,
+                  "am_rank.caught[%zu]", i);
 
     adv_rank_part got_part = s.parts[0];
     drop_uncarried_part(&part);

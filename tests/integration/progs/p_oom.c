@@ -1,10 +1,18 @@
 /* p_oom: a failing allocation through three nested calls.
  *   p_oom malloc FIRST FAIL   cudaMalloc(FIRST) succeeds, cudaMalloc(FAIL)
  *                             must return 2; then cudaMalloc(4096) succeeds
+ *                             (the program caught the OOM and ran on)
+ *   p_oom malloc FIRST FAIL fatal
+ *                             ... then exits 1 at once, allocating nothing
+ *                             more (a job the OOM ended)
+ *   p_oom malloc FIRST FAIL kill
+ *                             ... cudaMalloc(4096) succeeds, then SIGKILL:
+ *                             ran on, but the trace is never closed
  *   p_oom async               cudaMallocAsync(4096) then cudaMallocAsync(8192)
  *                             on stream 0x42 (run with
  *                             MOCK_CUDA_FAIL=cudaMallocAsync@2=2)
  * Output: "oom_rc=2 last_error=2 site=ADDR" where ADDR is oom_level3. */
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -46,7 +54,7 @@ main(int argc, char **argv)
         g_async = 1;
         OK(cudaMallocAsync(&a, 4096, STREAM(0x42)));
         fail = 8192;
-    } else if (argc == 4 && strcmp(argv[1], "malloc") == 0) {
+    } else if ((argc == 4 || argc == 5) && strcmp(argv[1], "malloc") == 0) {
         first = strtoull(argv[2], NULL, 0);
         fail = strtoull(argv[3], NULL, 0);
         OK(cudaMalloc(&a, first));
@@ -61,7 +69,17 @@ main(int argc, char **argv)
         printf("FAIL: expected error 2\n");
         return 3;
     }
+    const char *end = argc == 5 ? argv[4] : "";
+    if (strcmp(end, "fatal") == 0) {
+        printf("fatal\n");
+        return 1;
+    }
     OK(cudaMalloc(&c, 4096));
+    if (strcmp(end, "kill") == 0) {
+        printf("killed\n");
+        fflush(stdout);
+        raise(SIGKILL);
+    }
     OK(cudaFree(c));
     if (g_async)
         OK(cudaFreeAsync(a, STREAM(0x42)));
