@@ -291,7 +291,10 @@ Test(summary_roundtrip, minor_0_reads_and_later_minors_append)
               s.ranks[0].src->meta.exit_status == 3 && s.ranks[0].src->meta.exit_sealed == 1);
     am_summary_free(&s);
 
-    /* the payload as stored (flags 0) without its last 13 bytes: a 6.0 summary */
+    /* the payload as stored (flags 0) without what 6.1 appends after the last
+     * rank: a 6.0 summary. 6.1: the rank's meta (13 bytes), then its caught
+     * OOMs (a u64 count, 21 bytes each) */
+    const size_t tail61 = 13 + 8 + 21 * rank.ncaught;
     uint64_t stored = 0;
     for (int b = 0; b < 8; b++)
         stored |= (uint64_t)buf[AM_SUMMARY_HEADER + b] << (8 * b);
@@ -305,7 +308,7 @@ Test(summary_roundtrip, minor_0_reads_and_later_minors_append)
         unsigned minor;
         size_t cut;
         int extra, ok;
-    } k[] = {{0, 13, 0, 1}, {1, 0, 0, 1}, {1, 0, 8, 0}, {2, 0, 8, 1}};
+    } k[] = {{0, tail61, 0, 1}, {1, 0, 0, 1}, {1, 0, 8, 0}, {2, 0, 8, 1}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         size_t n = plen - k[i].cut + (size_t)k[i].extra;
         memset(p + AM_SUMMARY_HEADER + plen - k[i].cut, 0xab, (size_t)k[i].extra);
