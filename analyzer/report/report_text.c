@@ -582,9 +582,12 @@ warnings_once(FILE *f, const am_job *j)
 static void
 legend(FILE *f)
 {
-    fprintf(f, "\nlegend: verdict R:... a recompute setting that fits every rank; X:... recompute "
-               "cannot help (the cause named); OK:FITS fits as it runs; n/a withheld (the why "
-               "says what is missing). Peaks: tensor = PyTorch allocated; device = cudaMalloc "
+    fprintf(f, "\nlegend: verdict R:... a recompute setting that fits every rank (R:INSUFFICIENT: "
+               "none does, the why says what will); X:... recompute cannot help (the cause "
+               "named); OK:FITS fits as it runs (its change may still name a cheaper setting "
+               "that fits: less replay); n/a withheld (the why says what is missing); "
+               "BUDGET:ABOVE_DEVICE --budget is above the traced device: the advice is for a "
+               "larger one. Peaks: tensor = PyTorch allocated; device = cudaMalloc "
                "segments + memory outside PyTorch; baseline peak = the advisor's allocated "
                "peak of the job as it runs, a whole iteration, with a fatal OOM's failed "
                "request (so above the tensor peak after an OOM); projected = the advisor's "
@@ -592,14 +595,17 @@ legend(FILE *f)
                "(allocated + allocator cache), modelled; the allocator cache (reserved - "
                "allocated) is modelled on each timeline: the baseline's (triage findings) and "
                "each prediction's own (its fit); budget = capacity - outside PyTorch - "
-               "headroom. Candidate effects: fits (within the budget with the 2%% error bound), "
+               "headroom; margin = budget - projected reserved (negative: over). Replay "
+               "cost: the share of the step spent replaying (FLOP model). Candidate effects: fits (within the budget with the 2%% error bound), "
                "marginal (within it only without the error bound, or the fit unverified: the "
                "recommended one says why), "
                "insufficient (over the budget), ineffective (saves nothing), "
-               "counter-productive (raises the peak). CACHE UNVERIFIED: the trace ends before "
+               "counter-productive (raises the peak); (invalid): the job's configuration "
+               "rules the setting out (the JSON's candidate reason says why). CACHE UNVERIFIED: the trace ends before "
                "a steady allocator cache, so every cache figure is a lower bound. COVERAGE: "
                "INCOMPLETE: the trace holds only part of the run (capped, windowed, "
-               "salvaged). BINDS: the binding ranks (an OOM or a deficit) and what holds each. "
+               "salvaged). COVERAGE: PARTIAL JOB: ranks of the job have no trace (named); "
+               "the verdict covers the ranks analysed. BINDS: the binding ranks (an OOM or a deficit) and what holds each. "
                "--ranks all: every "
                "rank in full.\n");
 }
