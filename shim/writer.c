@@ -764,9 +764,28 @@ rs_trace_open_slow(void)
     }
     pthread_mutex_unlock(&g_w.open_mu);
     if (created)
-        rs_pystack_schedule();   /* Python frames: installed later, with the GIL */
+        rs_pystack_schedule(); /* Python frames: installed later, with the GIL */
     t_rs.guard--;
     return ok;
+}
+
+/* Move the writer from OPEN to CLOSED (once: 0 when another caller did)
+ * and seal every chunk still registered as active. Async-signal-safe: one
+ * compare-and-swap and the seals (no lock, no allocation), so both the
+ * clean exit and the _exit hook (rs_writer_exit) use it. */
+static int
+close_and_seal_all(void)
+{
+    int expect = RS_W_OPEN;
+    if (!__atomic_compare_exchange_n(&rs_w_hot.state, &expect, RS_W_CLOSED, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+        return 0;
+    for (int i = 0; i < RS_REGISTRY_SLOTS; i++) {
+        unsigned char *c = atomic_load(&g_w.slots[i].chunk);
+        if (c && atomic_load(&g_w.slots[i].state) == SLOT_ACTIVE)
+            seal_chunk(c, i);
+    }
+    return 1;
 }
 
 void
@@ -777,15 +796,8 @@ rs_writer_close(void)
     /* Objects loaded after the file was created (dlopen'ed plugins). */
     rs_modules_refresh();
     rs_window_report_at_exit();
-    int expect = RS_W_OPEN;
-    if (!__atomic_compare_exchange_n(&rs_w_hot.state, &expect, RS_W_CLOSED, 0, __ATOMIC_SEQ_CST,
-                                     __ATOMIC_SEQ_CST))
+    if (!close_and_seal_all())
         return;
-    for (int i = 0; i < RS_REGISTRY_SLOTS; i++) {
-        unsigned char *c = atomic_load(&g_w.slots[i].chunk);
-        if (c && atomic_load(&g_w.slots[i].state) == SLOT_ACTIVE)
-            seal_chunk(c, i);
-    }
     rs_w_hot.hdr->close_ns = rs_now_ns();
     __atomic_fetch_or(&rs_w_hot.hdr->flags, RS_HDR_CLOSED, __ATOMIC_RELEASE);
     msync(rs_w_hot.hdr, RS_HEADER_SIZE, MS_ASYNC);
@@ -818,15 +830,8 @@ rs_writer_exit(int via, int status)
 {
     if (rs_writer_state() != RS_W_OPEN || !rs_w_hot.hdr || rs_w_hot.hdr->pid != (int32_t)getpid())
         return;
-    int expect = RS_W_OPEN;
-    if (!__atomic_compare_exchange_n(&rs_w_hot.state, &expect, RS_W_CLOSED, 0, __ATOMIC_SEQ_CST,
-                                     __ATOMIC_SEQ_CST))
+    if (!close_and_seal_all())
         return;
-    for (int i = 0; i < RS_REGISTRY_SLOTS; i++) {
-        unsigned char *c = atomic_load(&g_w.slots[i].chunk);
-        if (c && atomic_load(&g_w.slots[i].state) == SLOT_ACTIVE)
-            seal_chunk(c, i);
-    }
     rs_header_exit *x = (rs_header_exit *)(void *)((unsigned char *)rs_w_hot.hdr +
                                                    RS_HEADER_EXIT_OFFSET);
     x->status = status;

@@ -332,34 +332,31 @@ rank_iterations(yajl_gen g, const am_rank *r)
     yajl_gen_map_close(g);
 }
 
+/* An OOM list of a rank (alloc_retries, caught_ooms): time_ns,
+ * requested_bytes (bytes), iteration (null before the first) and phase. */
+static void
+oom_list(yajl_gen g, const am_retry *v, size_t n)
+{
+    yajl_gen_array_open(g);
+    for (size_t i = 0; i < n; i++) {
+        yajl_gen_map_open(g);
+        K(g, "time_ns"); u64(g, v[i].t_ns);
+        K(g, "requested_bytes"); u64(g, v[i].size);
+        K(g, "iteration"); iter_or_null(g, v[i].iteration);
+        K(g, "phase"); S(g, am_phase_name(v[i].phase));
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+}
+
 /* ranks[].oom, oom_count, alloc_retries, caught_ooms, iteration_peak (--iteration K). */
 static void
 rank_failures(yajl_gen g, const am_rank *r, const am_report_opts *o)
 {
     K(g, "oom"); oom(g, r);
     K(g, "oom_count"); u64(g, r->noom_fatal);
-    K(g, "alloc_retries");
-    yajl_gen_array_open(g);
-    for (size_t i = 0; i < r->nretries; i++) {
-        yajl_gen_map_open(g);
-        K(g, "time_ns"); u64(g, r->retries[i].t_ns);
-        K(g, "requested_bytes"); u64(g, r->retries[i].size);
-        K(g, "iteration"); iter_or_null(g, r->retries[i].iteration);
-        K(g, "phase"); S(g, am_phase_name(r->retries[i].phase));
-        yajl_gen_map_close(g);
-    }
-    yajl_gen_array_close(g);
-    K(g, "caught_ooms");
-    yajl_gen_array_open(g);
-    for (size_t i = 0; i < r->ncaught; i++) {
-        yajl_gen_map_open(g);
-        K(g, "time_ns"); u64(g, r->caught[i].t_ns);
-        K(g, "requested_bytes"); u64(g, r->caught[i].size);
-        K(g, "iteration"); iter_or_null(g, r->caught[i].iteration);
-        K(g, "phase"); S(g, am_phase_name(r->caught[i].phase));
-        yajl_gen_map_close(g);
-    }
-    yajl_gen_array_close(g);
+    K(g, "alloc_retries"); oom_list(g, r->retries, r->nretries);
+    K(g, "caught_ooms"); oom_list(g, r->caught, r->ncaught);
     if (o->iteration >= 0) {
         K(g, "iteration_peak");
         yajl_gen_map_open(g);
