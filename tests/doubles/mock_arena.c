@@ -54,7 +54,6 @@ typedef struct mock_arena {
 static mock_arena g_arena[MOCK_ARENAS];
 static int g_on;
 static unsigned g_hint;             /* next slot to try (atomic) */
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_key_t g_key;
 static __thread int t_slot;         /* slot + 1, 0 = none yet, -1 = none free */
 
@@ -88,7 +87,11 @@ arena_atfork_child(void)
         pthread_mutex_init(&g_arena[i].lock, NULL);
 }
 
-static void
+/* Decided once, in this library's constructor (before main, one thread):
+ * a pthread_once at the first allocation deadlocked a child forked while
+ * another thread was inside it (the child's once stays "in progress": the
+ * p_stress children hung in mock_arena_on under TSan, status SIGALRM). */
+__attribute__((constructor)) static void
 arena_init(void)
 {
     const char *v = getenv("MOCK_CUDA_THREAD_ARENAS");
@@ -104,7 +107,6 @@ arena_init(void)
 int
 mock_arena_on(void)
 {
-    pthread_once(&g_once, arena_init);
     return g_on;
 }
 
